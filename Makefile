@@ -1,0 +1,9 @@
+# The two commands of the README. Both set up .venv themselves on first use.
+.PHONY: serve test
+
+serve:
+	@scripts/setup.sh
+	.venv/bin/mstar config show
+
+test:
+	@scripts/test.sh

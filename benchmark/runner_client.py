@@ -1,0 +1,181 @@
+"""Streams one request to an OpenAI-compatible or mstar-native endpoint and times it.
+
+TTFT is send -> first chunk carrying at least one token; inter-token latencies are the gaps
+between consecutive token-carrying chunks; the output token count comes from the server's
+usage report when it sends one (so multi-token chunks are counted right), else one per chunk.
+"""
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from benchmark.runner_workload import RequestSpec
+
+ENDPOINT_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "generate": "/generate",
+}
+
+
+class StreamError(Exception):
+    """The server answered, but not with a usable token stream."""
+
+
+@dataclass
+class RequestResult:
+    index: int
+    requested_tokens: int
+    error: str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    output_tokens: int = 0
+    itls: list[float] = field(default_factory=list)
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to send requests; builds the JSON body for each endpoint."""
+
+    base_url: str
+    endpoint: str
+    model: str
+    ignore_eos: bool
+    temperature: float
+    api_key: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self.base_url + ENDPOINT_PATHS[self.endpoint]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def payload(self, spec: RequestSpec) -> dict:
+        body: dict = {
+            "max_tokens": spec.output_len,
+            "temperature": self.temperature,
+            "stream": True,
+        }
+        if self.endpoint == "generate":
+            return {"prompt": spec.prompt, "ignore_eos": self.ignore_eos, **body}
+        body["model"] = self.model
+        body["stream_options"] = {"include_usage": True}
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": spec.prompt}]
+        else:
+            body["prompt"] = spec.prompt
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+            body["min_tokens"] = spec.output_len
+        return body
+
+
+class _Timer:
+    """Collects chunk arrival times for one request."""
+
+    def __init__(self, result: RequestResult, start: float):
+        self.result = result
+        self.start = start
+        self.last: float | None = None
+        self.chunks = 0
+
+    def token_chunk(self) -> None:
+        now = time.perf_counter()
+        if self.last is None:
+            self.result.ttft = now - self.start
+        else:
+            self.result.itls.append(now - self.last)
+        self.last = now
+        self.chunks += 1
+
+
+def _error_message(obj: dict) -> str | None:
+    err = obj.get("error")
+    if err is None:
+        return None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+def _load(line: str) -> dict:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise StreamError(f"malformed stream line {line[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise StreamError(f"unexpected stream line {line[:200]!r}")
+    message = _error_message(obj)
+    if message is not None:
+        raise StreamError(f"stream error: {message}")
+    return obj
+
+
+async def _read_sse(resp: httpx.Response, timer: _Timer) -> int:
+    usage_tokens = None
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            continue
+        obj = _load(data)
+        usage = obj.get("usage")
+        if usage and usage.get("completion_tokens") is not None:
+            usage_tokens = int(usage["completion_tokens"])
+        text = ""
+        for choice in obj.get("choices") or []:
+            delta = choice.get("delta") or {}
+            content = delta.get("content") or delta.get("reasoning_content")
+            text += content or choice.get("text") or ""
+        if text:
+            timer.token_chunk()
+    return timer.chunks if usage_tokens is None else usage_tokens
+
+
+async def _read_ndjson(resp: httpx.Response, timer: _Timer) -> int:
+    tokens = 0
+    async for line in resp.aiter_lines():
+        if not line.strip():
+            continue
+        obj = _load(line)
+        ids = obj.get("token_ids")
+        count = len(ids) if ids is not None else int(bool(obj.get("text")))
+        if count:
+            timer.token_chunk()
+            tokens += count
+    return tokens
+
+
+async def send_request(
+    client: httpx.AsyncClient, target: Target, spec: RequestSpec
+) -> RequestResult:
+    """Send one streaming request; never raises, failures land in `result.error`."""
+    result = RequestResult(index=spec.index, requested_tokens=spec.output_len)
+    start = time.perf_counter()
+    timer = _Timer(result, start)
+    try:
+        async with client.stream(
+            "POST", target.url, json=target.payload(spec), headers=target.headers
+        ) as resp:
+            if not resp.is_success:
+                body = (await resp.aread()).decode(errors="replace")
+                raise StreamError(f"HTTP {resp.status_code}: {body[:300]}")
+            reader = _read_ndjson if target.endpoint == "generate" else _read_sse
+            result.output_tokens = await reader(resp, timer)
+        if timer.chunks == 0:
+            raise StreamError("stream ended without any output tokens")
+    except StreamError as exc:
+        result.error = str(exc)
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.finished_at = time.perf_counter()
+    result.e2e = result.finished_at - start
+    if result.error is not None:
+        result.output_tokens = 0
+    return result

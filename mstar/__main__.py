@@ -1,0 +1,5 @@
+import sys
+
+from mstar.cli import main
+
+sys.exit(main())

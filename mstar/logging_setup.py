@@ -1,0 +1,49 @@
+"""structlog set-up shared by every mstar process: events go to stderr, console or JSON."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from mstar.settings.sources import LoadedSettings
+
+
+def configure_logging(level: str = "info", fmt: str = "console") -> None:
+    """Route structlog and the standard library's logging to stderr at ``level``."""
+    numeric = logging.getLevelName(level.upper())
+    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
+                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=False),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    logging.basicConfig(level=numeric, stream=sys.stderr, force=True,
+                        format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
+
+
+def log_settings_report(loaded: LoadedSettings) -> None:
+    """Log every configuration problem, every notice, then the values that differ from defaults."""
+    log = structlog.get_logger("mstar.settings")
+    for problem in loaded.problems:
+        if problem.value is None:
+            log.warning("setting_problem", variable=problem.variable, reason=problem.reason,
+                        source=problem.location)
+        else:
+            log.warning("setting_rejected", variable=problem.variable, value=problem.value,
+                        used=problem.used, reason=problem.reason, source=problem.location)
+    for notice in loaded.notices:
+        log.warning("setting_notice", message=notice)
+    changed = {name: f"{value} ({source})" for name, value, source in loaded.changed()}
+    if changed:
+        log.info("settings_changed", **changed)

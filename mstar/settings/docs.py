@@ -1,0 +1,102 @@
+"""Generates docs/environment_variables.rst from the schema, so no knob can lack a row."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from mstar.settings.catalog import KNOBS, Knob
+from mstar.settings.parse import FALSE_WORDS, TRUE_WORDS, describe_range
+
+DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "environment_variables.rst"
+
+_INTRO = """\
+Environment variables
+=====================
+
+.. This file is generated from mstar/settings/schema.py by ``mstar config docs``; do not edit it.
+   CI runs ``mstar config docs --check`` and fails when it is stale.
+
+Every runtime knob of mstar is an ``MSTAR_*`` variable declared in one schema
+(``mstar/settings/schema.py``). The settings are built once, when a ``mstar`` command (or
+``mstar.LLM``) starts and before anything heavy loads, then frozen and handed to every component and
+process. ``mstar config show`` prints the effective values with their sources;
+``mstar config validate`` checks a configuration without loading anything.
+
+Sources, lowest precedence first: the defaults below, env files (``--env-file FILE``, repeatable,
+later files win), the process environment, command-line flags (``--launch-wait-ms 5`` etc.; see
+``mstar serve --help``), and keyword arguments passed in code (``LLM(max_num_seqs=8)``).
+
+How bad values are handled
+--------------------------
+
+* **Malformed** values are rejected with one warning naming the variable, the rejected value and the
+  value used instead: the value the knob would have without the bad entry (the default, unless a
+  lower-precedence source set it). Malformed means: not a number; for decimal knobs also ``nan`` and
+  ``inf``; for whole-number knobs also ``1e3`` and ``16.0``; for on/off knobs anything other than
+  {bools}; for knobs with choices anything outside them (matching ignores case); for lists any bad
+  element.
+* **Out of range**: below the minimum, the minimum is used; above the maximum, the maximum; both with a
+  warning. Where the bound is exclusive (``> 0``) there is no minimum to use, so the value counts as
+  malformed.
+* **Empty or whitespace-only** values count as unset, silently (templated env files often leave
+  blanks): the value from the lower-precedence sources stands.
+* **Unknown** ``MSTAR_*`` names in the environment or an env file warn and suggest the closest known
+  name ("did you mean MSTAR_LAUNCH_WAIT_MS?").
+* **Env files**: comments, blank lines, an ``export`` prefix and single or double quotes are handled.
+  A line without ``=`` or a key given twice warns with ``file:line`` (the later line wins); the rest of
+  the file still applies. A missing env file is a usage error (exit code 2).
+* Every value that parsed and is in range is used exactly as given.
+* **Strict mode** (``MSTAR_CONFIG_STRICTNESS=strict`` or ``--strict``): every problem above is an
+  error; all of them are listed at once and the command exits with status 1 before anything loads.
+
+Warnings are structured log events (``setting_rejected`` with ``variable``, ``value``, ``used``,
+``reason`` and ``source``; ``setting_problem`` for unknown names and env-file lines).
+"""
+
+
+def _literal(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return "``" + ",".join(str(v) for v in value) + "``"
+    if isinstance(value, Path) and value == Path("~/.cache/mstar").expanduser():
+        return "``~/.cache/mstar``"
+    return f"``{value}``"
+
+
+def bounds_text(knob: Knob) -> str:
+    if knob.choices:
+        return " | ".join(knob.choices)
+    if knob.minimum is None and knob.maximum is None:
+        return ""
+    prefix = "each " if knob.kind.value == "int list" else ""
+    return prefix + describe_range(knob)
+
+
+def _row(knob: Knob) -> str:
+    cells = [f"``{knob.env}``", _literal(knob.default), knob.unit or "",
+             bounds_text(knob), knob.description.replace("*", "\\*")]
+    first, *rest = cells
+    return "   * - " + first + "\n" + "".join(f"     - {c}".rstrip() + "\n" for c in rest)
+
+
+def render() -> str:
+    parts = [_INTRO.replace("{bools}", ", ".join(f"``{w}``" for w in TRUE_WORDS + FALSE_WORDS))]
+    categories = list(dict.fromkeys(k.category for k in KNOBS))
+    for category in categories:
+        parts.append(f"\n{category}\n{'-' * len(category)}\n\n")
+        parts.append(".. list-table::\n   :header-rows: 1\n   :widths: 28 14 9 16 33\n\n"
+                     "   * - Variable\n     - Default\n     - Unit\n     - Bounds\n     - Meaning\n")
+        parts.extend(_row(k) for k in KNOBS if k.category == category)
+    return "".join(parts)
+
+
+def check(path: Path = DOCS_PATH) -> str:
+    """Return a unified diff between the file and the schema ('' when in sync)."""
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
+    return "".join(difflib.unified_diff(
+        current.splitlines(keepends=True), render().splitlines(keepends=True),
+        fromfile=str(path), tofile="generated from the schema"))

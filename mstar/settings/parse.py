@@ -1,0 +1,142 @@
+"""The one lenient rule, applied to every knob from every source.
+
+``coerce`` turns a raw value (text from the environment, an env file or a CLI flag, or a Python value
+passed in code) into the value to use:
+
+- empty or whitespace-only text means "not set here" (silently: templated env files often leave
+  blanks), so the value from lower-precedence sources stands;
+- a malformed value raises ``Rejected``: the caller keeps the value it had (the default unless a
+  lower-precedence source set one) and reports the problem;
+- a value below the minimum is raised to it, above the maximum lowered to it, with a reason;
+- anything else is used exactly as given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from mstar.settings.catalog import Kind, Knob
+
+UNSET = object()
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+_INT_RE = re.compile(r"[+-]?\d+")
+
+
+class Rejected(ValueError):
+    """A raw value that cannot be used; the message says why."""
+
+
+def _parse_int(text: str) -> int:
+    if not _INT_RE.fullmatch(text):
+        raise Rejected("not a whole number")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise Rejected("not a number") from None
+    if not math.isfinite(value):
+        raise Rejected("not a finite number")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    word = text.lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise Rejected("not a boolean (use " + "/".join(TRUE_WORDS + FALSE_WORDS) + ")")
+
+
+def _parse_choice(knob: Knob, text: str) -> str:
+    for choice in knob.choices or ():
+        if text.lower() == choice:
+            return choice
+    raise Rejected("not one of " + ", ".join(knob.choices or ()))
+
+
+def _parse_int_list(knob: Knob, text: str) -> list[int]:
+    items = [item.strip() for item in text.split(",")]
+    values = []
+    for item in items:
+        try:
+            value = _parse_int(item)
+        except Rejected:
+            raise Rejected(f"element {item!r} is not a whole number") from None
+        if _out_of_bounds(knob, value):
+            raise Rejected(f"element {item} is outside {describe_range(knob)}")
+        values.append(value)
+    return values
+
+
+def parse_text(knob: Knob, text: str) -> Any:
+    """Parse stripped, non-empty text into the knob's type (bounds not applied)."""
+    if knob.kind is Kind.INT:
+        return _parse_int(text)
+    if knob.kind is Kind.FLOAT:
+        return _parse_float(text)
+    if knob.kind is Kind.BOOL:
+        return _parse_bool(text)
+    if knob.kind is Kind.CHOICE:
+        return _parse_choice(knob, text)
+    if knob.kind is Kind.INT_LIST:
+        return _parse_int_list(knob, text)
+    if knob.kind is Kind.PATH:
+        return Path(text).expanduser()
+    if knob.kind is Kind.SECRET:
+        return SecretStr(text)
+    return text
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return str(value)
+
+
+def _out_of_bounds(knob: Knob, value: float) -> bool:
+    too_low = knob.minimum is not None and (
+        value <= knob.minimum if knob.min_exclusive else value < knob.minimum)
+    return too_low or (knob.maximum is not None and value > knob.maximum)
+
+
+def describe_range(knob: Knob) -> str:
+    low = "" if knob.minimum is None else f"{'>' if knob.min_exclusive else '>='} {knob.minimum:g}"
+    high = "" if knob.maximum is None else f"<= {knob.maximum:g}"
+    return " and ".join(part for part in (low, high) if part) or "any"
+
+
+def coerce(knob: Knob, raw: Any) -> tuple[Any, str | None]:
+    """Return (value to use, reason it differs from ``raw`` or None); ``UNSET`` if blank.
+
+    Raises ``Rejected`` when the raw value cannot be used at all.
+    """
+    if raw is None:
+        if knob.optional:
+            return None, None
+        raise Rejected("cannot be unset")
+    text = _as_text(raw).strip()
+    if not text:
+        return UNSET, None
+    value = parse_text(knob, text)
+    if knob.kind not in (Kind.INT, Kind.FLOAT):
+        return value, None
+    if knob.minimum is not None and knob.min_exclusive and value <= knob.minimum:
+        # No smallest allowed value to clamp to, so this is treated as malformed.
+        raise Rejected(f"must be greater than {knob.minimum:g}")
+    if knob.minimum is not None and value < knob.minimum:
+        return type(value)(knob.minimum), f"below the minimum {knob.minimum:g}"
+    if knob.maximum is not None and value > knob.maximum:
+        return type(value)(knob.maximum), f"above the maximum {knob.maximum:g}"
+    return value, None

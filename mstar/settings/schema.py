@@ -1,0 +1,175 @@
+"""The one place every ``MSTAR_*`` knob is declared.
+
+Each field is a knob: its environment name is ``MSTAR_`` + the upper-cased field name. Type, default,
+bounds (``ge``/``gt``/``le``), unit, category and description live on the field, and everything else
+(parsing, the CLI, ``mstar config show``, the generated docs) is derived from them. To add a knob, add a
+field to the right group below and run ``mstar config docs``.
+
+``WorkerSettings`` never reads the environment itself: ``mstar.settings.sources.load_settings`` does that
+once, applying the lenient rules, and passes the parsed values in. Direct construction
+(``WorkerSettings(kv_block_size=4)``) is for tests and embedding.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "MSTAR_"
+BUILTIN_MODEL = "SmolLM2-135M-Instruct"
+# Longest wait threading primitives accept; waits beyond it raise OverflowError.
+MAX_WAIT_S = threading.TIMEOUT_MAX
+MAX_WAIT_MS = threading.TIMEOUT_MAX * 1000.0
+# Upper bound for counts, so that a typo such as 10**20 cannot reach torch or the allocator.
+MAX_COUNT = 2**31 - 1
+
+
+def knob(default: Any, description: str, *, category: str, unit: str | None = None,
+         secret: bool = False, **bounds: Any) -> Any:
+    """A field with the metadata every consumer of the schema relies on."""
+    extra = {"unit": unit, "category": category, "secret": secret}
+    return Field(default, description=description, json_schema_extra=extra, **bounds)
+
+
+_loop = functools.partial(knob, category="Worker loop")
+_server = functools.partial(knob, category="Server")
+_engine = functools.partial(knob, category="Model and engine")
+_transport = functools.partial(knob, category="Transport")
+_config = functools.partial(knob, category="Config behaviour")
+
+
+class WorkerLoopKnobs(BaseModel):
+    launch_wait_ms: float = _loop(
+        5.0, "After submitting step N+1, how long the main thread waits for the forward-launch "
+        "event before going on (a GIL throttle meant to expire early).",
+        unit="ms", ge=0.0, le=MAX_WAIT_MS)
+    max_consecutive_spec_steps: int = _loop(
+        1024, "Speculative steps in a row before the worker takes a fresh batch from the "
+        "scheduler. 0 turns speculation off (a serial loop) and warns at startup.", ge=0, le=MAX_COUNT)
+    spec_peek_for_fairness: bool = _loop(
+        True, "Yield to the scheduler early when other work (waiting or preempted requests) is ready.")
+    pre_plan_spec: bool = _loop(
+        True, "Build step N+1's input tensors and block tables on a separate planning thread; "
+        "off builds them inline.")
+    spec_yield_hold_ms: float = _loop(
+        0.0, "How long other work must stay ready before a speculating worker yields to it.",
+        unit="ms", ge=0.0, le=MAX_WAIT_MS)
+    py_switch_interval_sec: float | None = _loop(
+        None, "Python thread switch interval applied when the worker starts (sys.setswitchinterval). "
+        "Unset keeps the interpreter default.", unit="s", gt=0.0, le=MAX_WAIT_S)
+    recompile_limit: int = _loop(
+        84, "torch.compile recompile limit, applied whenever compilation is on.", ge=8, le=1024)
+    engine_step_sync: bool = _loop(
+        False, "Wait for each step to finish before building the next (an A/B switch for the "
+        "overlapped loop).")
+    phase_timing: int = _loop(
+        0, "Every N iterations, log p50/p95/mean of each loop phase. 0 turns it off.",
+        unit="iterations", ge=0, le=MAX_COUNT)
+
+
+class ServerKnobs(BaseModel):
+    host: str = _server("127.0.0.1", "Address the HTTP server binds to.")
+    port: int = _server(8000, "Port the HTTP server binds to.", ge=1, le=65535)
+    api_key: SecretStr | None = _server(
+        None, "When set, every request except /health needs 'Authorization: Bearer <key>'. "
+        "Unset disables authentication.", secret=True)
+    max_concurrent_requests: int = _server(
+        256, "Requests in flight beyond this get an immediate 503 (health, models and metrics "
+        "endpoints are not counted).", unit="requests", ge=1, le=MAX_COUNT)
+    max_body_mb: float = _server(
+        128.0, "Largest accepted request body; larger bodies get 413.", unit="MiB", gt=0.0, le=1e6)
+    request_timeout_s: float = _server(
+        600.0, "A request running longer is aborted in the worker and fails for the client.",
+        unit="s", gt=0.0, le=MAX_WAIT_S)
+    shutdown_timeout_s: float = _server(
+        30.0, "On SIGINT/SIGTERM, how long in-flight requests may run before everything stops.",
+        unit="s", ge=0.0, le=MAX_WAIT_S)
+    startup_timeout_s: float = _server(
+        600.0, "How long the conductor waits for every worker to finish loading.",
+        unit="s", gt=0.0, le=MAX_WAIT_S)
+    log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
+    log_format: Literal["console", "json"] = _server(
+        "console", "Log format: human-readable console lines or one JSON object per line.")
+
+
+class EngineKnobs(BaseModel):
+    model: str = _engine(
+        BUILTIN_MODEL, f"Model to serve: '{BUILTIN_MODEL}' (the built-in model) or a local "
+        "HF-format directory (config.json, *.safetensors, tokenizer files).")
+    cache_dir: Path = _engine(
+        Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
+        "auto", "Weight and activation dtype. auto = float32 on CPU, bfloat16 on CUDA.")
+    device: Literal["auto", "cpu", "cuda"] = _engine(
+        "auto", "Device to run on. auto = cuda when available, else cpu.")
+    max_model_len: int | None = _engine(
+        None, "Longest sequence (prompt + output). Unset = the model's own limit.",
+        unit="tokens", ge=1, le=MAX_COUNT)
+    max_num_seqs: int = _engine(256, "Most sequences in one batch.", unit="sequences", ge=1,
+                               le=MAX_COUNT)
+    max_num_batched_tokens: int = _engine(
+        8192, "Token budget of one step (prefill chunks plus decodes).", unit="tokens", ge=1,
+        le=MAX_COUNT)
+    kv_block_size: int = _engine(16, "Tokens per KV-cache block.", unit="tokens", ge=1, le=1024)
+    num_kv_blocks: int | None = _engine(
+        None, "KV-cache blocks to allocate. Unset = sized from MSTAR_KV_CACHE_MEMORY_FRACTION "
+        "(CUDA) or MSTAR_CPU_KV_CACHE_GB (CPU).", unit="blocks", ge=1, le=MAX_COUNT)
+    kv_cache_memory_fraction: float = _engine(
+        0.9, "Fraction of free accelerator memory given to the KV cache when "
+        "MSTAR_NUM_KV_BLOCKS is unset.", ge=0.01, le=1.0)
+    cpu_kv_cache_gb: float = _engine(
+        2.0, "KV-cache budget on CPU when MSTAR_NUM_KV_BLOCKS is unset.", unit="GiB",
+        gt=0.0, le=1e6)
+    enable_prefix_caching: bool = _engine(True, "Reuse KV-cache blocks of identical prompt prefixes.")
+    cuda_graph: bool = _engine(True, "Capture decode steps as CUDA graphs (ignored on CPU).")
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = _engine(
+        [1, 2, 4, 8, 16, 32, 64, 128, 256], "Batch sizes to capture CUDA graphs for, a comma list.",
+        unit="sequences")
+    compile: bool = _engine(False, "Compile the model with torch.compile.")
+    num_workers: int = _engine(1, "Worker processes (replicas, one engine each).", ge=1, le=256)
+    seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
+
+
+class TransportKnobs(BaseModel):
+    zmq_transport: Literal["ipc", "tcp"] = _transport(
+        "ipc", "How processes talk: ipc sockets in MSTAR_SOCKET_DIR, or tcp.")
+    zmq_tcp_host: str = _transport("127.0.0.1", "Host for tcp transport.")
+    zmq_tcp_base_port: int = _transport(
+        29500, "First port for tcp transport; each socket takes the next one.", ge=1024, le=65000)
+    socket_dir: Path | None = _transport(
+        None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
+
+
+class ConfigKnobs(BaseModel):
+    config_strictness: Literal["warn", "strict"] = _config(
+        "warn", "warn: bad values warn and fall back. strict: every problem is an error and "
+        "nothing starts.")
+
+
+class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs, ConfigKnobs):
+    """Every knob, frozen. Built once per process tree and passed down explicitly."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
+                                   dotenv_settings, file_secret_settings):
+        # Only explicit values: the environment is read once, by load_settings, with provenance.
+        return (init_settings,)
+
+    def fingerprint(self) -> str:
+        """A short hash of every effective value, to check that processes agree."""
+        values = self.model_dump(mode="json")
+        if self.api_key is not None:
+            values["api_key"] = hashlib.sha256(self.api_key.get_secret_value().encode()).hexdigest()
+        return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:16]
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()

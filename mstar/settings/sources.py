@@ -1,0 +1,168 @@
+"""Building the settings once: sources, precedence, provenance and problems.
+
+Precedence, lowest first: defaults < env files (in the order given) < process environment < CLI flags <
+overrides passed in code (``LLM(max_num_seqs=8)``). Every effective value records where it came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mstar.settings.catalog import BY_ENV, BY_NAME, KNOBS, Knob
+from mstar.settings.env_file import SettingsUsageError, read_env_file
+from mstar.settings.parse import UNSET, Rejected, coerce
+from mstar.settings.schema import ENV_PREFIX, WorkerSettings
+
+ENVIRONMENT = "environment"
+COMMAND_LINE = "command line"
+OVERRIDE = "code"
+DEFAULT = "default"
+MASK = "********"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an effective value came from; ``rejected`` holds a raw value that was not used as is."""
+
+    origin: str
+    rejected: str | None = None
+    adjustment: str | None = None  # "fallback" or "clamped"
+
+    def __str__(self) -> str:
+        if self.adjustment == "fallback":
+            return f"fallback (rejected {self.rejected!r} from {self.origin})"
+        if self.adjustment == "clamped":
+            return f"{self.origin} (clamped from {self.rejected!r})"
+        return self.origin
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the configuration; a warning, or an error in strict mode."""
+
+    variable: str
+    reason: str
+    location: str
+    value: str | None = None
+    used: Any = None
+
+    def message(self) -> str:
+        if self.value is None:
+            return f"{self.location}: {self.variable}: {self.reason}"
+        return (f"{self.location}: {self.variable}={self.value!r} {self.reason}; "
+                f"using {self.used!r}")
+
+
+class SettingsError(Exception):
+    """Strict mode found problems; all of them are listed."""
+
+    def __init__(self, problems: Iterable[Problem]):
+        self.problems = tuple(problems)
+        lines = "\n".join("  " + p.message() for p in self.problems)
+        super().__init__(f"{len(self.problems)} configuration problem(s):\n{lines}")
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    settings: WorkerSettings
+    sources: Mapping[str, Source]
+    problems: tuple[Problem, ...]
+    notices: tuple[str, ...] = field(default=())
+
+    def changed(self) -> list[tuple[str, Any, Source]]:
+        """(env name, value, source) of every knob whose value differs from its default."""
+        return [(k.env, display_value(k, getattr(self.settings, k.name)), self.sources[k.name])
+                for k in KNOBS if getattr(self.settings, k.name) != k.default]
+
+
+def display_value(knob: Knob, value: Any) -> Any:
+    if knob.secret and value is not None:
+        return MASK
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _suggest(name: str) -> str:
+    # Compare without the shared prefix, which would make every name look alike.
+    known = [env[len(ENV_PREFIX):] for env in BY_ENV]
+    close = difflib.get_close_matches(name[len(ENV_PREFIX):], known, n=1, cutoff=0.6)
+    return f"unknown setting; did you mean {ENV_PREFIX}{close[0]}?" if close else "unknown setting"
+
+
+def _layers(env_files: Iterable[Path], environ: Mapping[str, str], cli: Mapping[str, Any],
+            overrides: Mapping[str, Any], problems: list[Problem]):
+    """Yield (knob, raw value, origin) in precedence order, reporting unknown names."""
+    for path in env_files:
+        entries, syntax = read_env_file(Path(path))
+        problems.extend(Problem("env file", s.reason, s.location) for s in syntax)
+        for entry in entries:
+            if entry.key in BY_ENV:
+                yield BY_ENV[entry.key], entry.value, entry.location
+            elif entry.key.startswith(ENV_PREFIX):
+                problems.append(Problem(entry.key, _suggest(entry.key), entry.location))
+    for key, value in sorted(environ.items()):
+        if key in BY_ENV:
+            yield BY_ENV[key], value, ENVIRONMENT
+        elif key.startswith(ENV_PREFIX):
+            problems.append(Problem(key, _suggest(key), ENVIRONMENT))
+    for origin, values in ((COMMAND_LINE, cli), (OVERRIDE, overrides)):
+        for name, value in values.items():
+            if name not in BY_NAME:
+                raise SettingsUsageError(f"unknown setting {name!r}")
+            yield BY_NAME[name], value, origin
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterable[Path] = (),
+                  strict: bool | None = None, environ: Mapping[str, str] | None = None,
+                  cli: Mapping[str, Any] | None = None, report: bool = True) -> LoadedSettings:
+    """Build the frozen settings from every source, once, before anything heavy starts.
+
+    Problems warn and fall back; with ``strict`` (or MSTAR_CONFIG_STRICTNESS=strict) they raise
+    ``SettingsError`` listing all of them. ``report`` configures logging from the result and logs
+    every problem and notice.
+    """
+    environ = os.environ if environ is None else environ
+    problems: list[Problem] = []
+    values: dict[str, Any] = {}
+    sources = {k.name: Source(DEFAULT) for k in KNOBS}
+    for knob, raw, origin in _layers(env_files, environ, cli or {}, overrides or {}, problems):
+        shown = MASK if knob.secret else str(raw)
+        try:
+            value, reason = coerce(knob, raw)
+        except Rejected as exc:
+            used = values.get(knob.name, knob.default)
+            problems.append(Problem(knob.env, str(exc), origin, shown, display_value(knob, used)))
+            sources[knob.name] = Source(origin, shown, "fallback")
+            continue
+        if value is UNSET:
+            continue
+        values[knob.name] = value
+        sources[knob.name] = Source(origin, shown, "clamped") if reason else Source(origin)
+        if reason:
+            problems.append(Problem(knob.env, reason, origin, shown, display_value(knob, value)))
+    settings = WorkerSettings(**values)
+    loaded = LoadedSettings(settings, sources, tuple(problems), _notices(settings))
+    if strict is None:
+        strict = settings.config_strictness == "strict"
+    if strict and problems:
+        raise SettingsError(problems)
+    if report:
+        from mstar.logging_setup import configure_logging, log_settings_report
+        configure_logging(settings.log_level, settings.log_format)
+        log_settings_report(loaded)
+    return loaded
+
+
+def _notices(settings: WorkerSettings) -> tuple[str, ...]:
+    """Valid but noteworthy choices, said once at startup."""
+    notices = []
+    if settings.max_consecutive_spec_steps == 0:
+        notices.append("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0: speculative scheduling is off; "
+                       "the worker runs a serial loop")
+    return tuple(notices)

@@ -1,0 +1,220 @@
+"""The lenient rule: every knob, every kind of bad value, and strict mode."""
+
+import math
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import SecretStr, ValidationError
+
+from mstar.settings import SettingsError, WorkerSettings, load_settings
+from mstar.settings.catalog import KNOBS
+
+
+def load(environ, **kwargs):
+    return load_settings(environ=environ, report=False, **kwargs)
+
+
+# One valid text value per knob and the value it must produce. Adding a knob without a row fails
+# test_every_knob_has_a_valid_example.
+VALID = {
+    "MSTAR_LAUNCH_WAIT_MS": ("2.5", 2.5),
+    "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": ("7", 7),
+    "MSTAR_SPEC_PEEK_FOR_FAIRNESS": ("off", False),
+    "MSTAR_PRE_PLAN_SPEC": ("No", False),
+    "MSTAR_SPEC_YIELD_HOLD_MS": ("0.25", 0.25),
+    "MSTAR_PY_SWITCH_INTERVAL_SEC": ("0.001", 0.001),
+    "MSTAR_RECOMPILE_LIMIT": ("100", 100),
+    "MSTAR_ENGINE_STEP_SYNC": ("yes", True),
+    "MSTAR_PHASE_TIMING": ("50", 50),
+    "MSTAR_HOST": ("0.0.0.0", "0.0.0.0"),
+    "MSTAR_PORT": ("8080", 8080),
+    "MSTAR_API_KEY": ("s3cret", SecretStr("s3cret")),
+    "MSTAR_MAX_CONCURRENT_REQUESTS": ("3", 3),
+    "MSTAR_MAX_BODY_MB": ("0.5", 0.5),
+    "MSTAR_REQUEST_TIMEOUT_S": ("12", 12.0),
+    "MSTAR_SHUTDOWN_TIMEOUT_S": ("0", 0.0),
+    "MSTAR_STARTUP_TIMEOUT_S": ("60", 60.0),
+    "MSTAR_LOG_LEVEL": ("DEBUG", "debug"),
+    "MSTAR_LOG_FORMAT": ("json", "json"),
+    "MSTAR_MODEL": ("/models/qwen", "/models/qwen"),
+    "MSTAR_CACHE_DIR": ("/tmp/mstar-cache", Path("/tmp/mstar-cache")),
+    "MSTAR_DTYPE": ("bfloat16", "bfloat16"),
+    "MSTAR_DEVICE": ("cpu", "cpu"),
+    "MSTAR_MAX_MODEL_LEN": ("2048", 2048),
+    "MSTAR_MAX_NUM_SEQS": ("32", 32),
+    "MSTAR_MAX_NUM_BATCHED_TOKENS": ("512", 512),
+    "MSTAR_KV_BLOCK_SIZE": ("32", 32),
+    "MSTAR_NUM_KV_BLOCKS": ("100", 100),
+    "MSTAR_KV_CACHE_MEMORY_FRACTION": ("0.5", 0.5),
+    "MSTAR_CPU_KV_CACHE_GB": ("1.5", 1.5),
+    "MSTAR_ENABLE_PREFIX_CACHING": ("false", False),
+    "MSTAR_CUDA_GRAPH": ("0", False),
+    "MSTAR_CUDA_GRAPH_BATCH_SIZES": ("1, 2,8", [1, 2, 8]),
+    "MSTAR_COMPILE": ("on", True),
+    "MSTAR_NUM_WORKERS": ("2", 2),
+    "MSTAR_SEED": ("1234", 1234),
+    "MSTAR_ZMQ_TRANSPORT": ("tcp", "tcp"),
+    "MSTAR_ZMQ_TCP_HOST": ("10.0.0.2", "10.0.0.2"),
+    "MSTAR_ZMQ_TCP_BASE_PORT": ("31000", 31000),
+    "MSTAR_SOCKET_DIR": ("/tmp/socks", Path("/tmp/socks")),
+    "MSTAR_CONFIG_STRICTNESS": ("warn", "warn"),
+}
+
+
+def test_every_knob_has_a_valid_example():
+    assert sorted(VALID) == sorted(k.env for k in KNOBS)
+
+
+def test_defaults_without_environment():
+    loaded = load({})
+    assert loaded.problems == ()
+    assert loaded.settings == WorkerSettings()
+    assert loaded.settings.launch_wait_ms == 5.0
+    assert loaded.settings.max_consecutive_spec_steps == 1024
+    assert loaded.settings.recompile_limit == 84
+    assert loaded.settings.port == 8000
+    assert loaded.settings.api_key is None
+    assert loaded.settings.max_model_len is None
+    assert all(str(s) == "default" for s in loaded.sources.values())
+
+
+@pytest.mark.parametrize("knob", KNOBS, ids=lambda k: k.env)
+def test_valid_value_is_used_exactly(knob):
+    text, expected = VALID[knob.env]
+    loaded = load({knob.env: text})
+    assert loaded.problems == ()
+    assert getattr(loaded.settings, knob.name) == expected
+    assert str(loaded.sources[knob.name]) == "environment"
+
+
+def test_secret_is_kept_and_masked():
+    loaded = load({"MSTAR_API_KEY": "s3cret"})
+    assert loaded.settings.api_key.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(loaded.settings)
+    assert loaded.changed() == [("MSTAR_API_KEY", "********", loaded.sources["api_key"])]
+
+
+@pytest.mark.parametrize(("env", "raw"), [
+    ("MSTAR_LAUNCH_WAIT_MS", "5ms"),
+    ("MSTAR_LAUNCH_WAIT_MS", "abc"),
+    ("MSTAR_LAUNCH_WAIT_MS", "nan"),
+    ("MSTAR_LAUNCH_WAIT_MS", "inf"),
+    ("MSTAR_LAUNCH_WAIT_MS", "-inf"),
+    ("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS", "1e3"),
+    ("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS", "1e20"),
+    ("MSTAR_KV_BLOCK_SIZE", "16.0"),
+    ("MSTAR_PORT", "abc"),
+    ("MSTAR_ENABLE_PREFIX_CACHING", "maybe"),
+    ("MSTAR_DTYPE", "fp8"),
+    ("MSTAR_CUDA_GRAPH_BATCH_SIZES", "1,2,x"),
+    ("MSTAR_CUDA_GRAPH_BATCH_SIZES", "1,,4"),
+    ("MSTAR_CUDA_GRAPH_BATCH_SIZES", "1,0"),
+    ("MSTAR_PY_SWITCH_INTERVAL_SEC", "0"),
+    ("MSTAR_PY_SWITCH_INTERVAL_SEC", "-1"),
+])
+def test_malformed_value_warns_and_falls_back_to_default(env, raw):
+    knob = next(k for k in KNOBS if k.env == env)
+    loaded = load({env: raw})
+    assert getattr(loaded.settings, knob.name) == knob.default
+    [problem] = loaded.problems
+    assert (problem.variable, problem.value) == (env, raw)
+    assert problem.used == knob.default
+    assert raw in str(loaded.sources[knob.name]) and "fallback" in str(loaded.sources[knob.name])
+    assert env in problem.message() and repr(raw) in problem.message()
+
+
+def test_float_above_maximum_is_lowered_to_it():
+    loaded = load({"MSTAR_LAUNCH_WAIT_MS": "1e20"})
+    assert loaded.settings.launch_wait_ms == threading.TIMEOUT_MAX * 1000
+    [problem] = loaded.problems
+    assert "above the maximum" in problem.reason
+
+
+@pytest.mark.parametrize(("env", "raw", "expected"), [
+    ("MSTAR_LAUNCH_WAIT_MS", "-5", 0.0),
+    ("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS", "-1", 0),
+    ("MSTAR_RECOMPILE_LIMIT", "2", 8),
+    ("MSTAR_RECOMPILE_LIMIT", "5000", 1024),
+    ("MSTAR_PORT", "0", 1),
+    ("MSTAR_PORT", "70000", 65535),
+    ("MSTAR_MAX_CONCURRENT_REQUESTS", "-3", 1),
+])
+def test_out_of_range_is_clamped_with_a_warning(env, raw, expected):
+    knob = next(k for k in KNOBS if k.env == env)
+    loaded = load({env: raw})
+    assert getattr(loaded.settings, knob.name) == expected
+    [problem] = loaded.problems
+    assert problem.used == expected and problem.value == raw
+    assert "clamped" in str(loaded.sources[knob.name])
+
+
+@pytest.mark.parametrize("raw", ["", "   ", "\t"])
+def test_empty_or_whitespace_counts_as_unset(raw):
+    loaded = load({"MSTAR_LAUNCH_WAIT_MS": raw, "MSTAR_NUM_KV_BLOCKS": raw})
+    assert loaded.problems == ()
+    assert loaded.settings.launch_wait_ms == 5.0 and loaded.settings.num_kv_blocks is None
+
+
+def test_whitespace_around_a_valid_value_is_ignored():
+    assert load({"MSTAR_PORT": " 9000 "}).settings.port == 9000
+
+
+def test_cap_of_zero_turns_speculation_off_with_a_notice():
+    loaded = load({"MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "0"})
+    assert loaded.settings.max_consecutive_spec_steps == 0
+    assert loaded.problems == ()
+    assert any("speculative scheduling is off" in n for n in loaded.notices)
+    assert load({}).notices == ()
+
+
+def test_unknown_name_suggests_the_closest_knob():
+    loaded = load({"MSTAR_LAUNCH_WAIT": "5", "MSTAR_QWERTYUIOP": "1", "HOME": "/root"})
+    messages = {p.variable: p.reason for p in loaded.problems}
+    assert messages["MSTAR_LAUNCH_WAIT"] == "unknown setting; did you mean MSTAR_LAUNCH_WAIT_MS?"
+    assert messages["MSTAR_QWERTYUIOP"] == "unknown setting"
+    assert "HOME" not in messages
+
+
+def test_strict_mode_lists_every_problem_at_once():
+    environ = {"MSTAR_LAUNCH_WAIT_MS": "5ms", "MSTAR_PORT": "-1", "MSTAR_LAUNCH_WAIT": "1"}
+    with pytest.raises(SettingsError) as info:
+        load(environ, strict=True)
+    assert {p.variable for p in info.value.problems} == {
+        "MSTAR_LAUNCH_WAIT_MS", "MSTAR_PORT", "MSTAR_LAUNCH_WAIT"}
+    assert "3 configuration problem(s)" in str(info.value)
+
+
+def test_strictness_knob_turns_on_strict_mode():
+    with pytest.raises(SettingsError):
+        load({"MSTAR_CONFIG_STRICTNESS": "strict", "MSTAR_PORT": "x"})
+    assert load({"MSTAR_CONFIG_STRICTNESS": "strict"}).problems == ()
+
+
+def test_settings_are_frozen():
+    settings = load({}).settings
+    with pytest.raises(ValidationError):
+        settings.launch_wait_ms = 1.0
+
+
+def test_settings_object_does_not_read_the_environment(monkeypatch):
+    monkeypatch.setenv("MSTAR_PORT", "9999")
+    assert WorkerSettings().port == 8000
+
+
+@settings(max_examples=300, deadline=None)
+@given(knob=st.sampled_from(KNOBS), raw=st.text(max_size=30))
+def test_any_text_never_raises_and_stays_within_bounds(knob, raw):
+    value = getattr(load({knob.env: raw}).settings, knob.name)
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            assert math.isfinite(v)
+            if knob.minimum is not None:
+                assert v > knob.minimum if knob.min_exclusive else v >= knob.minimum
+            if knob.maximum is not None:
+                assert v <= knob.maximum
+    if knob.choices:
+        assert value in knob.choices
