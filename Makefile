@@ -3,7 +3,7 @@
 
 serve:
 	@scripts/setup.sh
-	.venv/bin/mstar config show
+	.venv/bin/mstar serve
 
 test:
 	@scripts/test.sh

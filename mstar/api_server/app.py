@@ -1,0 +1,43 @@
+"""The FastAPI application: routes, error handlers and admission control for one server."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from mstar.api_server import native_routes, openai_routes
+from mstar.api_server.errors import error_body, install_error_handlers
+from mstar.api_server.formatting import now
+from mstar.api_server.middleware import LimitsMiddleware
+from mstar.api_server.state import ServerState
+
+
+def build_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="mstar", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = state
+    install_error_handlers(app)
+    app.include_router(openai_routes.router)
+    app.include_router(native_routes.router)
+
+    @app.get("/health")
+    async def health() -> Response:
+        reason = state.unavailable_reason()
+        if reason is not None:
+            return JSONResponse(error_body(503, reason), status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        card = {"id": state.model_name, "object": "model", "created": now(), "owned_by": "mstar",
+                "max_model_len": state.max_model_len}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        state.metrics.update_workers(state.client.stats)
+        state.metrics.in_flight.set(state.in_flight)
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(LimitsMiddleware, state=state)
+    return app

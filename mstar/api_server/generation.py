@@ -1,0 +1,135 @@
+"""From a validated request to engine outputs: tokenize, check limits, run n sub-requests.
+
+Every route goes through ``run_requests``, which owns the request's lifetime in the workers: it
+applies request_timeout_s, turns worker faults into APIError, and aborts whatever did not finish
+(client gone, timeout, error) so its KV blocks are freed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from mstar.api_server.engine_client import Failure
+from mstar.api_server.errors import APIError
+from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
+from mstar.api_server.state import ServerState
+
+DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
+    messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
+    try:
+        text = state.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                   add_generation_prompt=True)
+    except Exception as exc:  # a template may reject e.g. a role order it does not support
+        raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
+    return state.tokenizer.encode(text, add_special_tokens=False)
+
+
+def completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
+    if isinstance(req.prompt, str):
+        ids = state.tokenizer.encode(req.prompt)
+    else:
+        vocab = len(state.tokenizer)
+        bad = [t for t in req.prompt if not 0 <= t < vocab]
+        if bad:
+            raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", "prompt")
+        ids = list(req.prompt)
+    if not ids:
+        raise APIError(400, "prompt is empty", "prompt")
+    return ids
+
+
+def sampling_params(state: ServerState, req: Any, prompt_len: int) -> list[dict]:
+    """One SamplingParams dict per choice (n), validated by the engine's own class."""
+    from mstar.engine.sampling_params import SamplingParams
+
+    limit = state.max_model_len
+    max_tokens = req.requested_max_tokens()
+    if max_tokens is None:
+        max_tokens = limit - prompt_len
+        if max_tokens < 1:
+            raise APIError(400, f"prompt has {prompt_len} tokens, max_model_len is {limit}",
+                           "messages")
+    elif prompt_len + max_tokens > limit:
+        raise APIError(400, f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds "
+                       f"max_model_len ({limit})", "max_tokens")
+    out = []
+    for i in range(req.n):
+        try:
+            params = SamplingParams(
+                max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
+                top_k=req.top_k, min_p=req.min_p, repetition_penalty=req.repetition_penalty,
+                seed=None if req.seed is None else req.seed + i, stop=req.stop_list(),
+                ignore_eos=req.ignore_eos, logprobs=req.num_logprobs())
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from exc
+        out.append(params.to_dict())
+    return out
+
+
+async def first_output(outputs: AsyncIterator) -> Any:
+    """Wait for the first output before answering a stream, so early failures keep their status."""
+    try:
+        return await outputs.__anext__()
+    except BaseException:
+        await outputs.aclose()
+        raise
+
+
+async def run_requests(
+    state: ServerState, request_id: str, prompt_ids: list[int], params: list[dict],
+    is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+) -> AsyncIterator[tuple[int, dict]]:
+    """Yield (choice index, engine output) until every choice finished."""
+    metrics = state.metrics
+    ids = [f"{request_id}-{i}" for i in range(len(params))]
+    index = {rid: i for i, rid in enumerate(ids)}
+    started = time.perf_counter()
+    last: dict[str, float] = {}
+    unfinished = set(ids)
+    queue = state.client.submit([(rid, prompt_ids, p) for rid, p in zip(ids, params, strict=True)])
+    metrics.prompt_tokens.inc(len(prompt_ids) * len(ids))
+    timeout = state.settings.request_timeout_s
+    deadline = started + timeout
+    next_check = started + DISCONNECT_CHECK_S
+    try:
+        while unfinished:
+            now = time.perf_counter()
+            left = deadline - now
+            if left <= 0:
+                raise APIError(504, f"request timed out after request_timeout_s={timeout:g}")
+            if is_disconnected is not None and now >= next_check:
+                next_check = now + DISCONNECT_CHECK_S
+                if await is_disconnected():
+                    return
+            try:
+                item = await asyncio.wait_for(queue.get(), min(left, DISCONNECT_CHECK_S))
+            except asyncio.TimeoutError:
+                continue
+            if isinstance(item, Failure):
+                raise APIError(item.status, item.message)
+            rid = item["request_id"]
+            now = time.perf_counter()
+            if item["new_token_ids"]:
+                metrics.output_tokens.inc(len(item["new_token_ids"]))
+                if rid in last:
+                    metrics.itl.observe(now - last[rid])
+                else:
+                    metrics.ttft.observe(now - started)
+                last[rid] = now
+            if item["finished"]:
+                unfinished.discard(rid)
+            yield index[rid], item
+    finally:
+        state.client.release(ids)
+        state.client.abort(sorted(unfinished))

@@ -1,0 +1,44 @@
+"""Prometheus metrics of one API server (own registry, so two apps in a process never clash)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from mstar.conductor.messages import WorkerStats
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("mstar_requests", "Finished HTTP generation requests.",
+                                ["endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter("mstar_prompt_tokens", "Prompt tokens processed.",
+                                     registry=r)
+        self.output_tokens = Counter("mstar_generation_tokens", "Output tokens generated.",
+                                     registry=r)
+        self.in_flight = Gauge("mstar_http_requests_in_flight",
+                               "Generation requests the API server is handling.", registry=r)
+        self.running = Gauge("mstar_num_requests_running", "Requests running in the workers.",
+                             registry=r)
+        self.waiting = Gauge("mstar_num_requests_waiting", "Requests waiting in the workers.",
+                             registry=r)
+        self.kv_usage = Gauge("mstar_kv_cache_usage_ratio",
+                              "Fraction of KV-cache blocks in use (mean over workers).", registry=r)
+        self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("mstar_inter_token_latency_seconds",
+                             "Time between streamed outputs of a request.",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+
+    def update_workers(self, stats: dict[int, WorkerStats]) -> None:
+        values = list(stats.values())
+        self.running.set(sum(s.running for s in values))
+        self.waiting.set(sum(s.waiting for s in values))
+        self.kv_usage.set(sum(s.kv_cache_usage for s in values) / len(values) if values else 0.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,112 @@
+"""Admission control in front of the routes (pure ASGI, so streaming responses pass untouched).
+
+Order: authentication (401), availability (503 while draining or after a fault), the in-flight cap
+(503), body size (413, from Content-Length and from the bytes actually received). Health, models and
+metrics bypass the cap; health also bypasses authentication.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from mstar.api_server.errors import error_bytes
+from mstar.api_server.state import ServerState
+
+OPEN_PATHS = frozenset({"/health"})
+UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
+
+
+async def send_error(send: Any, status: int, message: str) -> None:
+    body = error_bytes(status, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class LimitsMiddleware:
+    def __init__(self, app: Any, state: ServerState):
+        self.app = app
+        self.state = state
+        key = state.settings.api_key
+        self.expected_auth = f"Bearer {key.get_secret_value()}".encode() if key else None
+        self.max_body = int(state.settings.max_body_mb * 1024 * 1024)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        headers = dict(scope["headers"])
+        if self.expected_auth is not None and path not in OPEN_PATHS:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected_auth):
+                await send_error(send, 401, "missing or invalid API key "
+                                 "(expected 'Authorization: Bearer <key>')")
+                return
+        if path in UNCOUNTED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def counting_send(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._admit(scope, headers, receive, counting_send)
+        finally:
+            self.state.metrics.requests.labels(endpoint=path, status=str(status)).inc()
+
+    async def _admit(self, scope: dict, headers: dict, receive: Any, send: Any) -> None:
+        state = self.state
+        reason = state.unavailable_reason()
+        if reason is not None:
+            await send_error(send, 503, reason)
+            return
+        if state.in_flight >= state.settings.max_concurrent_requests:
+            await send_error(send, 503, "too many requests in flight (max_concurrent_requests="
+                             f"{state.settings.max_concurrent_requests}); retry later")
+            return
+        state.in_flight += 1
+        try:
+            body_receive = await self._read_body(headers, receive)
+            if body_receive is None:
+                await send_error(send, 413, "request body exceeds max_body_mb="
+                                 f"{state.settings.max_body_mb:g} MiB")
+                return
+            await self.app(scope, body_receive, send)
+        finally:
+            state.in_flight -= 1
+
+    async def _read_body(self, headers: dict, receive: Any) -> Any:
+        """Buffer the body within the limit and replay it; None when it is too large."""
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                first = message
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_body:
+                return None
+            if not message.get("more_body", False):
+                first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                break
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first
+            return await receive()
+
+        return replay

@@ -1,0 +1,125 @@
+"""POST /v1/chat/completions and /v1/completions: OpenAI-compatible, streaming (SSE) or not."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from mstar.api_server import formatting as fmt
+from mstar.api_server.errors import APIError, parse_body
+from mstar.api_server.generation import (
+    chat_prompt_ids,
+    completion_prompt_ids,
+    first_output,
+    new_request_id,
+    run_requests,
+    sampling_params,
+)
+from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
+from mstar.api_server.state import ServerState
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Any:
+    state: ServerState = request.app.state.server
+    req = await parse_body(request, ChatCompletionRequest)
+    prompt_ids = chat_prompt_ids(state, req)
+    return await _respond(state, request, req, prompt_ids, chat=True)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Any:
+    state: ServerState = request.app.state.server
+    req = await parse_body(request, CompletionRequest)
+    prompt_ids = completion_prompt_ids(state, req)
+    return await _respond(state, request, req, prompt_ids, chat=False)
+
+
+async def _respond(state: ServerState, request: Request, req: Any, prompt_ids: list[int],
+                   chat: bool) -> Any:
+    params = sampling_params(state, req, len(prompt_ids))
+    request_id = new_request_id("chatcmpl" if chat else "cmpl")
+    if req.stream:
+        outputs = run_requests(state, request_id, prompt_ids, params)
+        first = await first_output(outputs)
+        body = _stream(state, req, request_id, prompt_ids, first, outputs, chat)
+        return StreamingResponse(body, media_type="text/event-stream")
+    choices = [fmt.Choice() for _ in params]
+    async with aclosing(run_requests(state, request_id, prompt_ids, params,
+                                     request.is_disconnected)) as outputs:
+        async for i, out in outputs:
+            choices[i].add(out)
+    return JSONResponse(_final(state, req, request_id, prompt_ids, choices, chat))
+
+
+def _final(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
+           choices: list[fmt.Choice], chat: bool) -> dict:
+    body = fmt.envelope(request_id, "chat.completion" if chat else "text_completion",
+                        state.model_name, fmt.now())
+    items = []
+    for i, c in enumerate(choices):
+        logprobs = None
+        if req.num_logprobs() is not None:
+            logprobs = (fmt.chat_logprobs(state.tokenizer, c.logprobs) if chat
+                        else fmt.completion_logprobs(state.tokenizer, c.logprobs, 0))
+        item: dict[str, Any] = {"index": i, "logprobs": logprobs, "finish_reason": c.finish_reason}
+        if chat:
+            item["message"] = {"role": "assistant", "content": c.text}
+        else:
+            item["text"] = c.text
+        items.append(item)
+    body["choices"] = items
+    body["usage"] = fmt.total_usage(choices, len(prompt_ids))
+    return body
+
+
+async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
+                  first: tuple[int, dict], outputs: AsyncIterator, chat: bool
+                  ) -> AsyncIterator[str]:
+    base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
+                        state.model_name, fmt.now())
+    choices = [fmt.Choice() for _ in range(req.n)]
+    want_logprobs = req.num_logprobs() is not None
+    offsets = [0] * req.n
+    if chat:
+        for i in range(req.n):
+            delta = {"role": "assistant", "content": ""}
+            yield fmt.sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": None,
+                                                "finish_reason": None}]})
+
+    async def rest() -> AsyncIterator[tuple[int, dict]]:
+        yield first
+        async for item in outputs:
+            yield item
+
+    async with aclosing(outputs):
+        try:
+            async for i, out in rest():
+                choices[i].add(out)
+                item: dict[str, Any] = {"index": i, "logprobs": None,
+                                        "finish_reason": fmt.finish_reason(out)}
+                entries = out.get("logprobs") or []
+                if chat:
+                    item["delta"] = {"content": out["new_text"]}
+                    if want_logprobs:
+                        item["logprobs"] = fmt.chat_logprobs(state.tokenizer, entries)
+                else:
+                    item["text"] = out["new_text"]
+                    if want_logprobs:
+                        item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
+                                                                   offsets[i])
+                    offsets[i] += len(out["new_text"])
+                yield fmt.sse({**base, "choices": [item]})
+        except APIError as exc:
+            yield fmt.sse(exc.body())
+            yield fmt.SSE_DONE
+            return
+    if req.include_usage():
+        yield fmt.sse({**base, "choices": [], "usage": fmt.total_usage(choices, len(prompt_ids))})
+    yield fmt.SSE_DONE

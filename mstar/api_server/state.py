@@ -1,0 +1,32 @@
+"""Everything the routes of one running API server share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mstar.api_server.metrics import Metrics
+
+if TYPE_CHECKING:
+    from mstar.api_server.engine_client import EngineClient
+    from mstar.settings import WorkerSettings
+
+
+@dataclass
+class ServerState:
+    settings: WorkerSettings
+    tokenizer: Any
+    client: EngineClient
+    model_name: str
+    max_model_len: int
+    metrics: Metrics
+    in_flight: int = 0
+    draining: bool = False
+
+    def unavailable_reason(self) -> str | None:
+        """Why new generation requests are refused right now, if they are."""
+        if self.client.failure is not None:
+            return f"server is stopping after a fault: {self.client.failure}"
+        if self.draining:
+            return "server is shutting down"
+        return None

@@ -1,0 +1,49 @@
+"""``mstar serve [MODEL]``: the OpenAI-compatible HTTP server over the conductor and its workers.
+
+Settings are built and validated (every warning logged) before anything heavy happens; the model
+path is resolved before any worker starts, so a bad path fails fast with a clear message.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mstar.settings.cli_args import add_settings_arguments, settings_from_args
+
+
+def add_parser(subparsers) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve MODEL (the built-in model when omitted, or a local HF-format "
+                    "directory) over an OpenAI-compatible HTTP API.")
+    serve.add_argument("model_positional", nargs="?", metavar="MODEL", default=None,
+                       help="model to serve (same as --model / MSTAR_MODEL)")
+    add_settings_arguments(serve)
+    serve.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import structlog
+
+    # Configures logging and logs every settings warning and changed value, before anything heavy.
+    loaded = settings_from_args(args, overrides={"model": args.model_positional})
+    settings = loaded.settings
+    log = structlog.get_logger("mstar.serve")
+
+    from mstar.models.resolve import ModelError, resolve_model_dir
+
+    log.info("resolving_model", model=settings.model)
+    try:
+        model_dir = resolve_model_dir(settings)
+    except ModelError as exc:
+        log.error("model_error", error=str(exc))
+        return 1
+    log.info("model_resolved", path=str(model_dir))
+
+    from mstar.api_server.server import serve
+
+    try:
+        return serve(settings, model_dir)
+    except KeyboardInterrupt:  # Ctrl-C before the server installed its own handlers
+        log.info("interrupted")
+        return 130

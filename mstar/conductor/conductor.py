@@ -1,0 +1,190 @@
+"""The conductor: starts the worker replicas, places requests, relays aborts, watches liveness.
+
+It owns control only; token outputs go from workers straight to the API server. Liveness is
+exact and immediate: each worker's process sentinel is polled next to the zmq socket.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import zmq
+
+from mstar.conductor import messages as m
+from mstar.conductor.endpoints import Endpoints
+from mstar.worker.process import worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from mstar.settings import WorkerSettings
+
+log = structlog.get_logger(__name__)
+
+POLL_MS = 200
+STOP_TIMEOUT_S = 10.0
+
+
+class WorkerDied(Exception):
+    pass
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"died with exit code {exitcode}"
+
+
+@dataclass
+class WorkerHandle:
+    index: int
+    process: BaseProcess
+    channel: zmq.Socket
+    outstanding: set[str] = field(default_factory=set)
+    setup: m.SetupDone | None = None
+
+
+class Conductor:
+    def __init__(self, settings: WorkerSettings, endpoints: Endpoints):
+        self.settings = settings
+        self.endpoints = endpoints
+        self.ctx = zmq.Context()
+        self.inbox = self.ctx.socket(zmq.PULL)
+        self.inbox.bind(endpoints.conductor)
+        self.to_api = self._push(endpoints.api)
+        self.workers: list[WorkerHandle] = []
+        self.owner: dict[str, WorkerHandle] = {}
+        self.poller = zmq.Poller()
+        self.poller.register(self.inbox, zmq.POLLIN)
+
+    def _push(self, address: str) -> zmq.Socket:
+        sock = self.ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.connect(address)
+        return sock
+
+    def run(self) -> int:
+        """Exit code: 0 after an orderly shutdown, 1 after a fault."""
+        try:
+            self.start_workers()
+            if not self.wait_for_setup():
+                return 0
+            return self.control_loop()
+        except WorkerDied as exc:
+            self.to_api.send(m.encode(m.Fatal(str(exc))))
+            return 1
+        finally:
+            self.stop_workers()
+            for sock in (self.inbox, self.to_api, *(w.channel for w in self.workers)):
+                sock.close()
+            self.ctx.term()
+
+    def start_workers(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        for i, address in enumerate(self.endpoints.workers):
+            proc = ctx.Process(target=worker_main, args=(self.settings, i, self.endpoints),
+                               name=f"mstar-worker-{i}", daemon=True)
+            proc.start()
+            log.info("worker_started", worker=i, pid=proc.pid)
+            self.poller.register(proc.sentinel, zmq.POLLIN)
+            self.workers.append(WorkerHandle(i, proc, self._push(address)))
+
+    def poll(self, timeout_ms: int) -> list[Any]:
+        """Messages from the inbox; raises WorkerDied as soon as a worker process exits."""
+        events = dict(self.poller.poll(timeout_ms))
+        for w in self.workers:
+            if w.process.sentinel in events:
+                w.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
+                code = w.process.exitcode
+                log.error("worker_died", worker=w.index, pid=w.process.pid, exitcode=code,
+                          pending=len(w.outstanding))
+                raise WorkerDied(f"worker {w.index} (pid {w.process.pid}) {_how(code)}")
+        msgs = []
+        if self.inbox in events:
+            while True:
+                try:
+                    msgs.append(m.decode(self.inbox.recv(zmq.NOBLOCK)))
+                except zmq.Again:
+                    break
+        return msgs
+
+    def wait_for_setup(self) -> bool:
+        """Wait for every worker's SETUP_DONE; False if asked to shut down meanwhile."""
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while any(w.setup is None for w in self.workers):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waiting = [w.index for w in self.workers if w.setup is None]
+                raise WorkerDied(f"workers {waiting} not ready after startup_timeout_s="
+                                 f"{self.settings.startup_timeout_s}")
+            for msg in self.poll(int(min(left, POLL_MS / 1000) * 1000) + 1):
+                if isinstance(msg, m.Shutdown):
+                    return False
+                if isinstance(msg, m.SetupDone):
+                    self.workers[msg.worker].setup = msg
+        self.check_fingerprints()
+        first = self.workers[0].setup
+        self.to_api.send(m.encode(m.Ready(
+            model_name=first.model_name, max_model_len=first.max_model_len,
+            num_workers=len(self.workers), worker_pids=[w.process.pid for w in self.workers])))
+        log.info("workers_ready", num_workers=len(self.workers), model=first.model_name)
+        return True
+
+    def check_fingerprints(self) -> None:
+        """Every replica must run with exactly the conductor's settings."""
+        expected = self.settings.fingerprint()
+        for w in self.workers:
+            if w.setup.fingerprint != expected:
+                raise WorkerDied(
+                    f"worker {w.index} runs with settings fingerprint {w.setup.fingerprint}, "
+                    f"the conductor with {expected}: refusing to start")
+
+    def control_loop(self) -> int:
+        while True:
+            for msg in self.poll(POLL_MS):
+                if isinstance(msg, m.AddRequest):
+                    self.place(msg)
+                elif isinstance(msg, m.AbortRequests):
+                    self.abort(msg.request_ids)
+                elif isinstance(msg, m.RequestsDone):
+                    for rid in msg.request_ids:
+                        w = self.owner.pop(rid, None)
+                        if w is not None:
+                            w.outstanding.discard(rid)
+                elif isinstance(msg, m.Shutdown):
+                    log.info("conductor_stopping", reason=msg.reason)
+                    return 0
+
+    def place(self, msg: m.AddRequest) -> None:
+        """Least outstanding requests wins (ties go to the lowest index)."""
+        w = min(self.workers, key=lambda h: len(h.outstanding))
+        w.outstanding.add(msg.request_id)
+        self.owner[msg.request_id] = w
+        w.channel.send(m.encode(msg))
+
+    def abort(self, request_ids: list[str]) -> None:
+        by_worker: dict[int, list[str]] = {}
+        for rid in request_ids:
+            w = self.owner.get(rid)
+            if w is not None:
+                by_worker.setdefault(w.index, []).append(rid)
+        for index, ids in by_worker.items():
+            self.workers[index].channel.send(m.encode(m.AbortRequests(ids)))
+
+    def stop_workers(self) -> None:
+        """Ask live workers to stop, then make sure they are gone."""
+        for w in self.workers:
+            if w.process.is_alive():
+                w.channel.send(m.encode(m.Shutdown("conductor stopping")))
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for w in self.workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                log.warning("worker_killed", worker=w.index, pid=w.process.pid)
+                w.process.kill()
+                w.process.join(5)

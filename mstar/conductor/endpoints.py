@@ -1,0 +1,52 @@
+"""Socket addresses of one serving instance.
+
+IPC sockets live in a private directory per instance (``tempfile.mkdtemp``, under
+``settings.socket_dir`` when set), so two instances on one machine never collide.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mstar.settings import WorkerSettings
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    conductor: str  # conductor PULL: requests from the API server, reports from workers
+    api: str  # API server PULL: token outputs and stats from workers, control from the conductor
+    workers: tuple[str, ...]  # worker i PULL: commands from the conductor
+    socket_dir: Path | None = None  # removed by whoever outlives the others
+
+
+def create_socket_dir(settings: WorkerSettings) -> Path | None:
+    """A fresh private directory for IPC sockets; None for tcp transport."""
+    if settings.zmq_transport != "ipc":
+        return None
+    parent = settings.socket_dir
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="mstar-", dir=parent))
+
+
+def make_endpoints(settings: WorkerSettings, socket_dir: Path | None) -> Endpoints:
+    n = settings.num_workers
+    if settings.zmq_transport == "tcp":
+        host, base = settings.zmq_tcp_host, settings.zmq_tcp_base_port
+        return Endpoints(
+            conductor=f"tcp://{host}:{base}",
+            api=f"tcp://{host}:{base + 1}",
+            workers=tuple(f"tcp://{host}:{base + 2 + i}" for i in range(n)),
+        )
+    if socket_dir is None:
+        raise ValueError("socket_dir is required for ipc transport")
+    return Endpoints(
+        conductor=f"ipc://{socket_dir}/conductor",
+        api=f"ipc://{socket_dir}/api",
+        workers=tuple(f"ipc://{socket_dir}/worker{i}" for i in range(n)),
+        socket_dir=socket_dir,
+    )

@@ -1,0 +1,52 @@
+"""Child-process hygiene: die with the parent, leave Ctrl-C to the API server."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(cleanup: Callable[[], None] | None = None, poll_s: float = 0.5) -> None:
+    """Exit when the parent process goes away, however it dies.
+
+    PR_SET_PDEATHSIG covers SIGKILL of the parent on Linux; the getppid watchdog covers
+    everything else (and the window before prctl took effect). With ``cleanup`` the death signal
+    is SIGUSR1 so that cleanup runs first (its own children then follow through theirs).
+    """
+    parent = os.getppid()
+
+    def leave(*_: object) -> None:
+        if cleanup is not None:
+            cleanup()
+        os._exit(1)
+
+    death_signal = signal.SIGKILL
+    if cleanup is not None:
+        death_signal = signal.SIGUSR1
+        signal.signal(signal.SIGUSR1, leave)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
+    if os.getppid() != parent:
+        leave()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        leave()
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def ignore_stop_signals() -> None:
+    """Ctrl-C (and a service manager's SIGTERM) reach the whole process group; only the API server
+    decides how to stop, and it stops its children by message, or they die with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -1,0 +1,1 @@
+"""Inference engine core: scheduler, paged KV cache, model runner and sampler."""

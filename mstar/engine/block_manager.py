@@ -1,0 +1,135 @@
+"""Ref-counted KV blocks with prefix caching of full blocks."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from mstar.engine.sequence import Sequence
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: int | None = None
+        self.token_ids: tuple[int, ...] = ()
+
+
+def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...]) -> int:
+    """Hash of a full block, chained so equal blocks only match after an equal prefix."""
+    return hash((prev_hash, token_ids))
+
+
+class BlockManager:
+    """Hands out KV cache blocks to sequences.
+
+    Free blocks stay in an LRU pool with their content hash, so a later request with
+    the same prefix can reuse them until they are handed out for something else.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.hash_to_block: dict[int, int] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _allocate_fresh(self) -> int:
+        block_id, _ = self.free.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+            del self.hash_to_block[block.hash]
+        block.hash, block.token_ids = None, ()
+        block.ref_count = 1
+        return block_id
+
+    def _cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of ``seq`` (at least one token left)."""
+        if not self.enable_prefix_caching:
+            return []
+        hits: list[int] = []
+        prev: int | None = None
+        max_blocks = (len(seq) - 1) // self.block_size
+        for i in range(max_blocks):
+            tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            prev = chain_hash(prev, tokens)
+            block_id = self.hash_to_block.get(prev)
+            if block_id is None or self.blocks[block_id].token_ids != tokens:
+                break
+            hits.append(block_id)
+        return hits
+
+    def allocate_prompt(self, seq: Sequence, num_new_tokens: int) -> int | None:
+        """Give a waiting sequence its cached prefix plus room for ``num_new_tokens``.
+
+        Returns how many tokens came from the prefix cache, or None if it does not fit.
+        """
+        hits = self._cached_prefix(seq)
+        num_cached = len(hits) * self.block_size
+        num_new_tokens = min(num_new_tokens, len(seq) - num_cached)
+        need_fresh = self.blocks_needed(num_cached + num_new_tokens) - len(hits)
+        hits_in_free = sum(1 for b in hits if self.blocks[b].ref_count == 0)
+        if need_fresh + hits_in_free > self.num_free_blocks:
+            return None
+        for block_id in hits:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.free[block_id]
+            block.ref_count += 1
+        seq.block_table = hits + [self._allocate_fresh() for _ in range(need_fresh)]
+        seq.num_hashed_blocks = len(hits)
+        seq.num_computed_tokens = num_cached
+        seq.num_cached_tokens = num_cached
+        return num_cached
+
+    def _shortfall(self, seq: Sequence, num_tokens: int) -> int:
+        return max(0, self.blocks_needed(num_tokens) - len(seq.block_table))
+
+    def can_grow_to(self, seq: Sequence, num_tokens: int) -> bool:
+        """Whether ``seq`` can get blocks for ``num_tokens`` tokens in total."""
+        return self._shortfall(seq, num_tokens) <= self.num_free_blocks
+
+    def can_grow_all(self, seqs: list[Sequence], totals: list[int]) -> bool:
+        need = sum(self._shortfall(s, t) for s, t in zip(seqs, totals, strict=True))
+        return need <= self.num_free_blocks
+
+    def grow_to(self, seq: Sequence, num_tokens: int) -> None:
+        while len(seq.block_table) < self.blocks_needed(num_tokens):
+            seq.block_table.append(self._allocate_fresh())
+
+    def commit_full_blocks(self, seq: Sequence) -> None:
+        """Publish blocks whose K/V are now fully computed so later requests can reuse them."""
+        if not self.enable_prefix_caching:
+            return
+        full = seq.num_computed_tokens // self.block_size
+        prev = None
+        if seq.num_hashed_blocks:
+            prev = self.blocks[seq.block_table[seq.num_hashed_blocks - 1]].hash
+        for i in range(seq.num_hashed_blocks, full):
+            block = self.blocks[seq.block_table[i]]
+            tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            prev = chain_hash(prev, tokens)
+            block.hash, block.token_ids = prev, tokens
+            self.hash_to_block.setdefault(prev, block.block_id)
+        seq.num_hashed_blocks = max(seq.num_hashed_blocks, full)
+
+    def free_seq(self, seq: Sequence) -> None:
+        # Reverse order: the tail of a chain is evicted before its (more shareable) head.
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free[block_id] = None
+        seq.block_table = []
+        seq.num_hashed_blocks = 0
+        seq.num_computed_tokens = 0

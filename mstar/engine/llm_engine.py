@@ -1,0 +1,182 @@
+"""LLMEngine: requests in, per-step token/text deltas out."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import structlog
+import torch
+from transformers import AutoConfig, AutoTokenizer
+
+from mstar.engine.block_manager import BlockManager
+from mstar.engine.detokenizer import IncrementalDetokenizer
+from mstar.engine.errors import RequestRejected
+from mstar.engine.model_runner import ModelRunner
+from mstar.engine.outputs import RequestOutput
+from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.scheduler import ScheduledBatch, Scheduler
+from mstar.engine.sequence import Sequence
+from mstar.models.resolve import resolve_model_dir
+
+log = structlog.get_logger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device_dtype(settings) -> tuple[torch.device, torch.dtype]:
+    name = settings.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if settings.dtype == "auto":
+        return device, torch.bfloat16 if device.type == "cuda" else torch.float32
+    return device, _DTYPES[settings.dtype]
+
+
+class LLMEngine:
+    """Serial engine core; ``step`` = schedule -> prepare -> execute -> postprocess."""
+
+    def __init__(self, settings) -> None:
+        start = time.perf_counter()
+        self.settings = settings
+        torch.manual_seed(settings.seed)
+        self.model_dir = model_dir = resolve_model_dir(settings)
+        self.model_name = settings.model
+        self.device, self.dtype = resolve_device_dtype(settings)
+        hf_config = AutoConfig.from_pretrained(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.max_model_len = settings.max_model_len or hf_config.max_position_embeddings
+        if self.max_model_len > hf_config.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len={self.max_model_len} exceeds the model's "
+                f"max_position_embeddings={hf_config.max_position_embeddings}"
+            )
+        self.eos_token_ids = self._eos_ids(model_dir)
+        self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
+                                        self.max_model_len)
+        self.model_runner.warmup()
+        self.block_manager = BlockManager(self.model_runner.num_blocks, settings.kv_block_size,
+                                          settings.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
+                                   settings.max_num_batched_tokens)
+        self.seqs: dict[str, Sequence] = {}
+        self._default_generator = torch.Generator(device=self.device)
+        self._default_generator.manual_seed(settings.seed)
+        log.info("engine_ready", model=self.model_name, device=str(self.device),
+                 dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
+                 num_kv_blocks=self.model_runner.num_blocks,
+                 seconds=round(time.perf_counter() - start, 2))
+
+    def _eos_ids(self, model_dir) -> set[int]:
+        ids = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        gen_config = model_dir / "generation_config.json"
+        if gen_config.is_file():
+            eos = json.loads(gen_config.read_text()).get("eos_token_id")
+            ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        return ids
+
+    # ---- request lifecycle -------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int],
+                    params: SamplingParams) -> None:
+        if request_id in self.seqs:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        n_prompt = len(prompt_token_ids)
+        if n_prompt == 0:
+            raise RequestRejected("prompt is empty: at least one prompt token is required")
+        total = n_prompt + params.max_tokens
+        if total > self.max_model_len:
+            raise RequestRejected(
+                f"prompt ({n_prompt} tokens) + max_tokens ({params.max_tokens}) = {total} "
+                f"exceeds max_model_len={self.max_model_len}"
+            )
+        need = self.block_manager.blocks_needed(total)
+        if need > self.block_manager.num_blocks:
+            raise RequestRejected(
+                f"request needs {need} KV blocks ({total} tokens) but the whole cache has "
+                f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens"
+            )
+        generator = self._default_generator
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(params.seed)
+        detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
+        seq = Sequence(request_id, prompt_token_ids, params, detok, generator)
+        self.seqs[request_id] = seq
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> None:
+        seq = self.seqs.pop(request_id, None)
+        if seq is not None:
+            self.scheduler.finish(seq, "abort")
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    def num_free_blocks(self) -> int:
+        return self.block_manager.num_free_blocks
+
+    def kv_cache_usage(self) -> float:
+        return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
+
+    # ---- stepping ----------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        if not batch.seqs:
+            return []
+        model_input = self.model_runner.prepare(batch)
+        token_ids = self.model_runner.execute(model_input)
+        return self.postprocess(batch, token_ids)
+
+    def postprocess(self, batch: ScheduledBatch, token_ids: torch.Tensor) -> list[RequestOutput]:
+        tokens = token_ids.tolist()
+        outputs = []
+        k = 0
+        for i, seq in enumerate(batch.seqs):
+            samples = batch.samples(i)
+            seq.num_computed_tokens += batch.num_new_tokens[i]
+            if seq.is_finished:  # aborted while the step ran
+                k += samples
+                continue
+            self.block_manager.commit_full_blocks(seq)
+            if not samples:
+                continue
+            token = tokens[k]
+            logprobs = batch.logprobs[k] if batch.logprobs else None
+            k += 1
+            outputs.append(self._append(seq, token, logprobs))
+        return outputs
+
+    def _append(self, seq: Sequence, token: int, logprobs: dict | None) -> RequestOutput:
+        seq.append_token(token)
+        params = seq.params
+        reason = None
+        if seq.detokenizer.append(token) or token in params.stop_token_ids or (
+            not params.ignore_eos and token in self.eos_token_ids
+        ):
+            reason = "stop"
+        elif seq.num_output_tokens >= params.max_tokens:
+            reason = "length"
+        if reason is not None:
+            self.scheduler.finish(seq, reason)
+            del self.seqs[seq.request_id]
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=[token],
+            new_text=seq.detokenizer.take_delta(finished=reason is not None),
+            finished=reason is not None,
+            finish_reason=reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=seq.num_output_tokens,
+            logprobs=[logprobs] if logprobs is not None else None,
+        )

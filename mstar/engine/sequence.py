@@ -1,0 +1,68 @@
+"""A request's mutable state inside the engine."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+
+import torch
+
+from mstar.engine.detokenizer import IncrementalDetokenizer
+from mstar.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    FINISHED = enum.auto()
+
+
+class Sequence:
+    """Token ids, KV block table and progress of one request.
+
+    ``num_computed_tokens`` counts tokens whose K/V are already in the cache; after a
+    preemption it drops to 0 and the prompt plus the outputs so far are recomputed.
+    """
+
+    _numbers = itertools.count()
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        detokenizer: IncrementalDetokenizer,
+        generator: torch.Generator | None,
+    ) -> None:
+        self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.detokenizer = detokenizer
+        self.generator = generator
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.block_table: list[int] = []
+        self.num_hashed_blocks = 0
+        self.finish_reason: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)

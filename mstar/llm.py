@@ -1,0 +1,103 @@
+"""Offline batch API: ``LLM(...).generate(prompts)`` / ``.chat(conversations)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.sampling_params import SamplingParams
+from mstar.logging_setup import configure_logging
+from mstar.settings import load_settings
+
+# Used when generate()/chat() get no sampling_params: greedy, up to 256 new tokens.
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass
+class GenerationResult:
+    prompt_token_ids: list[int]
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class LLM:
+    """Runs requests to completion in-process.
+
+    ``model`` is a local HF-format directory or the built-in model name (None keeps the
+    settings default, the built-in model); other keyword arguments override settings knobs.
+    """
+
+    def __init__(self, model: str | None = None, **knob_overrides: Any) -> None:
+        overrides = dict(knob_overrides)
+        if model is not None:
+            overrides["model"] = model
+        self.settings = load_settings(overrides=overrides).settings
+        configure_logging(self.settings.log_level, self.settings.log_format)
+        self.engine = LLMEngine(self.settings)
+        self.tokenizer = self.engine.tokenizer
+        self._next_id = 0
+
+    def generate(self, prompts, sampling_params=None) -> list[GenerationResult]:
+        """Prompts: str, {"prompt_token_ids": [...]}, or a list of those.
+
+        ``sampling_params``: one SamplingParams for all prompts or a list with one per prompt;
+        None means greedy with max_tokens=256.
+        """
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        token_lists = [self._tokenize(p) for p in prompts]
+        params = self._params_list(sampling_params, len(token_lists))
+        return self._run(token_lists, params)
+
+    def chat(self, messages, sampling_params=None) -> list[GenerationResult]:
+        """One conversation (list of {"role", "content"}) or a list of conversations."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        token_lists = [
+            list(self.tokenizer.apply_chat_template(conv, add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False))
+            for conv in conversations
+        ]
+        params = self._params_list(sampling_params, len(token_lists))
+        return self._run(token_lists, params)
+
+    def _tokenize(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return list(prompt["prompt_token_ids"])
+        raise TypeError(
+            f"prompt must be a str or {{'prompt_token_ids': [...]}}, got {type(prompt).__name__}"
+        )
+
+    @staticmethod
+    def _params_list(sampling_params, n: int) -> list[SamplingParams]:
+        if sampling_params is None:
+            return [SamplingParams(temperature=0.0, max_tokens=DEFAULT_MAX_TOKENS)] * n
+        if isinstance(sampling_params, SamplingParams):
+            return [sampling_params] * n
+        params = list(sampling_params)
+        if len(params) != n:
+            raise ValueError(
+                f"sampling_params has {len(params)} entries but there are {n} prompts"
+            )
+        return params
+
+    def _run(self, token_lists, params) -> list[GenerationResult]:
+        ids = []
+        results = {}
+        for tokens, p in zip(token_lists, params, strict=True):
+            rid = f"llm-{self._next_id}"
+            self._next_id += 1
+            self.engine.add_request(rid, tokens, p)
+            ids.append(rid)
+            results[rid] = GenerationResult(prompt_token_ids=list(tokens))
+        while self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                r = results[out.request_id]
+                r.text += out.new_text
+                r.token_ids += out.new_token_ids
+                if out.finished:
+                    r.finish_reason = out.finish_reason
+        return [results[rid] for rid in ids]

@@ -1,0 +1,1 @@
+"""Model implementations, weight loading and model resolution."""

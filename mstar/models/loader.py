@@ -1,0 +1,91 @@
+"""Builds a model from an HF-format directory: config + memory-mapped safetensors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import structlog
+import torch
+from safetensors import safe_open
+from tqdm import tqdm
+
+from mstar.models.cpu_linear import can_pack, pack_linears
+from mstar.models.registry import get_model_class
+
+log = structlog.get_logger(__name__)
+
+# Show a progress bar only when loading takes long enough to be worth watching.
+_PROGRESS_MIN_TENSORS = 200
+
+
+def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype):
+    """Instantiate without initialising weights (meta device), then fill from the checkpoint."""
+    start = time.perf_counter()
+    cls = get_model_class(config)
+    with torch.device("meta"):
+        model = cls(config)
+    model.to_empty(device=device)
+    model.to(dtype)
+    if model.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    load_weights(model, model_dir)
+    model.model.rotary_emb.init_cache(device, torch.float32)
+    model.eval().requires_grad_(False)
+    if can_pack(device, dtype):
+        pack_linears(model)
+    log.info("model_loaded", path=str(model_dir), arch=cls.__name__,
+             seconds=round(time.perf_counter() - start, 2))
+    return model
+
+
+def load_weights(model, model_dir: Path) -> None:
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+    params = dict(model.named_parameters(remove_duplicate=False))
+    missing = _expected_checkpoint_names(model, params)
+    handles = [safe_open(str(f), framework="pt") for f in files]
+    names = [(h, n) for h in handles for n in h.keys()]  # noqa: SIM118 (not iterable)
+    show = len(names) >= _PROGRESS_MIN_TENSORS or len(files) > 1
+    for handle, name in tqdm(names, desc="loading weights", disable=not show, leave=False):
+        if "rotary_emb.inv_freq" in name:
+            continue
+        if name == "lm_head.weight" and model.tie_word_embeddings:
+            continue
+        tensor = handle.get_tensor(name)
+        target, offset, size = _resolve(model, name)
+        if target not in params:
+            raise KeyError(f"checkpoint tensor {name!r} has no matching model parameter")
+        param = params[target]
+        dest = param.data if size is None else param.data.narrow(0, offset, size)
+        if dest.shape != tensor.shape:
+            raise ValueError(f"shape mismatch for {name}: checkpoint {tuple(tensor.shape)}, "
+                             f"model {tuple(dest.shape)}")
+        dest.copy_(tensor)
+        missing.discard(name)
+    if model.tie_word_embeddings:
+        missing.discard("lm_head.weight")
+    if missing:
+        raise ValueError(f"checkpoint in {model_dir} lacks weights for: {sorted(missing)[:5]}")
+
+
+def _expected_checkpoint_names(model, params: dict) -> set[str]:
+    """Checkpoint tensor names the model needs (fused parameters expand to their shards)."""
+    names = set()
+    for name in params:
+        shards = [s for s, (packed, _) in model.packed_modules.items() if f".{packed}." in name]
+        for shard in shards:
+            packed = model.packed_modules[shard][0]
+            names.add(name.replace(f".{packed}.", f".{shard}."))
+        if not shards:
+            names.add(name)
+    return names
+
+
+def _resolve(model, name: str) -> tuple[str, int, int | None]:
+    for shard_name, (packed, shard) in model.packed_modules.items():
+        if f".{shard_name}." in name:
+            offset, size = model.shard_range(packed, shard)
+            return name.replace(f".{shard_name}.", f".{packed}."), offset, size
+    return name, 0, None

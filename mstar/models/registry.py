@@ -1,0 +1,26 @@
+"""Maps ``config.architectures[0]`` to a model class, importing it only when used."""
+
+from __future__ import annotations
+
+import importlib
+
+_MODELS = {
+    "LlamaForCausalLM": ("mstar.models.llama", "LlamaForCausalLM"),
+    "Qwen2ForCausalLM": ("mstar.models.qwen2", "Qwen2ForCausalLM"),
+    "Qwen3ForCausalLM": ("mstar.models.qwen3", "Qwen3ForCausalLM"),
+}
+
+
+def supported_architectures() -> list[str]:
+    return sorted(_MODELS)
+
+
+def get_model_class(config) -> type:
+    archs = getattr(config, "architectures", None) or []
+    if not archs or archs[0] not in _MODELS:
+        raise ValueError(
+            f"unsupported model architecture {archs[:1] or 'missing'}; "
+            f"supported: {', '.join(supported_architectures())}"
+        )
+    module, name = _MODELS[archs[0]]
+    return getattr(importlib.import_module(module), name)

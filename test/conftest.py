@@ -1,0 +1,142 @@
+"""Shared fixtures: a tokenizer built in code and tiny random-weight models per family."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France, and Berlin is the capital of Germany.",
+    "A paged KV cache stores keys and values in fixed-size blocks.",
+    "Continuous batching keeps the accelerator busy while requests come and go.",
+    "def add(a, b):\n    return a + b\n",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20.",
+    "Hello world! How are you today? I am fine, thank you.",
+]
+_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """Byte-level BPE trained on a few sentences; eos/bos and a ChatML-like chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 3, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=_CHAT_TEMPLATE,
+    )
+
+
+def _config(family: str, vocab_size: int, eos: int, bos: int):
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    common = dict(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        rms_norm_eps=1e-6, eos_token_id=eos, bos_token_id=bos, pad_token_id=bos,
+        initializer_range=0.1,
+    )
+    if family == "llama":
+        return LlamaConfig(**common, rope_theta=10000.0, tie_word_embeddings=False)
+    if family == "qwen2":
+        return Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=True)
+    if family == "qwen3":
+        return Qwen3Config(**common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)
+    raise ValueError(family)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer):
+    """Factory: ``tiny_model_dir("llama"|"qwen2"|"qwen3") -> Path`` of an HF-format dir (cached)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    made: dict[str, Path] = {}
+
+    def make(family: str) -> Path:
+        if family not in made:
+            config = _config(family, len(tiny_tokenizer), tiny_tokenizer.eos_token_id,
+                             tiny_tokenizer.bos_token_id)
+            torch.manual_seed(1234)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            path = tmp_path_factory.mktemp(f"tiny-{family}")
+            model.save_pretrained(path)
+            tiny_tokenizer.save_pretrained(path)
+            made[family] = path
+        return made[family]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def builtin_cache_dir() -> Path:
+    """Where the built-in model is converted once and reused (the settings default)."""
+    from mstar.settings import WorkerSettings
+
+    return WorkerSettings().cache_dir
+
+
+@pytest.fixture(scope="session")
+def make_engine():
+    """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, CPU)."""
+    from mstar.engine.llm_engine import LLMEngine
+    from mstar.settings import WorkerSettings
+
+    def make(model_dir: Path, **overrides):
+        overrides.setdefault("device", "cpu")
+        return LLMEngine(WorkerSettings(model=str(model_dir), **overrides))
+
+    return make
+
+
+def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
+    """Feed ``{request_id: (prompt_ids, params)}`` and step until done; returns outputs per id.
+
+    Requests added earlier and still running are stepped to completion too.
+    """
+    def empty():
+        return {"token_ids": [], "text": "", "finish_reason": None}
+
+    results = {rid: empty() for rid in requests}
+    for rid, (prompt_ids, params) in requests.items():
+        engine.add_request(rid, prompt_ids, params)
+    for _ in range(max_steps):
+        if not engine.has_unfinished_requests():
+            break
+        for out in engine.step():
+            r = results.setdefault(out.request_id, empty())
+            r["token_ids"] += out.new_token_ids
+            r["text"] += out.new_text
+            if out.finished:
+                r["finish_reason"] = out.finish_reason
+    else:
+        raise AssertionError("engine did not finish")
+    return results
+
+
+@pytest.fixture(scope="session")
+def run():
+    return run_engine

@@ -1,0 +1,320 @@
+"""`mstar serve` end to end: real processes on 127.0.0.1, the openai client, a tiny random model.
+
+One server (module scope) carries every knob these tests need at once: an API key, a cap of one
+request in flight, a 1 MiB body limit, and three problematic environment settings whose warnings
+must be logged before the model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+API_KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+TEST_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def descendants(pid: int) -> set[int]:
+    """All live descendant pids of pid (from /proc; psutil is not a dependency)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Server:
+    """`python -m mstar serve MODEL` in a subprocess, log captured to a file."""
+
+    def __init__(self, model_dir: Path, log_path: Path, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.model_dir = model_dir
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
+        full_env.update({"MSTAR_PORT": str(self.port), "MSTAR_DEVICE": "cpu",
+                         "MSTAR_CPU_KV_CACHE_GB": "0.05", **(env or {})})
+        self.log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "mstar", "serve", str(model_dir)],
+                                     env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.children: set[int] = set()
+
+    def wait_ready(self, timeout_s: float = 90) -> Server:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    self.children = descendants(self.proc.pid)
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"server not ready after {timeout_s}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def metric(self, name: str, headers: dict | None = None) -> float:
+        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
+        match = re.search(rf"^{name} (\S+)$", text, re.M)
+        return float(match.group(1))
+
+    def wait_exit(self, timeout_s: float = 30) -> int:
+        code = self.proc.wait(timeout_s)
+        self.log_file.close()
+        return code
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log_file.close()
+        for pid in self.children:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout():
+    """Fail (not hang) a test that takes too long."""
+    def expire(signum, frame):
+        raise TimeoutError(f"test exceeded {TEST_TIMEOUT_S}s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(TEST_TIMEOUT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    srv = Server(tiny_model_dir("llama"), tmp_path_factory.mktemp("serve") / "server.log", env={
+        "MSTAR_API_KEY": API_KEY,
+        "MSTAR_MAX_CONCURRENT_REQUESTS": "1",
+        "MSTAR_MAX_BODY_MB": "1",
+        "MSTAR_LAUNCH_WAIT_MS": "5ms",
+        "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "1e3",
+        "MSTAR_LAUNCH_WAIT": "5",
+    })
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
+
+
+def test_setting_warnings_are_logged_before_the_model_loads(server, client):
+    log = server.log()
+    loading = log.index("model_loaded")
+    for needle in ("MSTAR_LAUNCH_WAIT_MS", "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS",
+                   "did you mean MSTAR_LAUNCH_WAIT_MS"):
+        assert needle in log, needle
+        assert log.index(needle) < loading, f"{needle} logged after the model loaded"
+    # ... and the server serves anyway.
+    out = client.completions.create(model="tiny-llama", prompt="The quick", max_tokens=4)
+    assert out.choices[0].finish_reason in ("stop", "length")
+
+
+def test_chat_completion(server, client):
+    models = client.models.list()
+    name = models.data[0].id
+    assert name == server.model_dir.name  # a local dir is served under its basename
+    out = client.chat.completions.create(
+        model=name, messages=[{"role": "user", "content": "Hello world!"}], max_tokens=6,
+        temperature=0, n=2, logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
+    assert [c.index for c in out.choices] == [0, 1]
+    assert out.choices[0].message.content == out.choices[1].message.content  # greedy
+    assert out.usage.completion_tokens == 12 and out.usage.prompt_tokens > 0
+    assert len(out.choices[0].logprobs.content) == 6
+    assert len(out.choices[0].logprobs.content[0].top_logprobs) == 2
+
+
+def test_streaming_matches_non_streaming(client):
+    kwargs = dict(model="m", prompt="Paris is the capital of", max_tokens=8, temperature=0,
+                  extra_body={"ignore_eos": True})
+    whole = client.completions.create(**kwargs)
+    chunks = list(client.completions.create(**kwargs, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].usage.completion_tokens == 8
+    chat = list(client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    assert chat[0].choices[0].delta.role == "assistant"
+    assert chat[-2].choices[0].finish_reason == "length"
+    assert chat[-1].usage.completion_tokens == 5
+
+
+def test_generate_streams_ndjson(server):
+    with httpx.stream("POST", server.url + "/generate", headers=AUTH, timeout=30,
+                      json={"prompt": "Hello", "max_tokens": 5, "ignore_eos": True}) as resp:
+        lines = [json.loads(line) for line in resp.iter_lines() if line]
+    assert resp.status_code == 200
+    assert sum(len(line["token_ids"]) for line in lines) == 5
+    assert lines[-1]["finished"] and lines[-1]["finish_reason"] == "length"
+    assert not any(line["finished"] for line in lines[:-1])
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    (b'{"prompt": "hi", "max_tokens": ', None),
+    (b'{"prompt": "hi", "temperature": "hot"}', "temperature"),
+    (b'{"prompt": "hi", "top_p": 5}', "top_p"),
+    (b'{"prompt": "hi", "n": 0}', "n"),
+    (b'{"max_tokens": 4}', "prompt"),
+    (b'{"prompt": "hi", "max_tokens": 100000}', "max_tokens"),
+])
+def test_bad_input_is_a_400_naming_the_field(server, body, param):
+    resp = httpx.post(server.url + "/v1/completions", content=body, headers=AUTH, timeout=10)
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    if param:
+        assert param in error["message"]
+
+
+def test_api_key_required_except_for_health(server):
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert httpx.get(server.url + "/v1/models").status_code == 401
+    wrong = {"Authorization": "Bearer nope"}
+    resp = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, headers=wrong)
+    assert resp.status_code == 401
+    assert resp.json()["error"]["type"] == "authentication_error"
+
+
+def test_body_over_the_limit_is_413(server):
+    big = b'{"prompt": "' + b"a" * (2 * 1024 * 1024) + b'"}'
+    resp = httpx.post(server.url + "/v1/completions", content=big, headers=AUTH, timeout=10)
+    assert resp.status_code == 413
+
+    def chunked():  # no Content-Length: the streamed size is checked too
+        for _ in range(3):
+            yield b"a" * (512 * 1024)
+
+    resp = httpx.post(server.url + "/v1/completions", content=chunked(), headers=AUTH, timeout=10)
+    assert resp.status_code == 413
+
+
+def wait_idle(server, timeout_s: float = 10) -> None:
+    """Until nothing is in flight in the API server or running in a worker."""
+    names = ("mstar_http_requests_in_flight", "mstar_num_requests_running",
+             "mstar_kv_cache_usage_ratio")
+    deadline = time.monotonic() + timeout_s
+    while any(server.metric(name, AUTH) for name in names):
+        assert time.monotonic() < deadline, "server never went idle"
+        time.sleep(0.05)
+
+
+def _start_long_stream(server, max_tokens=480):
+    cm = httpx.stream("POST", server.url + "/v1/completions", headers=AUTH, timeout=30, json={
+        "prompt": "x", "max_tokens": max_tokens, "ignore_eos": True, "stream": True})
+    resp = cm.__enter__()
+    cm.lines = resp.iter_lines()  # keep it referenced: closing it drops the connection
+    assert next(cm.lines).startswith("data: ")
+    return cm
+
+
+def test_over_the_cap_is_an_immediate_503(server):
+    stream = _start_long_stream(server)
+    try:
+        started = time.monotonic()
+        resp = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, headers=AUTH)
+        assert resp.status_code == 503
+        assert "max_concurrent_requests" in resp.json()["error"]["message"]
+        assert time.monotonic() - started < 1.0
+        # health, models and metrics are not counted against the cap
+        assert httpx.get(server.url + "/health").status_code == 200
+        assert httpx.get(server.url + "/v1/models", headers=AUTH).status_code == 200
+    finally:
+        stream.__exit__(None, None, None)
+        wait_idle(server)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_client_disconnect_aborts_and_frees_kv_blocks(server, stream):
+    generated_before = server.metric("mstar_generation_tokens_total", AUTH)
+    if stream:
+        budget = 500
+        cm = _start_long_stream(server, max_tokens=budget)
+        assert server.metric("mstar_num_requests_running", AUTH) == 1
+        assert server.metric("mstar_kv_cache_usage_ratio", AUTH) > 0
+        cm.__exit__(None, None, None)  # the client goes away mid-stream
+    else:
+        budget = 4 * 480
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up waiting
+            httpx.post(server.url + "/v1/completions", headers=AUTH, timeout=0.5, json={
+                "prompt": "x", "max_tokens": 480, "n": 4, "ignore_eos": True})
+    wait_idle(server)
+    assert server.metric("mstar_num_requests_running", AUTH) == 0
+    assert server.metric("mstar_kv_cache_usage_ratio", AUTH) == 0
+    # aborted, not run to completion
+    assert server.metric("mstar_generation_tokens_total", AUTH) - generated_before < budget
+
+
+def test_metrics_report_requests_tokens_and_latency(server, client):
+    client.completions.create(model="m", prompt="Hello", max_tokens=3,
+                              extra_body={"ignore_eos": True})
+    text = httpx.get(server.url + "/metrics", headers=AUTH).text
+    assert re.search(r'mstar_requests_total\{endpoint="/v1/completions",status="200"\} [1-9]', text)
+    assert re.search(r'mstar_requests_total\{endpoint="/v1/completions",status="503"\}', text)
+    for name in ("mstar_prompt_tokens_total", "mstar_generation_tokens_total",
+                 "mstar_time_to_first_token_seconds_count",
+                 "mstar_inter_token_latency_seconds_count"):
+        assert server.metric(name, AUTH) > 0, name
+    assert "mstar_num_requests_waiting" in text
+
+
+def test_sampling_knobs_are_honoured(client):
+    kwargs = dict(model="m", prompt="The quick brown", max_tokens=8, temperature=1.0, top_p=0.9,
+                  seed=7, extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.1,
+                                      "ignore_eos": True})
+    first = client.completions.create(**kwargs).choices[0].text
+    assert client.completions.create(**kwargs).choices[0].text == first  # seeded: reproducible
+    stopped = client.completions.create(model="m", prompt="The quick brown", max_tokens=8,
+                                        temperature=0, stop=[first[:1] or "x"],
+                                        extra_body={"ignore_eos": True})
+    assert stopped.choices[0].finish_reason in ("stop", "length")
