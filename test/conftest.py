@@ -25,6 +25,16 @@ _CHAT_TEMPLATE = (
 )
 
 
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cpu", choices=("cpu", "cuda"),
+                     help="device the engine tests run mstar on (the transformers oracle stays on CPU)")
+
+
+@pytest.fixture(scope="session")
+def device(request) -> str:
+    return request.config.getoption("--device")
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """Byte-level BPE trained on a few sentences; eos/bos and a ChatML-like chat template."""
@@ -100,13 +110,14 @@ def builtin_cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def make_engine():
-    """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, CPU)."""
+def make_engine(device):
+    """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, --device)."""
     from mstar.engine.llm_engine import LLMEngine
     from mstar.settings import WorkerSettings
 
     def make(model_dir: Path, **overrides):
-        overrides.setdefault("device", "cpu")
+        overrides.setdefault("device", device)
+        overrides.setdefault("dtype", "float32")
         return LLMEngine(WorkerSettings(model=str(model_dir), **overrides))
 
     return make

@@ -59,12 +59,13 @@ class FakeChannel:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama")
+def settings_for(tiny_model_dir, device):
+    model_dir = tiny_model_dir("llama")
 
+    def make(**knobs) -> WorkerSettings:
+        return WorkerSettings(model=str(model_dir), device=device, dtype="float32", **knobs)
 
-def settings_for(model_dir, **knobs) -> WorkerSettings:
-    return WorkerSettings(model=str(model_dir), device="cpu", **knobs)
+    return make
 
 
 class RunningWorker:
@@ -122,11 +123,11 @@ def serve_all(settings: WorkerSettings, requests=REQUESTS, stagger: bool = False
     {"max_consecutive_spec_steps": 2, "spec_peek_for_fairness": False},
     {"engine_step_sync": True},
 ], ids=["plan-thread", "plan-inline", "preemption", "cap-2", "step-sync"])
-def test_speculation_gives_the_same_tokens_as_a_serial_loop(model_dir, knobs):
-    serial = serve_all(settings_for(model_dir, max_consecutive_spec_steps=0,
+def test_speculation_gives_the_same_tokens_as_a_serial_loop(settings_for, knobs):
+    serial = serve_all(settings_for(max_consecutive_spec_steps=0,
                                     **{k: v for k, v in knobs.items()
                                        if k in ("num_kv_blocks", "kv_block_size")}))
-    overlapped = serve_all(settings_for(model_dir, **knobs), stagger=True)
+    overlapped = serve_all(settings_for(**knobs), stagger=True)
     assert overlapped.channel.tokens == serial.channel.tokens
     assert overlapped.channel.finish_reasons == serial.channel.finish_reasons
     assert overlapped.worker.loop.counters.speculative_steps > 0
@@ -138,20 +139,20 @@ def test_speculation_gives_the_same_tokens_as_a_serial_loop(model_dir, knobs):
 
 
 @pytest.mark.parametrize("cap", [1, 3])
-def test_never_more_speculative_steps_in_a_row_than_the_cap(model_dir, cap):
-    worker = serve_all(settings_for(model_dir, max_consecutive_spec_steps=cap))
+def test_never_more_speculative_steps_in_a_row_than_the_cap(settings_for, cap):
+    worker = serve_all(settings_for(max_consecutive_spec_steps=cap))
     counters = worker.worker.loop.counters
     assert counters.speculative_steps > 0
     assert counters.longest_speculative_run == cap
 
 
-def test_cap_zero_never_speculates(model_dir):
-    counters = serve_all(settings_for(model_dir, max_consecutive_spec_steps=0)).worker.loop.counters
+def test_cap_zero_never_speculates(settings_for):
+    counters = serve_all(settings_for(max_consecutive_spec_steps=0)).worker.loop.counters
     assert counters.speculative_steps == 0 and counters.yield_steps > 0
 
 
-def test_waiting_work_makes_the_loop_yield(model_dir):
-    worker = RunningWorker(settings_for(model_dir))
+def test_waiting_work_makes_the_loop_yield(settings_for):
+    worker = RunningWorker(settings_for())
     add(worker, "long", [5, 6, 7], max_tokens=40, ignore_eos=True)
     worker.channel.first_token.wait(30)
     add(worker, "late", [8, 9, 10], max_tokens=3, ignore_eos=True)
@@ -162,8 +163,8 @@ def test_waiting_work_makes_the_loop_yield(model_dir):
     worker.stop()
 
 
-def test_abort_mid_speculation_emits_nothing_more_and_frees_blocks(model_dir):
-    worker = RunningWorker(settings_for(model_dir))
+def test_abort_mid_speculation_emits_nothing_more_and_frees_blocks(settings_for):
+    worker = RunningWorker(settings_for())
     add(worker, "keep", [5, 6, 7], max_tokens=30, ignore_eos=True)
     add(worker, "drop", [9, 8, 7], max_tokens=200, ignore_eos=True)
     worker.channel.first_token.wait(30)
@@ -178,7 +179,7 @@ def test_abort_mid_speculation_emits_nothing_more_and_frees_blocks(model_dir):
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
 
 
-def test_launch_wait_uses_the_configured_timeout(model_dir, monkeypatch):
+def test_launch_wait_uses_the_configured_timeout(settings_for, monkeypatch):
     timeouts = []
 
     class SpyEvent(threading.Event):
@@ -187,21 +188,22 @@ def test_launch_wait_uses_the_configured_timeout(model_dir, monkeypatch):
             return super().wait(timeout)
 
     monkeypatch.setattr(step_loop, "Event", SpyEvent)
-    serve_all(settings_for(model_dir, launch_wait_ms=7.5))
+    serve_all(settings_for(launch_wait_ms=7.5))
     assert timeouts and set(timeouts) == {0.0075}
 
 
-def test_phase_timing_logs_every_n_iterations(model_dir):
+def test_phase_timing_logs_every_n_iterations(settings_for):
     with capture_logs() as logs:
-        serve_all(settings_for(model_dir, phase_timing=4))
+        serve_all(settings_for(phase_timing=4))
     events = [e for e in logs if e["event"] == "phase_timing"]
     assert events
     for event in events:
         assert event["iterations"] == 4
         for phase in ("forward", "postprocess", "iteration"):
             assert set(event[phase]) == {"p50_ms", "p95_ms", "mean_ms"}
+        assert event["speculative_steps"] + event["yield_steps"] >= 4
     with capture_logs() as logs:
-        serve_all(settings_for(model_dir))
+        serve_all(settings_for())
     assert not [e for e in logs if e["event"] == "phase_timing"]
 
 
@@ -229,11 +231,11 @@ class RecordingEnviron(dict):
         return super().__contains__(key)
 
 
-def test_worker_run_reads_no_environment_variable(model_dir, monkeypatch):
+def test_worker_run_reads_no_environment_variable(settings_for, monkeypatch):
     environ = RecordingEnviron(os.environ)
     environ["MSTAR_MAX_CONSECUTIVE_SPEC_STEPS"] = "0"
     environ["MSTAR_LAUNCH_WAIT_MS"] = "5ms"
     monkeypatch.setattr(os, "environ", environ)
-    worker = serve_all(settings_for(model_dir, max_consecutive_spec_steps=5))
+    worker = serve_all(settings_for(max_consecutive_spec_steps=5))
     assert environ.looked_up == []
     assert worker.worker.loop.counters.speculative_steps > 0  # the settings' cap, not the env's

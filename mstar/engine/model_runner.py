@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from mstar.engine.attention import AttentionInputs, get_backend
+from mstar.engine.compilation import compile_model
 from mstar.engine.kv_cache import allocate_kv_cache, block_bytes, num_blocks_for
 from mstar.engine.sampler import Sampler, SamplingMetadata
 from mstar.engine.scheduler import ScheduledBatch
@@ -29,7 +30,9 @@ class ModelRunner:
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
-        self.model = load_model(model_dir, hf_config, device, dtype)
+        self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile)
+        if settings.compile:
+            compile_model(self.model, settings.recompile_limit)
         attn = self.model.model.layers[0].self_attn
         per_block = block_bytes(len(self.model.model.layers), self.block_size,
                                 attn.num_kv_heads, attn.head_dim, dtype)

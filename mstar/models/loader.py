@@ -19,8 +19,12 @@ log = structlog.get_logger(__name__)
 _PROGRESS_MIN_TENSORS = 200
 
 
-def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype):
-    """Instantiate without initialising weights (meta device), then fill from the checkpoint."""
+def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype,
+               prepack: bool = True):
+    """Instantiate without initialising weights (meta device), then fill from the checkpoint.
+
+    ``prepack`` repacks linear weights for oneDNN on CPU; torch.compile cannot lower those.
+    """
     start = time.perf_counter()
     cls = get_model_class(config)
     with torch.device("meta"):
@@ -30,9 +34,10 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     if model.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     load_weights(model, model_dir)
-    model.model.rotary_emb.init_cache(device, torch.float32)
+    # Computed in float32, stored in the model dtype, as transformers does.
+    model.model.rotary_emb.init_cache(device, dtype)
     model.eval().requires_grad_(False)
-    if can_pack(device, dtype):
+    if prepack and can_pack(device, dtype):
         pack_linears(model)
     log.info("model_loaded", path=str(model_dir), arch=cls.__name__,
              seconds=round(time.perf_counter() - start, 2))

@@ -127,11 +127,16 @@ class EngineKnobs(BaseModel):
         2.0, "KV-cache budget on CPU when MSTAR_NUM_KV_BLOCKS is unset.", unit="GiB",
         gt=0.0, le=1e6)
     enable_prefix_caching: bool = _engine(True, "Reuse KV-cache blocks of identical prompt prefixes.")
-    cuda_graph: bool = _engine(True, "Capture decode steps as CUDA graphs (ignored on CPU).")
+    cuda_graph: bool = _engine(
+        True, "Capture decode steps as CUDA graphs (ignored on CPU). Reserved: there is no "
+        "CUDA-graph path yet, so the value is validated but has no effect.")
     cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = _engine(
-        [1, 2, 4, 8, 16, 32, 64, 128, 256], "Batch sizes to capture CUDA graphs for, a comma list.",
+        [1, 2, 4, 8, 16, 32, 64, 128, 256],
+        "Batch sizes to capture CUDA graphs for, a comma list. Reserved, like MSTAR_CUDA_GRAPH.",
         unit="sequences")
-    compile: bool = _engine(False, "Compile the model with torch.compile.")
+    compile: bool = _engine(
+        False, "Compile the model's MLPs with torch.compile (slower first start; "
+        "MSTAR_RECOMPILE_LIMIT applies).")
     num_workers: int = _engine(1, "Worker processes (replicas, one engine each).", ge=1, le=256)
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import structlog
@@ -22,9 +23,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 class PhaseTimer:
     """Collects durations per phase; ``every`` = 0 makes every call a no-op."""
 
-    def __init__(self, every: int, worker: int = 0):
+    def __init__(self, every: int, worker: int = 0,
+                 counters: Callable[[], dict[str, int]] = dict):
         self.every = every
         self.worker = worker
+        self.counters = counters  # running totals logged with each summary
         self.samples: dict[str, list[float]] = defaultdict(list)
         self.batch_sizes: list[int] = []
         self.iterations = 0
@@ -63,6 +66,6 @@ class PhaseTimer:
                                 "mean_ms": round(statistics.fmean(values), 3)}
         log.info("phase_timing", worker=self.worker, iterations=len(self.batch_sizes),
                  batch_size_mean=round(statistics.fmean(self.batch_sizes), 2),
-                 batch_size_max=max(self.batch_sizes), **fields)
+                 batch_size_max=max(self.batch_sizes), **self.counters(), **fields)
         self.samples.clear()
         self.batch_sizes.clear()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from threading import Event
 from typing import TYPE_CHECKING, Any
 
@@ -65,8 +65,9 @@ class StepLoop:
         self.forward_pool = ThreadPoolExecutor(1, thread_name_prefix="mstar-forward")
         self.plan_pool = (ThreadPoolExecutor(1, thread_name_prefix="mstar-plan")
                           if settings.pre_plan_spec else None)
-        self.timer = PhaseTimer(settings.phase_timing, worker.index)
         self.counters = LoopCounters()
+        self.timer = PhaseTimer(settings.phase_timing, worker.index,
+                                counters=lambda: asdict(self.counters))
         self.consecutive = 0
         self.other_work_since: float | None = None
         self.deferred_aborts: list[str] = []
