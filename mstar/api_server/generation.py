@@ -11,8 +11,10 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 
+from mstar.api_server import formatting as fmt
 from mstar.api_server.engine_client import Failure
 from mstar.api_server.errors import APIError
 from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
@@ -133,3 +135,15 @@ async def run_requests(
     finally:
         state.client.release(ids)
         state.client.abort(sorted(unfinished))
+
+
+async def collect_choices(state: ServerState, request_id: str, prompt_ids: list[int],
+                          params: list[dict],
+                          is_disconnected: Callable[[], Awaitable[bool]]) -> list[fmt.Choice]:
+    """Run every choice to the end for a non-streaming response."""
+    choices = [fmt.Choice() for _ in params]
+    async with aclosing(run_requests(state, request_id, prompt_ids, params,
+                                     is_disconnected)) as outputs:
+        async for i, out in outputs:
+            choices[i].add(out)
+    return choices

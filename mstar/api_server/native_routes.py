@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from mstar.api_server import formatting as fmt
 from mstar.api_server.errors import APIError, parse_body
 from mstar.api_server.generation import (
+    collect_choices,
     completion_prompt_ids,
     first_output,
     new_request_id,
@@ -48,11 +49,8 @@ async def generate(request: Request) -> Any:
     params = sampling_params(state, req, len(prompt_ids))
     request_id = new_request_id("gen")
     if not req.stream:
-        choices = [fmt.Choice() for _ in params]
-        async with aclosing(run_requests(state, request_id, prompt_ids, params,
-                                         request.is_disconnected)) as outputs:
-            async for i, out in outputs:
-                choices[i].add(out)
+        choices = await collect_choices(state, request_id, prompt_ids, params,
+                                        request.is_disconnected)
         return JSONResponse({
             "id": request_id, "model": state.model_name,
             "choices": [{"index": i, "text": c.text, "token_ids": c.token_ids,

@@ -13,6 +13,7 @@ from mstar.api_server import formatting as fmt
 from mstar.api_server.errors import APIError, parse_body
 from mstar.api_server.generation import (
     chat_prompt_ids,
+    collect_choices,
     completion_prompt_ids,
     first_output,
     new_request_id,
@@ -50,11 +51,7 @@ async def _respond(state: ServerState, request: Request, req: Any, prompt_ids: l
         first = await first_output(outputs)
         body = _stream(state, req, request_id, prompt_ids, first, outputs, chat)
         return StreamingResponse(body, media_type="text/event-stream")
-    choices = [fmt.Choice() for _ in params]
-    async with aclosing(run_requests(state, request_id, prompt_ids, params,
-                                     request.is_disconnected)) as outputs:
-        async for i, out in outputs:
-            choices[i].add(out)
+    choices = await collect_choices(state, request_id, prompt_ids, params, request.is_disconnected)
     return JSONResponse(_final(state, req, request_id, prompt_ids, choices, chat))
 
 

@@ -41,7 +41,6 @@ IDLE_POLL_MS = 100
 class InFlight:
     batch: ScheduledBatch
     future: Future
-    speculative: bool
 
 
 @dataclass
@@ -103,7 +102,7 @@ class StepLoop:
         future = self.forward_pool.submit(forward)
         with self.timer.phase("launch_wait"):
             started.wait(self.launch_wait_s)
-        self.inflight = InFlight(model_input.batch, future, speculative)
+        self.inflight = InFlight(model_input.batch, future)
         if speculative:
             self.consecutive += 1
             self.counters.speculative_steps += 1

@@ -30,6 +30,7 @@ class Worker:
         self.index = index
         self.channel = channel
         self.engine: Any = None
+        self.loop: Any = None  # the StepLoop, once run() has built the engine
         self.live: set[str] = set()  # request ids this worker holds
         self._last_stats: tuple | None = None
         self._last_stats_at = 0.0
