@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mstar.engine.attention.decode_mirror import DecodeMirror
+from mstar.engine.attention.decode_mirror import DecodeMirror, MirrorStep
 from mstar.engine.attention.inputs import AttentionInputs
 
 
@@ -62,7 +62,7 @@ class TorchAttentionMetadata:
             self.decode_mask.masked_fill_(masked, float("-inf"))
             self.decode_mask = self.decode_mask.view(nd, 1, 1, -1)
             self.decode_span = max_blocks * bs
-        self.decode_mode = "gather"
+        self.mirror_step: MirrorStep | None = None
         self._mirror_inputs = inputs if device.type == "cpu" else None
         # Prefill chunks: (token start, query len, context len, block ids, mask or None).
         self.prefills = []
@@ -82,17 +82,14 @@ class TorchAttentionMetadata:
         inputs = self._mirror_inputs
         if inputs is None:
             return
+        mirror = self.backend.mirror
         if not self.num_decodes:
-            self.backend.mirror.release()
+            mirror.release()
             return
-        nd, mirror = self.num_decodes, self.backend.mirror
-        self.decode_mode = mirror.plan(
-            tuple(inputs.seq_keys[:nd]), inputs.context_lens_list[:nd], self.decode_span,
-            inputs.block_size, self.backend.cache_slots,
-        )
-        if self.decode_mode == "append":
-            rows = torch.arange(nd, device=self.slot_mapping.device) * mirror.capacity
-            self.append_index = rows + inputs.context_lens[:nd] - 1
+        nd = self.num_decodes
+        self.mirror_step = mirror.plan(
+            inputs.seq_keys[:nd], inputs.context_lens_list[:nd], inputs.block_tables[:nd],
+            self.slot_mapping[:nd], inputs.block_size, self.backend.cache_slots, inputs.dtype)
 
     def attend(self, q, k, v, kv_cache) -> torch.Tensor:
         """q: [T, Hq, D]; k, v: [T, Hkv, D]; kv_cache: this layer's cache (see the backend)."""
@@ -124,36 +121,26 @@ class TorchAttentionMetadata:
         """All decoding sequences at once: one SDPA with a mask over their dense K/V.
 
         Query heads sharing a KV head are laid out as that head's query rows, so GQA
-        needs no repeated K/V.
+        needs no repeated K/V. With the decode mirror, rows are in the mirror's order.
         """
         nd, num_heads, head_dim = q.shape
         num_kv_heads = kv_cache.shape[1]
-        span = self.decode_span
-        if self.decode_mode == "gather":
-            kv = self._gather(kv_cache).view(2, num_kv_heads, nd, span, head_dim)
+        step = self.mirror_step
+        if step is None:
+            kv = self._gather(kv_cache).view(2, num_kv_heads, nd, self.decode_span, head_dim)
+            mask = self.decode_mask
         else:
-            mirror = self.backend.mirror
-            buf = mirror.buffer(kv_cache, nd)
-            if self.decode_mode == "rebuild":
-                gathered = self._gather(kv_cache).view(2, num_kv_heads, nd, span, head_dim)
-                buf[:, :, :, :span].copy_(gathered)
-            else:  # append this step's token, already in the paged cache, to the buffer
-                flat = buf.view(2, num_kv_heads, nd * mirror.capacity, head_dim)
-                flat.index_copy_(2, self.append_index, self._new_kv(kv_cache))
-            kv = buf[:, :, :, :span]
+            kv = self.backend.mirror.update(step, kv_cache)
+            q = q.index_select(0, step.batch_of_row)
+            mask = step.mask
         kv = kv.transpose(1, 2)
         qg = q.view(nd, num_kv_heads, num_heads // num_kv_heads, head_dim)
-        o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=self.decode_mask)
-        return o.reshape(nd, num_heads, head_dim)
+        o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=mask).reshape(
+            nd, num_heads, head_dim)
+        return o if step is None else o.index_select(0, step.row_of_batch)
 
     def _gather(self, kv_cache) -> torch.Tensor:
         _, num_kv_heads, _, block_size, head_dim = kv_cache.shape
         shape = (2, num_kv_heads, self.decode_blocks.numel(), block_size, head_dim)
         return torch.index_select(kv_cache, 2, self.decode_blocks,
                                   out=self.backend.workspace(shape, kv_cache))
-
-    def _new_kv(self, kv_cache) -> torch.Tensor:
-        """K/V of the decode tokens just written, read back from their cache slots."""
-        _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
-        flat = kv_cache.view(2, num_kv_heads, num_blocks * block_size, head_dim)
-        return flat.index_select(2, self.slot_mapping[: self.num_decodes])
