@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 
-
-def sse(payload: Any) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
+_json = msgspec.json.Encoder()
 
 
-SSE_DONE = "data: [DONE]\n\n"
+def sse(payload: Any) -> bytes:
+    return b"data: " + _json.encode(payload) + b"\n\n"
+
+
+def json_line(payload: Any) -> bytes:
+    return _json.encode(payload) + b"\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+async def coalesce(outputs: AsyncIterator[tuple[int, RequestOutput]], interval: int
+                   ) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Merge each choice's outputs until it has ``interval`` new tokens or finishes
+    (MSTAR_STREAM_INTERVAL): fewer, larger stream events."""
+    pending: dict[int, RequestOutput] = {}
+    async for i, out in outputs:
+        prev = pending.pop(i, None)
+        if prev is not None:
+            out = RequestOutput(
+                out.request_id, prev.new_token_ids + out.new_token_ids,
+                prev.new_text + out.new_text, out.finished, out.finish_reason,
+                out.num_prompt_tokens, out.num_output_tokens,
+                (prev.logprobs or []) + (out.logprobs or []) or None)
+        if out.finished or len(out.new_token_ids) >= interval:
+            yield i, out
+        else:
+            pending[i] = out
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

@@ -47,6 +47,8 @@ class LLMEngine:
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
+        if settings.torch_num_threads:
+            torch.set_num_threads(settings.torch_num_threads)
         self.model_dir = model_dir = resolve_model_dir(settings)
         self.model_name = settings.model
         self.device, self.dtype = resolve_device_dtype(settings)
@@ -154,10 +156,10 @@ class LLMEngine:
         k = 0
         for i, seq in enumerate(batch.seqs):
             samples = batch.samples(i)
-            seq.num_computed_tokens = batch.starts[i] + batch.num_new_tokens[i]
-            if seq.is_finished:  # defensive: aborts wait for the step, so none finished meanwhile
+            if seq.is_finished:  # finished (or aborted) after this step was launched: a wasted row
                 k += samples
                 continue
+            seq.num_computed_tokens = batch.starts[i] + batch.num_new_tokens[i]
             self.block_manager.commit_full_blocks(seq)
             if not samples:
                 continue

@@ -93,6 +93,10 @@ class ServerKnobs(BaseModel):
     startup_timeout_s: float = _server(
         600.0, "How long the conductor waits for every worker to finish loading.",
         unit="s", gt=0.0, le=MAX_WAIT_S)
+    stream_interval: int = _server(
+        1, "Tokens per streamed chunk: a choice's SSE event (or NDJSON line) goes out once it has "
+        "this many new tokens, and when it finishes. 1 streams every token.", unit="tokens",
+        ge=1, le=MAX_COUNT)
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
@@ -138,6 +142,10 @@ class EngineKnobs(BaseModel):
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")
     num_workers: int = _engine(1, "Worker processes (replicas, one engine each).", ge=1, le=256)
+    torch_num_threads: int = _engine(
+        0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
+        "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
+        le=1024)
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
 
 
