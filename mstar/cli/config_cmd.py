@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from mstar.logging_setup import start_logging
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
 from mstar.settings.catalog import KNOBS, Knob
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
@@ -61,6 +62,7 @@ def _text(value) -> str:
 
 def run_show(args: argparse.Namespace) -> int:
     loaded = settings_from_args(args)
+    start_logging(loaded)  # the warnings go to stderr, the table to stdout
     changed = {name for name, _, _ in loaded.changed()}
     shown = [k for k in KNOBS if not args.changed or k.env in changed]
     if args.json:
@@ -83,8 +85,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     try:
-        loaded = load_settings(env_files=args.env_file, strict=True if args.strict else None,
-                               report=False)
+        loaded = load_settings(env_files=args.env_file, strict=True if args.strict else None)
     except SettingsUsageError as exc:
         print(f"mstar: error: {exc}", file=sys.stderr)
         return 2
