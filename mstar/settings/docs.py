@@ -67,13 +67,13 @@ Warnings are structured log events (``setting_rejected`` with ``variable``, ``va
 Env files
 ---------
 
-``--env-file FILE`` lines are parsed by python-dotenv's parser, the library pydantic-settings uses;
-docker compose's ``env_file`` treats these cases alike. Blank lines and ``#`` comments are skipped; a leading UTF-8
-byte-order mark is ignored; ``export`` followed by any spaces or tabs is allowed; values may be
-single-quoted (taken literally) or double-quoted (``\\n``, ``\\"`` and the like are escapes); an
-inline comment after a value is dropped when a space precedes the ``#``, quoted or not
-(``KEY="v"  # note`` and ``KEY=v # note`` both give ``v``, ``KEY=v#1`` gives ``v#1``). ``${VAR}``
-is not expanded.
+``--env-file FILE`` lines are parsed by python-dotenv's parser, the library pydantic-settings
+uses; docker compose's ``env_file`` treats these cases alike. Blank lines and ``#`` comments are
+skipped; a leading UTF-8 byte-order mark is ignored; ``export`` followed by any spaces or tabs is
+allowed; values may be single-quoted (taken literally) or double-quoted (``\\n``, ``\\"`` and the
+like are escapes); an inline comment after a value is dropped when a space precedes the ``#``,
+quoted or not (``KEY="v"  # note`` and ``KEY=v # note`` both give ``v``, ``KEY=v#1`` gives
+``v#1``). ``${VAR}`` is not expanded.
 
 Each line that is not used warns with ``file:line`` and the rest of the file still applies: a line
 that is not ``KEY=value``, a key containing a space, an unterminated quote, and a key given twice
