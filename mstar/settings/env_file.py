@@ -90,9 +90,13 @@ def _line_of(binding: Binding) -> int:
 
 def _unparsable(binding: Binding, location: str) -> SyntaxProblem:
     match = _KEY_BEFORE_EQUALS.match(binding.original.string)
-    key = match.group(1) if match else None
-    value = binding.original.string[match.end():].strip() if match else ""
-    if key and re.search(r"\s", key):
+    if match is None:  # the first word stands for the key ('MSTAR_API_KEY sk-1' lacks its '=')
+        words = binding.original.string.split()
+        key = words[1] if words[:1] == ["export"] and len(words) > 1 else next(iter(words), None)
+        return SyntaxProblem(location, "line is not KEY=value; ignored", key)
+    key = match.group(1)
+    value = binding.original.string[match.end():].strip()
+    if re.search(r"\s", key):
         reason = f"key {key!r} contains a space; line ignored"
     elif value[:1] in ("'", '"'):
         reason = "unterminated quote; line ignored"

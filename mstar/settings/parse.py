@@ -101,9 +101,9 @@ def _parse_int_list(knob: Knob, text: str) -> list[int]:
         try:
             value = _parse_int(item)
         except Rejected:
-            raise Rejected(f"element {item!r} is not a whole number") from None
+            raise Rejected(f"element {_shortened(item)!r} is not a whole number") from None
         if _out_of_bounds(knob, value):
-            raise Rejected(f"element {item} is outside {describe_range(knob)}")
+            raise Rejected(f"element {_shortened(item)} is outside {describe_range(knob)}")
         values.append(value)
     return values
 
@@ -137,14 +137,18 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
+def _shortened(text: str) -> str:
+    if len(text) > _SHOWN_CHARS:
+        return f"{text[:_SHOWN_CHARS // 2]}...({len(text)} characters)"
+    return text
+
+
 def shown_text(knob: Knob, raw: Any, mask: str) -> str:
     """The raw value as messages repeat it: masked for secrets (unless blank), shortened when long."""
     text = _as_text(raw)
     if knob.secret and text.strip():
         return mask
-    if len(text) > _SHOWN_CHARS:
-        return f"{text[:_SHOWN_CHARS // 2]}...({len(text)} characters)"
-    return text
+    return _shortened(text)
 
 
 def _out_of_bounds(knob: Knob, value: float) -> bool:
