@@ -13,16 +13,20 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+import hypothesis
 import pytest
 import structlog
+from hypothesis import strategies as st
 from test_settings_cli import mstar
 
 from mstar.cli import main
 from mstar.logging_setup import configure_logging
 from mstar.models import builtin
 from mstar.models.resolve import BUILTIN_MODEL_NAME, ModelError, resolve_model_dir
-from mstar.settings import WorkerSettings, load_settings
+from mstar.settings import SettingsError, WorkerSettings, load_settings
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 from mstar.settings.env_file import MAX_ENV_FILE_BYTES
 from mstar.settings.schema import MAX_WAIT_MS
@@ -361,3 +365,22 @@ def test_tracebacks_show_local_variables_only_at_debug(capsys):
         assert "RuntimeError: boom" in err
         assert ("value-of-a-local-variable" in err) == shows_locals, level
     configure_logging("info")
+
+
+# ---- bounded fuzzing: no input reaches a traceback --------------------------------------------
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(text=st.lists(st.sampled_from(
+    list("MSTAR_PORTAPIKEYmstar=#'\" \t\n\\x5٨５_0") + ["export ", "\ufeff", "MSTAR_API_KEY="]),
+    max_size=40).map("".join))
+def test_any_env_file_loads_or_fails_closed(text):
+    with tempfile.TemporaryDirectory() as directory:
+        path = env_file(Path(directory), text)
+        try:
+            loaded = load(env_files=[path])
+        except SettingsError as error:
+            assert any(p.error for p in error.problems)
+            assert all("MSTAR_API_KEY" in p.message() for p in error.problems if p.error)
+            return
+    assert all(not p.error for p in loaded.problems)
