@@ -110,6 +110,15 @@ def test_a_bad_api_key_line_is_an_error_without_strict(cli, tmp_path, line, reas
     assert f"{path}:2" in out and "sk-prod-123" not in out
 
 
+def test_a_second_api_key_line_is_an_error(tmp_path):
+    path = env_file(tmp_path, "MSTAR_API_KEY=sk-a\nMSTAR_API_KEY=sk-b\n")
+    with pytest.raises(SettingsError) as info:
+        load(env_files=[path])
+    [problem] = info.value.problems
+    assert (problem.variable, problem.location) == ("MSTAR_API_KEY", f"{path}:2")
+    assert "already set" in problem.reason
+
+
 def test_an_empty_api_key_in_the_environment_or_on_the_command_line_is_an_error(cli):
     assert cli("config", "validate", env={"MSTAR_API_KEY": ""})[0] == 1
     code, _, err = cli("serve", "--api-key", " ")

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from mstar.logging_setup import start_logging
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
 from mstar.settings.catalog import KNOBS, Knob
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
@@ -61,6 +60,8 @@ def _text(value) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from mstar.logging_setup import start_logging
+
     loaded = settings_from_args(args)
     start_logging(loaded)  # the warnings go to stderr, the table to stdout
     changed = {name for name, _, _ in loaded.changed()}

@@ -55,8 +55,9 @@ How bad values are handled
   only in strict mode: a malformed value (an API key must be visible ASCII without spaces and not
   wrapped in quotes), a value that is set but empty (unset the variable to turn authentication
   off), a name that may have been meant for it (``MSTAR_APIKEY``, ``mstar_api_key``,
-  ``\\ufeffMSTAR_API_KEY``), and an env-file line for it that cannot be parsed. ``mstar serve``
-  and ``mstar config validate`` then exit with status 1 and name the variable.
+  ``\\ufeffMSTAR_API_KEY``), and an env-file line for it that is not used (one that cannot be
+  parsed, or a second line for it). ``mstar serve`` and ``mstar config validate`` then exit with
+  status 1 and name the variable.
 * Every value that parsed and is in range is used exactly as given.
 * **Strict mode** (``MSTAR_CONFIG_STRICTNESS=strict`` or ``--strict``): every problem above is an
   error; all of them are listed at once and the command exits with status 1 before anything loads.

@@ -36,8 +36,8 @@ def _candidates(tail: str) -> list[Knob]:
 def classify_unknown(name: str) -> UnknownName | None:
     """None for a name that is no attempt at a knob (``HOME``); else what it may have meant.
 
-    Known names are not passed here. A name that could have meant a security knob is an error,
-    even when another knob is a closer match.
+    A known name means itself. A name that could have meant a security knob is an error, even
+    when another knob is a closer match.
     """
     normalized = _normalized(name)
     if not normalized.startswith(_BARE_PREFIX):

@@ -103,14 +103,10 @@ def _unknown(name: str, location: str) -> Problem | None:
 
 def _syntax(problem: SyntaxProblem) -> Problem:
     """An env-file line that was not used; an error if it may have been meant for a security knob."""
-    if problem.key is not None and problem.key in BY_ENV:
-        meant = BY_ENV[problem.key]
-    else:
-        unknown = classify_unknown(problem.key or "")
-        meant = unknown.meant if unknown else None
-    if meant is not None and meant.security:
-        return Problem(meant.env, f"{problem.reason}; {meant.env} is a security setting, so this "
-                       "is an error", problem.location, error=True)
+    meant = classify_unknown(problem.key or "")
+    if meant is not None and meant.error:
+        return Problem(meant.meant.env, f"{problem.reason}; {meant.meant.env} is a security "
+                       "setting, so this is an error", problem.location, error=True)
     return Problem("env file", problem.reason, problem.location)
 
 
