@@ -27,6 +27,7 @@ from mstar.logging_setup import configure_logging
 from mstar.models import builtin
 from mstar.models.resolve import BUILTIN_MODEL_NAME, ModelError, resolve_model_dir
 from mstar.settings import SettingsError, WorkerSettings, load_settings
+from mstar.settings.catalog import KNOBS, Kind
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 from mstar.settings.env_file import MAX_ENV_FILE_BYTES
 from mstar.settings.schema import MAX_WAIT_MS
@@ -159,6 +160,11 @@ def test_five_thousand_digits_are_clamped_from_every_source(tmp_path):
     assert s.launch_wait_ms == MAX_WAIT_MS
     assert s.cuda_graph_batch_sizes == WorkerSettings().cuda_graph_batch_sizes  # bad element
     assert all(len(p.message()) < 300 for p in loaded.problems)
+
+
+def test_every_numeric_knob_has_a_maximum_for_long_numbers_to_clamp_to():
+    numeric = [k for k in KNOBS if k.kind in (Kind.INT, Kind.FLOAT, Kind.INT_LIST)]
+    assert numeric and all(k.maximum is not None for k in numeric)
 
 
 def test_five_thousand_digits_on_the_command_line(capsys):
