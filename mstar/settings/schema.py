@@ -31,9 +31,14 @@ MAX_COUNT = 2**31 - 1
 
 
 def knob(default: Any, description: str, *, category: str, unit: str | None = None,
-         secret: bool = False, **bounds: Any) -> Any:
-    """A field with the metadata every consumer of the schema relies on."""
-    extra = {"unit": unit, "category": category, "secret": secret}
+         secret: bool = False, security: bool = False, **bounds: Any) -> Any:
+    """A field with the metadata every consumer of the schema relies on.
+
+    ``secret`` masks the value wherever it is shown. ``security`` marks a knob whose lenient
+    fallback could weaken security: every problem with it (a malformed or empty value, a near-miss
+    name) is an error in every mode.
+    """
+    extra = {"unit": unit, "category": category, "secret": secret, "security": security}
     return Field(default, description=description, json_schema_extra=extra, **bounds)
 
 
@@ -78,7 +83,8 @@ class ServerKnobs(BaseModel):
     port: int = _server(8000, "Port the HTTP server binds to.", ge=1, le=65535)
     api_key: SecretStr | None = _server(
         None, "When set, every request except /health needs 'Authorization: Bearer <key>'. "
-        "Unset disables authentication.", secret=True)
+        "Unset disables authentication. A security setting: any problem with it is an error.",
+        secret=True, security=True)
     max_concurrent_requests: int = _server(
         256, "Requests in flight beyond this get an immediate 503 (health, models and metrics "
         "endpoints are not counted).", unit="requests", ge=1, le=MAX_COUNT)
@@ -108,6 +114,10 @@ class EngineKnobs(BaseModel):
         "HF-format directory (config.json, *.safetensors, tokenizer files).")
     cache_dir: Path = _engine(
         Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
+    verify_cache: bool = _engine(
+        False, "At start, hash the converted built-in model and compare it with the hashes "
+        "recorded at conversion (file sizes are always checked; hashes also after an unfinished "
+        "conversion). A mismatch converts the model again.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
         "auto", "Weight and activation dtype. auto = float32 on CPU, bfloat16 on CUDA.")
     device: Literal["auto", "cpu", "cuda"] = _engine(
