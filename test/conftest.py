@@ -129,7 +129,7 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
     Requests added earlier and still running are stepped to completion too.
     """
     def empty():
-        return {"token_ids": [], "text": "", "finish_reason": None}
+        return {"token_ids": [], "text": "", "finish_reason": None, "cached_tokens": 0}
 
     results = {rid: empty() for rid in requests}
     for rid, (prompt_ids, params) in requests.items():
@@ -141,6 +141,7 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
             r = results.setdefault(out.request_id, empty())
             r["token_ids"] += out.new_token_ids
             r["text"] += out.new_text
+            r["cached_tokens"] = out.num_cached_tokens
             if out.finished:
                 r["finish_reason"] = out.finish_reason
     else:

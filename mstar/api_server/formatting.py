@@ -44,9 +44,10 @@ async def coalesce(outputs: AsyncIterator[tuple[int, RequestOutput]], interval: 
             pending[i] = out
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def envelope(request_id: str, obj: str, model: str, created: int) -> dict[str, Any]:
@@ -99,8 +100,10 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
+    cached_tokens: int = 0
 
     def add(self, out: RequestOutput) -> None:
+        self.cached_tokens = out.num_cached_tokens
         self.text += out.new_text
         self.token_ids.extend(out.new_token_ids)
         self.logprobs.extend(out.logprobs or [])
@@ -108,5 +111,7 @@ class Choice:
             self.finish_reason = finish_reason(out)
 
 
-def total_usage(choices: list[Choice], prompt_len: int) -> dict[str, int]:
-    return usage(prompt_len, sum(len(c.token_ids) for c in choices))
+def total_usage(choices: list[Choice], prompt_len: int) -> dict[str, Any]:
+    """The prompt counts once; cached tokens are those of the choice that found the fewest."""
+    return usage(prompt_len, sum(len(c.token_ids) for c in choices),
+                 min(c.cached_tokens for c in choices))

@@ -39,7 +39,8 @@ def _line(i: int, out: RequestOutput) -> dict[str, Any]:
     if out.logprobs:
         line["logprobs"] = [msgspec.structs.asdict(e) for e in out.logprobs]
     if out.finished:
-        line["usage"] = fmt.usage(out.num_prompt_tokens, out.num_output_tokens)
+        line["usage"] = fmt.usage(out.num_prompt_tokens, out.num_output_tokens,
+                                  out.num_cached_tokens)
     return line
 
 

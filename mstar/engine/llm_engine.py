@@ -123,7 +123,7 @@ class LLMEngine:
     def _abort_now(self, request_id: str) -> None:
         seq = self.seqs.pop(request_id, None)
         if seq is not None:
-            self.scheduler.finish(seq, "abort")
+            self.scheduler.finish(seq)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self.loop.in_flight
@@ -139,6 +139,9 @@ class LLMEngine:
 
     def num_free_blocks(self) -> int:
         return self.block_manager.num_free_blocks
+
+    def num_preemptions(self) -> int:
+        return self.scheduler.num_preemptions
 
     def kv_cache_usage(self) -> float:
         return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
@@ -182,7 +185,7 @@ class LLMEngine:
         elif seq.num_output_tokens >= params.max_tokens:
             reason = "length"
         if reason is not None:
-            self.scheduler.finish(seq, reason)
+            self.scheduler.finish(seq)
             del self.seqs[seq.request_id]
         return RequestOutput(
             request_id=seq.request_id,
@@ -192,5 +195,6 @@ class LLMEngine:
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
             logprobs=[logprobs] if logprobs is not None else None,
         )

@@ -143,7 +143,7 @@ class Scheduler:
         self.num_preemptions += 1
         log.debug("preempted", request_id=seq.request_id, num_tokens=len(seq))
 
-    def finish(self, seq: Sequence, reason: str) -> None:
+    def finish(self, seq: Sequence) -> None:
         """Mark finished and free its blocks at once (also used for abort)."""
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
@@ -151,4 +151,3 @@ class Scheduler:
             self.waiting.remove(seq)
         self.block_manager.free_seq(seq)
         seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = reason

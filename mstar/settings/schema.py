@@ -55,10 +55,13 @@ class WorkerLoopKnobs(BaseModel):
         "event before going on (a GIL throttle meant to expire early).",
         unit="ms", ge=0.0, le=MAX_WAIT_MS)
     max_consecutive_spec_steps: int = _loop(
-        1024, "Speculative steps in a row before the worker takes a fresh batch from the "
-        "scheduler. 0 turns speculation off (a serial loop) and warns at startup.", ge=0, le=MAX_COUNT)
+        1024, "Speculative steps in a row before the engine takes a fresh batch from the "
+        "scheduler. A speculative step is the overlapped next step (N+1 planned while N runs), not "
+        "speculative decoding. 0 turns the overlap off (a serial loop) and warns at startup.",
+        ge=0, le=MAX_COUNT)
     spec_peek_for_fairness: bool = _loop(
-        True, "Yield to the scheduler early when other work (waiting or preempted requests) is ready.")
+        True, "Yield to the scheduler early when other work (a waiting or preempted request) "
+        "could be admitted now.")
     pre_plan_spec: bool = _loop(
         True, "Build step N+1's input tensors and block tables on a separate planning thread; "
         "off builds them inline.")

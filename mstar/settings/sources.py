@@ -176,6 +176,7 @@ def _notices(settings: WorkerSettings) -> tuple[str, ...]:
     """Valid but noteworthy choices, said once at startup."""
     notices = []
     if settings.max_consecutive_spec_steps == 0:
-        notices.append("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0: speculative scheduling is off; "
-                       "the worker runs a serial loop")
+        notices.append("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0: speculative scheduling (the overlapped "
+                       "next step) is off; "
+                       "the engine runs a serial loop")
     return tuple(notices)
