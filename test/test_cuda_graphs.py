@@ -118,3 +118,17 @@ def test_attention_backend_choice(monkeypatch):
     assert choose("auto", CUDA) == "torch"
     with pytest.raises(ValueError, match="needs the triton package"):
         choose("triton", CUDA)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA (scripts/gpu_check.sh)")
+def test_graph_tokens_equal_eager_tokens(tiny_model_dir, make_engine, run):
+    """Decode batches of 1 to 11 sequences, padded to the captured sizes 1, 2, 4, 8 and 16."""
+    from mstar.engine.sampling_params import SamplingParams
+
+    requests = {f"r{i}": ([5 + i] * (3 + 2 * i), SamplingParams(temperature=0, max_tokens=4 + 3 * i,
+                                                                ignore_eos=True))
+                for i in range(11)}
+    model_dir = tiny_model_dir("llama")
+    knobs = dict(device="cuda", max_num_seqs=16, cuda_graph_batch_sizes=[1, 2, 4, 8, 16])
+    eager = run(make_engine(model_dir, cuda_graph=False, **knobs), requests)
+    assert run(make_engine(model_dir, cuda_graph=True, **knobs), requests) == eager
