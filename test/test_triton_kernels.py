@@ -1,28 +1,31 @@
 """Triton kernels against the torch code they replace.
 
-Without CUDA the kernels run in Triton's interpreter at small shapes (CI); with CUDA
-(``scripts/gpu_check.sh``) they are compiled and also checked at the built-in model's shapes.
+With ``--device cpu`` (CI) the kernels run in Triton's interpreter at small shapes (conftest sets
+TRITON_INTERPRET); with ``--device cuda`` (``scripts/gpu_check.sh``) they are compiled and also
+checked at the built-in model's shapes.
 """
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 import torch
 
-ON_CUDA = torch.cuda.is_available()
-if not ON_CUDA:  # must precede the kernel modules' import: @triton.jit reads it when decorating
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-pytest.importorskip("triton")
+from mstar.engine.attention import AttentionInputs, get_backend
+from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul
+from mstar.models.layers import apply_rope as torch_apply_rope
 
-from mstar.engine.attention import AttentionInputs, get_backend  # noqa: E402
+triton = pytest.importorskip("triton")
+INTERPRETING = bool(triton.knobs.runtime.interpret)
+if not INTERPRETING and not torch.cuda.is_available():
+    pytest.skip("needs CUDA or Triton's interpreter (--device cpu)", allow_module_level=True)
+ON_CUDA = not INTERPRETING
+
+# The kernel modules import triton.
 from mstar.kernels.activation import silu_and_mul  # noqa: E402
 from mstar.kernels.norm import rms_norm  # noqa: E402
 from mstar.kernels.rope import apply_rope  # noqa: E402
-from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul  # noqa: E402
-from mstar.models.layers import apply_rope as torch_apply_rope  # noqa: E402
 
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
 DTYPES = [torch.float32, torch.bfloat16]

@@ -20,7 +20,7 @@ def _store_kv_kernel(
         h = tl.arange(0, BLOCK_H)
         d = tl.arange(0, BLOCK_D)
         mask = (h < NUM_KV_HEADS)[:, None] & (d < HEAD_DIM)[None, :]
-        dst = (h[:, None] * stride_ch + (slot // BLOCK_SIZE).to(tl.int64) * stride_cb
+        dst = (h[:, None].to(tl.int64) * stride_ch + (slot // BLOCK_SIZE).to(tl.int64) * stride_cb
                + (slot % BLOCK_SIZE) * stride_cs + d[None, :])
         k = tl.load(k_ptr + token * stride_kt + h[:, None] * stride_kh + d[None, :], mask=mask)
         v = tl.load(v_ptr + token * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)

@@ -36,7 +36,7 @@ def _paged_decode_kernel(
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, BLOCK_D], tl.float32)
-    k_base = cache_ptr + kv_head * stride_ch
+    k_base = cache_ptr + kv_head.to(tl.int64) * stride_ch  # a layer's cache may pass 2**31 elements
     for start in range(0, ctx, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < ctx

@@ -47,7 +47,7 @@ def _paged_prefill_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        k_base = cache_ptr + (head // GROUP) * stride_ch
+        k_base = cache_ptr + (head // GROUP).to(tl.int64) * stride_ch
         end = tl.minimum(ctx, ctx - q_len + (tile + 1) * BLOCK_M)
         for start in range(0, end, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
