@@ -10,6 +10,7 @@ from mstar.engine.cuda_graphs import (
     DecodeGraphRunner,
     StaticDecodeInputs,
     capture_batch_sizes,
+    decode_graphs_for,
     default_batch_sizes,
     padded_batch_size,
     use_cuda_graphs,
@@ -43,6 +44,16 @@ def test_graphs_only_on_cuda_with_triton_attention():
     assert not use_cuda_graphs(on, CPU, "triton")
     assert not use_cuda_graphs(on, CUDA, "torch")
     assert not use_cuda_graphs(off, CUDA, "triton")
+
+
+def test_no_graph_runner_where_graphs_do_not_apply():
+    def runner(device, backend="triton", **knobs):
+        return decode_graphs_for(WorkerSettings(**knobs), None, None, backend, device, torch.float32, 512)
+
+    assert runner(CPU) is None
+    assert runner(CUDA, backend="torch") is None
+    assert runner(CUDA, cuda_graph=False) is None
+    assert runner(CUDA, cuda_graph_batch_sizes=[512], max_num_seqs=256) is None
 
 
 def test_padding_picks_the_next_captured_size():

@@ -166,3 +166,19 @@ class DecodeGraphRunner:
             return None
         self.static.load(input_ids, positions, inputs, size)
         return self.replays[size]()[:n]
+
+
+def decode_graphs_for(settings, model, backend, backend_name: str, device: torch.device,
+                      dtype: torch.dtype, max_model_len: int) -> DecodeGraphRunner | None:
+    """The model runner's decode graphs (logits of every row), not yet captured; None when graphs
+    are off, not on CUDA, not on the triton backend, or no size is left to capture."""
+    sizes = capture_batch_sizes(settings)
+    if not sizes or not use_cuda_graphs(settings, device, backend_name):
+        return None
+    block_size = settings.kv_block_size
+    static = StaticDecodeInputs(sizes[-1], -(-max_model_len // block_size), block_size, dtype, device)
+
+    def logits(input_ids, positions, attn_metadata):
+        return model.compute_logits(model(input_ids, positions, attn_metadata))
+
+    return DecodeGraphRunner(logits, backend, static, sizes)
