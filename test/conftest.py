@@ -30,6 +30,13 @@ def pytest_addoption(parser):
                      help="device the engine tests run mstar on (the transformers oracle stays on CPU)")
 
 
+def pytest_configure(config):
+    # Without a GPU the Triton kernels run in Triton's interpreter. Triton decides that when a
+    # function is decorated, and torch.compile imports triton early, so set it before collection.
+    if config.getoption("--device") == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(scope="session")
 def device(request) -> str:
     return request.config.getoption("--device")

@@ -53,6 +53,7 @@ VALID = {
     "MSTAR_KV_CACHE_MEMORY_FRACTION": ("0.5", 0.5),
     "MSTAR_CPU_KV_CACHE_GB": ("1.5", 1.5),
     "MSTAR_ENABLE_PREFIX_CACHING": ("false", False),
+    "MSTAR_ATTENTION_BACKEND": ("Triton", "triton"),
     "MSTAR_CUDA_GRAPH": ("0", False),
     "MSTAR_CUDA_GRAPH_BATCH_SIZES": ("1, 2,8", [1, 2, 8]),
     "MSTAR_COMPILE": ("on", True),

@@ -144,13 +144,17 @@ class EngineKnobs(BaseModel):
         2.0, "KV-cache budget on CPU when MSTAR_NUM_KV_BLOCKS is unset.", unit="GiB",
         gt=0.0, le=1e6)
     enable_prefix_caching: bool = _engine(True, "Reuse KV-cache blocks of identical prompt prefixes.")
+    attention_backend: Literal["auto", "torch", "triton"] = _engine(
+        "auto", "Attention kernels: torch (SDPA over gathered pages) or triton (paged kernels reading "
+        "the cache in place; needs CUDA and the triton package). auto = triton on CUDA, else torch.")
     cuda_graph: bool = _engine(
-        True, "Capture decode steps as CUDA graphs (ignored on CPU). Reserved: there is no "
-        "CUDA-graph path yet, so the value is validated but has no effect.")
-    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = _engine(
-        [1, 2, 4, 8, 16, 32, 64, 128, 256],
-        "Batch sizes to capture CUDA graphs for, a comma list. Reserved, like MSTAR_CUDA_GRAPH.",
-        unit="sequences")
+        True, "Capture the decode forward as CUDA graphs at start-up, one per size in "
+        "MSTAR_CUDA_GRAPH_BATCH_SIZES; a decode batch pads up to the next captured size, larger "
+        "batches and prefills run eagerly. On by default on CUDA; no effect on CPU.")
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = _engine(
+        None, "Decode batch sizes to capture CUDA graphs for, a comma list; sizes above "
+        "MSTAR_MAX_NUM_SEQS are dropped. Unset = 1, 2, 4, 8, then steps of 8 to 64 and of 16 "
+        "beyond, up to MSTAR_MAX_NUM_SEQS. No effect on CPU.", unit="sequences")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")
