@@ -30,7 +30,7 @@ def test_default_ladder():
 
 def test_sizes_from_the_environment():
     def sizes(environ):
-        return capture_batch_sizes(load_settings(environ=environ, report=False).settings)
+        return capture_batch_sizes(load_settings(environ=environ).settings)
 
     assert sizes({"MSTAR_MAX_NUM_SEQS": "20"}) == [1, 2, 4, 8, 16, 20]
     # Sorted, deduplicated, and sizes a batch can never reach are dropped.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.attention import AttentionInputs, get_backend
+from mstar.engine.attention import AttentionInputs, choose_attention_backend, get_backend
 from mstar.engine.compilation import compile_model
 from mstar.engine.kv_cache import allocate_kv_cache, block_bytes, num_blocks_for
 from mstar.engine.outputs import StepResult
@@ -39,7 +39,7 @@ class ModelRunner:
         per_block = block_bytes(len(self.model.model.layers), self.block_size,
                                 attn.num_kv_heads, attn.head_dim, dtype)
         self.num_blocks = num_blocks_for(settings, device, per_block, max_model_len)
-        self.attn_backend = get_backend("torch")
+        self.attn_backend = get_backend(choose_attention_backend(settings, device))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
         self.sampler = Sampler()
