@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import os
 import shutil
@@ -115,6 +116,10 @@ async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, condu
         config = uvicorn.Config(build_app(state), log_config=None, access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=2)
         server = _Server(config)
+        # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left
+        # to the collector, each full collection would stall the event loop for ~0.5 s.
+        gc.collect()
+        gc.freeze()
         client.start()
         serving = loop.create_task(server.serve(sockets=[sock]))
         log.info("server_ready", url=f"http://{settings.host}:{settings.port}",
