@@ -17,7 +17,8 @@ from serve_helpers import Server, alive, free_port, hard_timeout, wait_running  
 
 def test_bad_model_path_fails_fast_without_traceback(tmp_path):
     missing = tmp_path / "no-such-model"
-    proc = subprocess.run([sys.executable, "-m", "mstar", "serve", str(missing)],
+    proc = subprocess.run([sys.executable, "-m", "mstar", "serve", str(missing),
+                           "--port", str(free_port())],  # the port is bound first
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert str(missing) in proc.stderr
