@@ -69,7 +69,7 @@ class Server:
                                      env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
         self.children: set[int] = set()
 
-    def wait_ready(self, timeout_s: float = 90) -> Server:
+    def wait_ready(self, timeout_s: float = 240) -> Server:  # generous: CI machines are shared
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
