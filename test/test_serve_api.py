@@ -8,123 +8,16 @@ must be logged before the model loads.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from serve_helpers import Server, hard_timeout, wait_idle  # noqa: F401 (hard_timeout: autouse)
 
 API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-TEST_TIMEOUT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def descendants(pid: int) -> set[int]:
-    """All live descendant pids of pid (from /proc; psutil is not a dependency)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-class Server:
-    """`python -m mstar serve MODEL` in a subprocess, log captured to a file."""
-
-    def __init__(self, model_dir: Path, log_path: Path, env: dict[str, str] | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.model_dir = model_dir
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
-        full_env.update({"MSTAR_PORT": str(self.port), "MSTAR_DEVICE": "cpu",
-                         "MSTAR_CPU_KV_CACHE_GB": "0.05", **(env or {})})
-        self.log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "mstar", "serve", str(model_dir)],
-                                     env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
-        self.children: set[int] = set()
-
-    def wait_ready(self, timeout_s: float = 90) -> Server:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    self.children = descendants(self.proc.pid)
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"server not ready after {timeout_s}s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def metric(self, name: str, headers: dict | None = None) -> float:
-        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
-        match = re.search(rf"^{name} (\S+)$", text, re.M)
-        return float(match.group(1))
-
-    def wait_exit(self, timeout_s: float = 30) -> int:
-        code = self.proc.wait(timeout_s)
-        self.log_file.close()
-        return code
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log_file.close()
-        for pid in self.children:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture(autouse=True)
-def hard_timeout():
-    """Fail (not hang) a test that takes too long."""
-    def expire(signum, frame):
-        raise TimeoutError(f"test exceeded {TEST_TIMEOUT_S}s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(TEST_TIMEOUT_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="module")
@@ -246,16 +139,6 @@ def test_body_over_the_limit_is_413(server):
 
     resp = httpx.post(server.url + "/v1/completions", content=chunked(), headers=AUTH, timeout=10)
     assert resp.status_code == 413
-
-
-def wait_idle(server, timeout_s: float = 10) -> None:
-    """Until nothing is in flight in the API server or running in a worker."""
-    names = ("mstar_http_requests_in_flight", "mstar_num_requests_running",
-             "mstar_kv_cache_usage_ratio")
-    deadline = time.monotonic() + timeout_s
-    while any(server.metric(name, AUTH) for name in names):
-        assert time.monotonic() < deadline, "server never went idle"
-        time.sleep(0.05)
 
 
 def _start_long_stream(server, max_tokens=480):

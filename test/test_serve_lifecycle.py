@@ -12,12 +12,13 @@ import time
 
 import httpx
 import pytest
-from test_serve_api import Server, alive, descendants, free_port, hard_timeout  # noqa: F401
+from serve_helpers import Server, alive, free_port, hard_timeout, wait_running  # noqa: F401
 
 
 def test_bad_model_path_fails_fast_without_traceback(tmp_path):
     missing = tmp_path / "no-such-model"
-    proc = subprocess.run([sys.executable, "-m", "mstar", "serve", str(missing)],
+    proc = subprocess.run([sys.executable, "-m", "mstar", "serve", str(missing),
+                           "--port", str(free_port())],  # the port is bound first
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert str(missing) in proc.stderr
@@ -48,13 +49,6 @@ def _complete(server: Server, result: dict, **body) -> None:
     result["status"], result["body"] = resp.status_code, resp.json()
 
 
-def _wait_running(server: Server, at_least: int = 1) -> None:
-    deadline = time.monotonic() + 20
-    while server.metric("mstar_num_requests_running") < at_least:
-        assert time.monotonic() < deadline, "request never started running"
-        time.sleep(0.02)
-
-
 def test_two_instances_serve_side_by_side(servers):
     a, b = servers["drain"], servers["fault"]
     assert a.port != b.port
@@ -74,7 +68,7 @@ def test_sigterm_drains_in_flight_then_exits_0(servers):
     result: dict = {}
     worker = threading.Thread(target=_complete, args=(server, result), kwargs={"max_tokens": 300})
     worker.start()
-    _wait_running(server)
+    wait_running(server)
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     refused = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, timeout=10)
@@ -111,7 +105,7 @@ def test_worker_sigkill_fails_pending_with_503_and_exits_nonzero(servers):
     client = threading.Thread(target=_complete, args=(server, result),
                               kwargs={"max_tokens": 400, "n": 4})
     client.start()
-    _wait_running(server, 2)
+    wait_running(server, 2)
     signal_sent = time.monotonic()
     subprocess.run(["kill", "-9", str(pids[0])], check=True)
     client.join(30)
@@ -123,6 +117,7 @@ def test_worker_sigkill_fails_pending_with_503_and_exits_nonzero(servers):
     assert not [pid for pid in server.children if alive(pid)]
     log = server.log()
     assert re.search(rf"worker_died\s+worker=0 pid={pids[0]} exitcode=-9", log)
+    assert "leaked semaphore" not in log  # the killed worker held no multiprocessing semaphore
 
 
 def test_api_server_sigkill_leaves_no_processes_or_sockets(tiny_model_dir, tmp_path):

@@ -1,9 +1,10 @@
-"""The FastAPI application: routes, error handlers and admission control for one server."""
+"""The FastAPI application: routes, error handlers, admission control and the catch-all guard."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mstar.api_server import native_routes, openai_routes
@@ -11,14 +12,17 @@ from mstar.api_server.errors import error_body, install_error_handlers
 from mstar.api_server.formatting import now
 from mstar.api_server.middleware import LimitsMiddleware
 from mstar.api_server.state import ServerState
+from mstar.api_server.unhandled import UnhandledErrorMiddleware
+
+ROUTERS = (openai_routes.router, native_routes.router)
 
 
 def build_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="mstar", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
     install_error_handlers(app)
-    app.include_router(openai_routes.router)
-    app.include_router(native_routes.router)
+    for router in ROUTERS:
+        app.include_router(router)
 
     @app.get("/health")
     async def health() -> Response:
@@ -39,5 +43,8 @@ def build_app(state: ServerState) -> FastAPI:
         state.metrics.in_flight.set(state.in_flight)
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(LimitsMiddleware, state=state)
+    routes = [route for router in ROUTERS for route in router.routes]
+    routes += [route for route in app.routes if isinstance(route, APIRoute)]
+    app.add_middleware(LimitsMiddleware, state=state, routes=routes)
+    app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two
     return app

@@ -1,4 +1,8 @@
-"""OpenAI-style error bodies, and handlers that turn every failure into one (never FastAPI's 422)."""
+"""OpenAI-style error bodies, and handlers that turn every failure into one (never FastAPI's 422).
+
+Exceptions no handler here knows end in ``unhandled.UnhandledErrorMiddleware``: a 500 in the same
+shape.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +46,15 @@ def error_bytes(status: int, message: str, param: str | None = None) -> bytes:
     return json.dumps(error_body(status, message, param)).encode()
 
 
+async def send_error(send: Any, status: int, message: str) -> None:
+    """Answer a raw ASGI request with an error (for code below the FastAPI handlers)."""
+    body = error_bytes(status, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def validation_error(exc: RequestValidationError | ValidationError) -> APIError:
     """The first problem as a 400 naming the field (``param``)."""
     err = exc.errors()[0]
@@ -77,5 +90,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        # Keeps the exception's headers: a 405 carries the route's Allow.
         return JSONResponse(error_body(exc.status_code, str(exc.detail)),
-                            status_code=exc.status_code)
+                            status_code=exc.status_code, headers=exc.headers)

@@ -1,4 +1,4 @@
-"""From a validated request to engine outputs: tokenize, check limits, run n sub-requests.
+"""From a validated request to engine outputs: check limits, run n sub-requests.
 
 Every route goes through ``run_requests``, which owns the request's lifetime in the workers: it
 applies request_timeout_s, turns worker faults into APIError, and aborts whatever did not finish
@@ -17,7 +17,7 @@ from typing import Any
 from mstar.api_server import formatting as fmt
 from mstar.api_server.engine_client import Failure
 from mstar.api_server.errors import APIError
-from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
+from mstar.api_server.protocol import SEED_LIMIT
 from mstar.api_server.state import ServerState
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_request_fits
@@ -29,30 +29,6 @@ DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its cl
 
 def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
-    messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
-    try:
-        text = state.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                   add_generation_prompt=True)
-    except Exception as exc:  # a template may reject e.g. a role order it does not support
-        raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
-    return state.tokenizer.encode(text, add_special_tokens=False)
-
-
-def completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
-    if isinstance(req.prompt, str):
-        ids = state.tokenizer.encode(req.prompt)
-    else:
-        vocab = len(state.tokenizer)
-        bad = [t for t in req.prompt if not 0 <= t < vocab]
-        if bad:
-            raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", "prompt")
-        ids = list(req.prompt)
-    if not ids:
-        raise APIError(400, "prompt is empty", "prompt")
-    return ids
 
 
 def sampling_params(state: ServerState, req: Any, prompt_len: int,
@@ -72,8 +48,8 @@ def sampling_params(state: ServerState, req: Any, prompt_len: int,
             params = SamplingParams(
                 max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                 top_k=req.top_k, min_p=req.min_p, repetition_penalty=req.repetition_penalty,
-                seed=None if req.seed is None else req.seed + i, stop=req.stop_list(),
-                ignore_eos=req.ignore_eos, logprobs=req.num_logprobs())
+                seed=None if req.seed is None else (req.seed + i) % SEED_LIMIT,
+                stop=req.stop_list(), ignore_eos=req.ignore_eos, logprobs=req.num_logprobs())
         except ValueError as exc:
             raise APIError(400, str(exc)) from exc
         out.append(params)

@@ -14,7 +14,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("mstar_requests", "Finished HTTP generation requests.",
+        self.requests = Counter("mstar_requests", "Finished HTTP generation requests, by route "
+                                "template ('unmatched' for every path no route serves) and status.",
                                 ["endpoint", "status"], registry=r)
         self.prompt_tokens = Counter("mstar_prompt_tokens", "Prompt tokens processed.",
                                      registry=r)

@@ -3,6 +3,9 @@
 Order: authentication (401), availability (503 while draining or after a fault), the in-flight cap
 (503), body size (413, from Content-Length and from the bytes actually received). Health, models and
 metrics bypass the cap; health also bypasses authentication.
+
+``mstar_requests_total`` is labelled with the route template, and one shared ``unmatched`` label
+covers every path no route serves, so clients cannot grow the number of series.
 """
 
 from __future__ import annotations
@@ -10,27 +13,38 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from mstar.api_server.errors import error_bytes
+from starlette.routing import BaseRoute, Match
+
+from mstar.api_server.errors import send_error
 from mstar.api_server.state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
 UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
+UNMATCHED = "unmatched"
 
 
-async def send_error(send: Any, status: int, message: str) -> None:
-    body = error_bytes(status, message)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+def bearer_token(authorization: bytes) -> bytes | None:
+    """The credentials of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
+    scheme, _, token = authorization.strip().partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else None
+
+
+def route_label(routes: list[BaseRoute], scope: dict) -> str:
+    """The template of the route serving this path (whatever the method), else UNMATCHED."""
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:
+            return getattr(route, "path", UNMATCHED)
+    return UNMATCHED
 
 
 class LimitsMiddleware:
-    def __init__(self, app: Any, state: ServerState):
+    def __init__(self, app: Any, state: ServerState, routes: list[BaseRoute]):
         self.app = app
         self.state = state
+        self.routes = routes
         key = state.settings.api_key
-        self.expected_auth = f"Bearer {key.get_secret_value()}".encode() if key else None
+        self.api_key = key.get_secret_value().encode() if key else None
         self.max_body = int(state.settings.max_body_mb * 1024 * 1024)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -39,15 +53,16 @@ class LimitsMiddleware:
             return
         path = scope["path"]
         headers = dict(scope["headers"])
-        if self.expected_auth is not None and path not in OPEN_PATHS:
-            given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected_auth):
+        if self.api_key is not None and path not in OPEN_PATHS:
+            given = bearer_token(headers.get(b"authorization", b""))
+            if given is None or not hmac.compare_digest(given, self.api_key):
                 await send_error(send, 401, "missing or invalid API key "
                                  "(expected 'Authorization: Bearer <key>')")
                 return
         if path in UNCOUNTED_PATHS:
             await self.app(scope, receive, send)
             return
+        endpoint = route_label(self.routes, scope)
         status = 500
 
         async def counting_send(message: dict) -> None:
@@ -59,7 +74,7 @@ class LimitsMiddleware:
         try:
             await self._admit(scope, headers, receive, counting_send)
         finally:
-            self.state.metrics.requests.labels(endpoint=path, status=str(status)).inc()
+            self.state.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
 
     async def _admit(self, scope: dict, headers: dict, receive: Any, send: Any) -> None:
         state = self.state

@@ -19,13 +19,13 @@ from mstar.api_server import formatting as fmt
 from mstar.api_server.errors import APIError, parse_body
 from mstar.api_server.generation import (
     collect_choices,
-    completion_prompt_ids,
     first_output,
     new_request_id,
     replay,
     run_requests,
     sampling_params,
 )
+from mstar.api_server.prompts import completion_prompt_ids
 from mstar.api_server.protocol import GenerateRequest
 from mstar.api_server.state import ServerState
 from mstar.engine.outputs import RequestOutput
@@ -48,7 +48,7 @@ def _line(i: int, out: RequestOutput) -> dict[str, Any]:
 async def generate(request: Request) -> Any:
     state: ServerState = request.app.state.server
     req = await parse_body(request, GenerateRequest)
-    prompt_ids = completion_prompt_ids(state, req)
+    prompt_ids = await completion_prompt_ids(state, req)
     params = sampling_params(state, req, len(prompt_ids))
     request_id = new_request_id("gen")
     if not req.stream:

@@ -12,15 +12,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from mstar.api_server import formatting as fmt
 from mstar.api_server.errors import APIError, parse_body
 from mstar.api_server.generation import (
-    chat_prompt_ids,
     collect_choices,
-    completion_prompt_ids,
     first_output,
     new_request_id,
     replay,
     run_requests,
     sampling_params,
 )
+from mstar.api_server.prompts import chat_prompt_ids, completion_prompt_ids
 from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
 from mstar.api_server.state import ServerState
 from mstar.engine.outputs import RequestOutput
@@ -32,7 +31,7 @@ router = APIRouter()
 async def chat_completions(request: Request) -> Any:
     state: ServerState = request.app.state.server
     req = await parse_body(request, ChatCompletionRequest)
-    prompt_ids = chat_prompt_ids(state, req)
+    prompt_ids = await chat_prompt_ids(state, req)
     return await _respond(state, request, req, prompt_ids, chat=True)
 
 
@@ -40,7 +39,7 @@ async def chat_completions(request: Request) -> Any:
 async def completions(request: Request) -> Any:
     state: ServerState = request.app.state.server
     req = await parse_body(request, CompletionRequest)
-    prompt_ids = completion_prompt_ids(state, req)
+    prompt_ids = await completion_prompt_ids(state, req)
     return await _respond(state, request, req, prompt_ids, chat=False)
 
 

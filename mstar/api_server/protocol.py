@@ -2,6 +2,12 @@
 
 Unknown fields are ignored, as OpenAI clients send many we do not use. Sampling defaults follow
 OpenAI (temperature 1.0 when absent).
+
+Every number is range-checked here, so whatever passes can be encoded and run by the engine: a
+value out of range is a 400 naming the field, never a failure after part of a request was sent.
+``seed`` takes 0 .. 2**64-1 (what ``torch.Generator.manual_seed`` and msgpack take); choice ``i``
+of an ``n > 1`` request uses ``(seed + i) mod 2**64``. Token counts and ``top_k`` stop at 2**31-1;
+infinities and NaN are refused.
 """
 
 from __future__ import annotations
@@ -10,21 +16,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+SEED_LIMIT = 2**64  # seeds are 0 .. SEED_LIMIT - 1
+MAX_INT32 = 2**31 - 1
+
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
 class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
+    top_k: int = Field(-1, ge=-1, le=MAX_INT32)
     min_p: float = Field(0.0, ge=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=SEED_LIMIT - 1)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=128)
     repetition_penalty: float = Field(1.0, gt=0.0)
@@ -63,7 +72,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
@@ -77,7 +86,7 @@ class ChatCompletionRequest(SamplingFields):
 class CompletionRequest(SamplingFields):
     prompt: str | list[int]
     logprobs: int | None = Field(None, ge=0, le=20)
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=1, le=MAX_INT32)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens

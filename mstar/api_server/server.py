@@ -2,18 +2,21 @@
 worker is ready, serve HTTP, then drain and stop everything (or fail fast on a fault).
 
 Signals: the first SIGINT/SIGTERM starts a drain (new requests get 503, in-flight ones may finish
-for up to shutdown_timeout_s); a second one stops at once. A worker fault fails pending requests
-with 503 and exits non-zero.
+for up to shutdown_timeout_s); a second one stops at once. Requests still running then are cut:
+each fails with a 503 (a stream ends with an error chunk and its terminator) and the log says how
+many. A worker fault fails pending requests with 503 and exits non-zero.
+
+The HTTP socket is bound by the caller before the model is resolved (``listener.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import shutil
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,12 +25,14 @@ import structlog
 import uvicorn
 import uvloop
 
-from mstar.api_server.engine_client import EngineClient, StartupError
+from mstar.api_server.engine_client import EngineClient, Failure, StartupError
 from mstar.conductor.process import conductor_main
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
 
 if TYPE_CHECKING:
+    import socket
+
     from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -35,6 +40,8 @@ log = structlog.get_logger(__name__)
 CONDUCTOR_STOP_TIMEOUT_S = 20.0
 FAULT_FLUSH_S = 0.5
 STARTUP_SLACK_S = 10.0
+CUT_GRACE_S = 2.0  # after the drain timeout: how long cut requests get to send their error
+DRAIN_POLL_S = 0.05
 
 
 class _Server(uvicorn.Server):
@@ -53,8 +60,8 @@ def load_tokenizer(model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
-def serve(settings: WorkerSettings, model_dir: Path) -> int:
-    """Run the whole serving stack; the exit code of ``mstar serve``."""
+def serve(settings: WorkerSettings, model_dir: Path, sock: socket.socket) -> int:
+    """Run the whole serving stack on the listening ``sock``; the exit code of ``mstar serve``."""
     tokenizer = load_tokenizer(model_dir)
     socket_dir = create_socket_dir(settings)
     try:
@@ -64,7 +71,7 @@ def serve(settings: WorkerSettings, model_dir: Path) -> int:
         conductor = start_child(conductor_main, (settings, endpoints), "mstar-conductor")
         try:
             # uvloop: the event loop's own overhead is a share of every streamed token.
-            return uvloop.run(_serve(settings, tokenizer, endpoints, conductor))
+            return uvloop.run(_serve(settings, tokenizer, endpoints, conductor, sock))
         finally:
             conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
             if conductor.is_alive():
@@ -76,20 +83,8 @@ def serve(settings: WorkerSettings, model_dir: Path) -> int:
             shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
-async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, conductor: Any) -> int:
+async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, conductor: Any,
+                 sock: socket.socket) -> int:
     from mstar.api_server.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.state import ServerState
@@ -115,17 +110,16 @@ async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, condu
         if ready is None:
             log.info("startup_interrupted")
             return 0
-        try:
-            sock = _bind(settings.host, settings.port)
-        except OSError as exc:
-            log.error("bind_failed", host=settings.host, port=settings.port, error=str(exc))
-            return 1
         state = ServerState(settings=settings, tokenizer=tokenizer, client=client,
                             model_name=ready.model_name, max_model_len=ready.max_model_len,
                             metrics=Metrics())
         config = uvicorn.Config(build_app(state), log_config=None, access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=2)
         server = _Server(config)
+        # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left
+        # to the collector, each full collection would stall the event loop for ~0.5 s.
+        gc.collect()
+        gc.freeze()
         client.start()
         serving = loop.create_task(server.serve(sockets=[sock]))
         log.info("server_ready", url=f"http://{settings.host}:{settings.port}",
@@ -135,7 +129,7 @@ async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, condu
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         crashed = serving.done()  # uvicorn stopped on its own
         if stop.is_set() and not client.failed.is_set():
-            await _drain(state, settings.shutdown_timeout_s, force, client.failed)
+            await _drain(state, settings.shutdown_timeout_s, force)
         if client.failed.is_set():
             reason = "fault"
             await asyncio.sleep(FAULT_FLUSH_S)  # let the 503s of pending requests go out
@@ -143,7 +137,6 @@ async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, condu
         await serving
         for task in waits:
             task.cancel()
-        sock.close()
         code = 1 if client.failed.is_set() or crashed else 0
         log.info("server_stopped", exit_code=code, reason=reason)
         return code
@@ -152,13 +145,37 @@ async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, condu
         client.close()
 
 
-async def _drain(state: Any, timeout_s: float, force: asyncio.Event, failed: asyncio.Event) -> None:
-    """Refuse new requests; give in-flight ones up to timeout_s to finish."""
+async def _drain(state: Any, timeout_s: float, force: asyncio.Event) -> None:
+    """Refuse new requests; give in-flight ones up to timeout_s to finish, then cut the rest."""
     state.draining = True
-    log.info("draining", in_flight=state.in_flight, timeout_s=timeout_s)
+    at_start = state.in_flight
+    log.info("draining", in_flight=at_start, timeout_s=timeout_s)
+    failed = state.client.failed
     deadline = time.monotonic() + timeout_s
+    while state.in_flight and time.monotonic() < deadline and not force.is_set():
+        if failed.is_set():
+            return  # the fault already failed every pending request
+        await asyncio.sleep(DRAIN_POLL_S)
+    if not state.in_flight:
+        log.info("drained", finished=at_start)
+        return
+    cut = state.in_flight
+    why = "a second signal" if force.is_set() else f"shutdown_timeout_s={timeout_s:g}"
+    await _cut(state, f"server shut down before the request finished ({why})")
+    log.warning("drain_cut", cut=cut, finished=at_start - cut, reason=why,
+                still_running=state.in_flight)
+
+
+async def _cut(state: Any, message: str) -> None:
+    """Fail every request still in flight with a 503, until none is left or CUT_GRACE_S passed.
+
+    Repeated, so that a request submitted while the first cut went out (it was still being
+    tokenized) is cut too.
+    """
+    done: set[asyncio.Queue] = set()
+    deadline = time.monotonic() + CUT_GRACE_S
     while state.in_flight and time.monotonic() < deadline:
-        if force.is_set() or failed.is_set():
-            break
-        await asyncio.sleep(0.05)
-    log.info("drained", in_flight=state.in_flight)
+        for queue in set(state.client.queues.values()) - done:
+            queue.put_nowait(Failure(503, message))
+            done.add(queue)
+        await asyncio.sleep(DRAIN_POLL_S)

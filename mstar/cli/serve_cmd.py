@@ -1,14 +1,21 @@
 """``mstar serve [MODEL]``: the OpenAI-compatible HTTP server over the conductor and its workers.
 
-Settings are built and validated (every warning logged) before anything heavy happens; the model
-path is resolved before any worker starts, so a bad path fails fast with a clear message.
+Settings are built and validated (every warning logged) before anything heavy happens. Then the
+HTTP port is bound, and the model path resolved, before any worker starts: a port in use or a bad
+path fails fast with a clear message and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
+
+if TYPE_CHECKING:
+    import socket
+
+    from mstar.settings import WorkerSettings
 
 
 def add_parser(subparsers) -> None:
@@ -32,6 +39,19 @@ def run(args: argparse.Namespace) -> int:
     settings = loaded.settings
     log = structlog.get_logger("mstar.serve")
 
+    from mstar.api_server.listener import ListenError, listen_socket
+
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except ListenError as exc:
+        log.error("listen_failed", error=str(exc))
+        return 1
+
+    with sock:  # closed on every way out; uvicorn serves on it
+        return _resolve_and_serve(settings, sock, log)
+
+
+def _resolve_and_serve(settings: WorkerSettings, sock: socket.socket, log: Any) -> int:
     from mstar.models.resolve import ModelError, resolve_model_dir
 
     log.info("resolving_model", model=settings.model)
@@ -45,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from mstar.api_server.server import serve
 
     try:
-        return serve(settings, model_dir)
+        return serve(settings, model_dir, sock)
     except KeyboardInterrupt:  # Ctrl-C before the server installed its own handlers
         log.info("interrupted")
         return 130

@@ -1,5 +1,5 @@
-"""The request-size rule, in one place: the HTTP layer (400) and the engine (RequestRejected) both
-call ``check_request_fits``."""
+"""The request-size rules, in one place: the HTTP layer (400, while tokenizing and again with
+max_tokens) and the engine (RequestRejected) call these functions."""
 
 from __future__ import annotations
 
@@ -9,14 +9,19 @@ from mstar.engine.errors import RequestRejected
 def check_request_fits(prompt_len: int, max_tokens: int, max_model_len: int,
                        prompt_field: str = "prompt") -> None:
     """Raise RequestRejected (naming the field) unless prompt + max_tokens fits max_model_len."""
+    check_prompt_fits(prompt_len, max_model_len, prompt_field)
+    total = prompt_len + max_tokens
+    if total > max_model_len:
+        raise RequestRejected(
+            f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) = {total} "
+            f"exceeds max_model_len={max_model_len}", "max_tokens")
+
+
+def check_prompt_fits(prompt_len: int, max_model_len: int, prompt_field: str = "prompt") -> None:
+    """The prompt alone: not empty, and room for at least one output token."""
     if prompt_len == 0:
         raise RequestRejected("prompt is empty: at least one prompt token is required", prompt_field)
     if prompt_len >= max_model_len:
         raise RequestRejected(
             f"prompt has {prompt_len} tokens; max_model_len={max_model_len} leaves no room for "
             "any output token", prompt_field)
-    total = prompt_len + max_tokens
-    if total > max_model_len:
-        raise RequestRejected(
-            f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) = {total} "
-            f"exceeds max_model_len={max_model_len}", "max_tokens")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def load_weights(model, model_dir: Path) -> None:
     handles = [safe_open(str(f), framework="pt") for f in files]
     names = [(h, n) for h in handles for n in h.keys()]  # noqa: SIM118 (not iterable)
     show = len(names) >= _PROGRESS_MIN_TENSORS or len(files) > 1
+    # tqdm's default lock is a multiprocessing RLock: in a spawned worker, a named semaphore that
+    # the resource tracker reports as leaked whenever the worker is killed. Bars here never cross
+    # processes, so a thread lock is enough (set before the first bar, even a disabled one).
+    tqdm.set_lock(threading.RLock())
     for handle, name in tqdm(names, desc="loading weights", disable=not show, leave=False):
         if "rotary_emb.inv_freq" in name:
             continue

@@ -1,0 +1,84 @@
+"""Prompt token ids of a request, computed off the event loop.
+
+Rendering the chat template and tokenizing a multi-MB prompt take seconds, so both run in a worker
+thread (``asyncio.to_thread``) and ``/health`` and running streams stay responsive. A fast
+tokenizer's Rust encoder releases the GIL while it works; what holds the GIL in proportion to the
+prompt is turning the ids into a Python list and freeing the encoding, so the token count is
+checked against ``max_model_len`` first (an over-long prompt never becomes a list) and the encoding
+is the variant without per-token offsets and strings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mstar.api_server.errors import APIError
+from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
+from mstar.api_server.state import ServerState
+from mstar.engine.errors import RequestRejected
+from mstar.engine.limits import check_prompt_fits
+
+
+async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
+    return await asyncio.to_thread(_chat_prompt_ids, state, req)
+
+
+async def completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
+    return await asyncio.to_thread(_completion_prompt_ids, state, req)
+
+
+def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
+    messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
+    try:
+        text = state.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                   add_generation_prompt=True)
+    except Exception as exc:  # a template may reject e.g. a role order it does not support
+        raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
+    return encode(state.tokenizer, text, False, state.max_model_len, "messages")
+
+
+def _completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
+    if isinstance(req.prompt, str):
+        ids = encode(state.tokenizer, req.prompt, True, state.max_model_len, "prompt")
+    else:
+        vocab = len(state.tokenizer)
+        bad = [t for t in req.prompt if not 0 <= t < vocab]
+        if bad:
+            raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", "prompt")
+        check_prompt_len(len(req.prompt), state.max_model_len, "prompt")
+        ids = list(req.prompt)
+    return ids
+
+
+def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,
+           param: str) -> list[int]:
+    """``tokenizer.encode(text)``, refusing a prompt that leaves no room for output."""
+    if not tokenizer.is_fast:
+        ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        check_prompt_len(len(ids), max_model_len, param)
+        return ids
+    num_tokens, ids = _fast_encode(tokenizer, text, add_special_tokens, max_model_len)
+    check_prompt_len(num_tokens, max_model_len, param)
+    return ids
+
+
+def _fast_encode(tokenizer: Any, text: str, add_special_tokens: bool,
+                 max_model_len: int) -> tuple[int, list[int]]:
+    """The token count, and the ids when they fit.
+
+    The Rust call transformers' fast tokenizer makes, in its variant without offsets: freeing a
+    full Encoding of a million tokens holds the GIL for a quarter of a second, this one for a few
+    milliseconds. It is freed here, in this thread, not wherever an exception would carry it.
+    """
+    encoding = tokenizer.backend_tokenizer.encode_batch_fast(
+        [text], add_special_tokens=add_special_tokens)[0]
+    num_tokens = len(encoding)
+    return num_tokens, encoding.ids if num_tokens < max_model_len else []
+
+
+def check_prompt_len(num_tokens: int, max_model_len: int, param: str) -> None:
+    try:
+        check_prompt_fits(num_tokens, max_model_len, param)
+    except RequestRejected as exc:
+        raise APIError(400, str(exc), exc.param) from exc
