@@ -10,7 +10,6 @@ cancellation is one warning line without a traceback.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +44,9 @@ def stream_tail(content_type: bytes, status: int, message: str) -> bytes:
     """What ends a stream that failed midway: an error event (and [DONE]) in the stream's format."""
     body = error_body(status, message)
     if content_type.startswith(b"text/event-stream"):
-        return (fmt.sse(body) + fmt.SSE_DONE).encode()
+        return fmt.sse(body) + fmt.SSE_DONE
     if content_type.startswith(b"application/x-ndjson"):
-        return (json.dumps(body) + "\n").encode()
+        return fmt.json_line(body)
     return b""
 
 
