@@ -150,7 +150,9 @@ class EngineKnobs(BaseModel):
     cuda_graph: bool = _engine(
         True, "Capture the decode forward as CUDA graphs at start-up, one per size in "
         "MSTAR_CUDA_GRAPH_BATCH_SIZES; a decode batch pads up to the next captured size, larger "
-        "batches and prefills run eagerly. On by default on CUDA; no effect on CPU.")
+        "batches and prefills run eagerly. No effect on CPU. Not yet wired into the model runner "
+        "(the capture runner in mstar/engine/cuda_graphs.py awaits a GPU to verify it): "
+        "validated, no effect yet.")
     cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = _engine(
         None, "Decode batch sizes to capture CUDA graphs for, a comma list; sizes above "
         "MSTAR_MAX_NUM_SEQS are dropped. Unset = 1, 2, 4, 8, then steps of 8 to 64 and of 16 "
