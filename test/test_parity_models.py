@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from mstar.engine.sampling_params import SamplingParams
 
@@ -26,22 +24,10 @@ def prompts(tiny_tokenizer):
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_model_dir, prompts):
+def reference(tiny_model_dir, prompts, greedy_reference):
     """transformers greedy generate, each prompt alone, fp32."""
-    refs = {}
-    for family in FAMILIES:
-        path = tiny_model_dir(family)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        outs = []
-        for ids in prompts:
-            with torch.inference_mode():
-                gen = model.generate(
-                    torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                    do_sample=False, max_new_tokens=MAX_NEW, pad_token_id=0,
-                )
-            outs.append(gen[0, len(ids):].tolist())
-        refs[family] = outs
-    return refs
+    return {family: greedy_reference(tiny_model_dir(family), prompts, MAX_NEW)
+            for family in FAMILIES}
 
 
 def _greedy(prompts, max_tokens=MAX_NEW):
@@ -134,30 +120,10 @@ def test_staggered_arrivals_keep_outputs(family, tiny_model_dir, make_engine, pr
 
 @pytest.mark.parametrize("family", ["qwen3"])
 def test_continuation_planned_ahead_keeps_outputs(family, tiny_model_dir, make_engine, prompts,
-                                                 reference):
+                                                 reference, run_planned_ahead):
     """The worker's overlap pattern: step N+1 is planned before step N runs, fed N's tokens."""
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
-    runner = engine.model_runner
-    for i, p in enumerate(prompts):
-        engine.add_request(str(i), p, SamplingParams(temperature=0, max_tokens=MAX_NEW))
-    got = {i: [] for i in range(len(prompts))}
-    batch = engine.scheduler.schedule()
-    model_input = runner.prepare(batch)
-    continued = 0
-    while True:
-        plan = runner.prepare_continuation(batch, engine.block_manager)
-        tokens = runner.execute(model_input)
-        for out in engine.postprocess(batch, tokens):
-            got[int(out.request_id)] += out.new_token_ids
-        if plan is not None and not any(s.is_finished for s in plan.batch.seqs):
-            plan.input_ids = tokens
-            batch, model_input = plan.batch, plan
-            continued += 1
-        elif engine.has_unfinished_requests():
-            batch = engine.scheduler.schedule()
-            model_input = runner.prepare(batch)
-        else:
-            break
+    got, continued = run_planned_ahead(engine, _greedy(prompts))
     assert continued > 5
-    assert [got[i] for i in range(len(prompts))] == reference[family]
+    assert [got[f"r{i}"] for i in range(len(prompts))] == reference[family]
     assert engine.num_free_blocks() == 512

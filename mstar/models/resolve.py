@@ -10,13 +10,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mstar.models.registry import supported_architectures
 from mstar.settings import BUILTIN_MODEL
 
 if TYPE_CHECKING:
     from mstar.settings import WorkerSettings
 
 BUILTIN_MODEL_NAME = BUILTIN_MODEL
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = tuple(supported_architectures())  # the registry is the one list
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
