@@ -202,37 +202,6 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
     return results
 
 
-def _run_planned_ahead(engine, requests: dict) -> tuple[dict, int]:
-    """The overlapped loop's pattern: step N+1 is planned before step N runs, fed N's tokens.
-    Returns tokens per request id and how many steps were planned ahead."""
-    runner = engine.model_runner
-    for rid, (prompt, params) in requests.items():
-        engine.add_request(rid, prompt, params)
-    got = {rid: [] for rid in requests}
-    batch = engine.scheduler.schedule()
-    model_input = runner.prepare(batch)
-    planned_ahead = 0
-    while True:
-        plan = runner.prepare_continuation(batch, engine.block_manager)
-        tokens = runner.execute(model_input)
-        for out in engine.postprocess(batch, tokens):
-            got[out.request_id] += out.new_token_ids
-        if plan is not None and not any(s.is_finished for s in plan.batch.seqs):
-            plan.input_ids = tokens
-            batch, model_input = plan.batch, plan
-            planned_ahead += 1
-        elif engine.has_unfinished_requests():
-            batch = engine.scheduler.schedule()
-            model_input = runner.prepare(batch)
-        else:
-            return got, planned_ahead
-
-
 @pytest.fixture(scope="session")
 def run():
     return run_engine
-
-
-@pytest.fixture(scope="session")
-def run_planned_ahead():
-    return _run_planned_ahead

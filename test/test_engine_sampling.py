@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from mstar.engine.sampling_params import SamplingParams
+from mstar.ipc import messages as m
 
 PROMPT = "The quick brown fox"
 OTHER = "Paris is the capital of France, and Berlin"
@@ -113,12 +115,12 @@ def test_logprobs_reported_per_token(engine, ids):
     while engine.has_unfinished_requests():
         for out in engine.step():
             entries += out.logprobs
-            assert out.new_token_ids == [e["token_id"] for e in out.logprobs]
+            assert out.new_token_ids == [e.token_id for e in out.logprobs]
     assert len(entries) == 4
     for e in entries:
-        assert len(e["top"]) == 3
-        assert e["top"][0][0] == e["token_id"]  # greedy picks the most likely token
-        assert e["logprob"] == pytest.approx(e["top"][0][1]) and e["logprob"] <= 0
+        assert len(e.top) == 3
+        assert e.top[0][0] == e.token_id  # greedy picks the most likely token
+        assert e.logprob == pytest.approx(e.top[0][1]) and e.logprob <= 0
 
 
 @pytest.mark.parametrize(
@@ -135,4 +137,11 @@ def test_invalid_params_name_the_parameter(name, value):
 def test_params_round_trip_and_top_k_zero_disables():
     p = SamplingParams(temperature=0.5, stop="END", top_k=0, seed=3)
     assert p.stop == ["END"] and p.top_k == -1
-    assert SamplingParams.from_dict(p.to_dict()) == p
+    assert m.decode(m.encode(m.AddRequest("r", [1], p))).params == p
+
+
+def test_params_decoded_off_the_wire_are_validated():
+    bad = m.encode(m.AddRequest("r", [1], SamplingParams(top_p=0.5)))
+    bad = bad.replace(msgspec.msgpack.encode(0.5), msgspec.msgpack.encode(1.5))
+    with pytest.raises(msgspec.ValidationError, match="top_p"):
+        m.decode(bad)

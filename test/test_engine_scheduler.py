@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 
 from mstar.engine.block_manager import BlockManager
 from mstar.engine.errors import RequestRejected
-from mstar.engine.outputs import RequestOutput
+from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sequence import Sequence
+from mstar.ipc import messages as m
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +21,10 @@ def _params(n=8):
     return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
 
 
-def test_abort_frees_every_block(model_dir, make_engine):
-    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=64)
+@pytest.mark.parametrize("cap", [0, 1024], ids=["serial", "overlapped"])
+def test_abort_frees_every_block(model_dir, make_engine, cap):
+    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=64,
+                         max_consecutive_spec_steps=cap)
     start = engine.num_free_blocks()
     for i in range(4):
         engine.add_request(f"r{i}", list(range(10, 10 + 7 * (i + 1))), _params(30))
@@ -32,13 +34,17 @@ def test_abort_frees_every_block(model_dir, make_engine):
     for i in range(4):
         engine.abort_request(f"r{i}")
     engine.abort_request("unknown")  # no-op
+    if cap:  # a step is in flight: its blocks are freed once it is done, and nothing more runs
+        assert engine.num_free_blocks() < start
+        assert all(out.request_id.startswith("r") for out in engine.step())
     assert engine.num_free_blocks() == start
     assert engine.kv_cache_usage() == 0.0
     assert not engine.has_unfinished_requests()
 
 
 def test_abort_waiting_request(model_dir, make_engine, run):
-    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=64, max_num_seqs=1)
+    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=64, max_num_seqs=1,
+                         max_consecutive_spec_steps=0)
     engine.add_request("a", [5, 6, 7], _params(4))
     engine.add_request("b", [5, 6, 8], _params(4))
     engine.step()
@@ -84,6 +90,7 @@ def test_max_num_seqs_and_token_budget_respected(model_dir, make_engine):
         batch = engine.scheduler.schedule()
         assert len(batch) <= 2 and batch.num_tokens <= 16
         engine.postprocess(batch, engine.model_runner.execute(engine.model_runner.prepare(batch)))
+    assert engine.num_free_blocks() == 64
 
 
 def test_shared_prefix_shares_blocks():
@@ -109,8 +116,8 @@ def test_shared_prefix_shares_blocks():
     assert bm.allocate_prompt(c, 10) == 0
 
 
-def test_outputs_survive_msgpack():
-    out = RequestOutput("r", [1, 2], "hi", True, "stop", 3, 2,
-                        [{"token_id": 1, "logprob": -0.5, "top": [(1, -0.5)]}])
-    back = RequestOutput.from_dict(msgpack.unpackb(msgpack.packb(out.to_dict())))
-    assert back.request_id == "r" and back.new_token_ids == [1, 2] and back.finish_reason == "stop"
+def test_outputs_cross_the_wire_typed():
+    out = RequestOutput("r", [1, 2], "hi", True, "stop", 3, 2, [TokenLogprob(1, -0.5, [(1, -0.5)])])
+    back = m.decode(m.encode(m.Outputs([out])))
+    assert back == m.Outputs([out])
+    assert back.outputs[0].logprobs[0].top == [(1, -0.5)]

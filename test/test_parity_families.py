@@ -79,9 +79,11 @@ def test_preemption_and_resume_match(family, tiny_model_dir, make_engine, run, p
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_overlapped_steps_match(family, tiny_model_dir, make_engine, prompts, reference,
-                                run_planned_ahead):
-    overlapped, planned_ahead = run_planned_ahead(
-        make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128), _greedy(prompts))
-    assert planned_ahead > 5
-    assert [overlapped[f"r{i}"] for i in range(len(prompts))] == reference(family)
+def test_overlapped_loop_on_and_off_match(family, tiny_model_dir, make_engine, run, prompts,
+                                          reference):
+    for cap in (0, 1024):  # max_consecutive_spec_steps=0: the serial loop
+        engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128,
+                             max_consecutive_spec_steps=cap)
+        results = run(engine, _greedy(prompts))
+        assert _tokens(results, len(prompts)) == reference(family)
+        assert (engine.loop.counters.speculative_steps > 0) == bool(cap)

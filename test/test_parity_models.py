@@ -120,10 +120,49 @@ def test_staggered_arrivals_keep_outputs(family, tiny_model_dir, make_engine, pr
 
 @pytest.mark.parametrize("family", ["qwen3"])
 def test_continuation_planned_ahead_keeps_outputs(family, tiny_model_dir, make_engine, prompts,
-                                                 reference, run_planned_ahead):
-    """The worker's overlap pattern: step N+1 is planned before step N runs, fed N's tokens."""
-    engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
-    got, continued = run_planned_ahead(engine, _greedy(prompts))
+                                                 reference):
+    """The overlap pattern by hand: step N+1 is planned before step N runs, fed N's tokens."""
+    engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512,
+                         max_consecutive_spec_steps=0)
+    runner, scheduler = engine.model_runner, engine.scheduler
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, SamplingParams(temperature=0, max_tokens=MAX_NEW))
+    got = {i: [] for i in range(len(prompts))}
+    batch = scheduler.schedule()
+    model_input, input_ids = runner.prepare(batch), None
+    continued = 0
+    while True:
+        cont = scheduler.schedule_continuation(batch)
+        plan = None if cont is None else runner.prepare(cont)
+        result = runner.execute(model_input, input_ids)
+        for out in engine.postprocess(batch, result):
+            got[int(out.request_id)] += out.new_token_ids
+        if plan is not None and not any(s.is_finished for s in cont.seqs):
+            batch, model_input, input_ids = cont, plan, result.token_ids
+            continued += 1
+        elif engine.has_unfinished_requests():
+            batch = scheduler.schedule()
+            model_input, input_ids = runner.prepare(batch), None
+        else:
+            break
     assert continued > 5
-    assert [got[f"r{i}"] for i in range(len(prompts))] == reference[family]
+    assert [got[i] for i in range(len(prompts))] == reference[family]
     assert engine.num_free_blocks() == 512
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_offline_llm_overlapped_equals_serial(family, tiny_model_dir, prompts, reference):
+    """mstar.LLM runs the same step loop as a worker: overlapped and serial give the same tokens."""
+    from mstar import LLM
+
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW)
+    results = {}
+    for cap in (0, 1024):
+        llm = LLM(str(tiny_model_dir(family)), device="cpu", dtype="float32", kv_block_size=4,
+                  num_kv_blocks=64, max_consecutive_spec_steps=cap, log_level="warning")
+        results[cap] = [r.token_ids for r in llm.generate(
+            [{"prompt_token_ids": p} for p in prompts], params)]
+        counters = llm.engine.loop.counters
+        assert (counters.speculative_steps > 0) == bool(cap)
+        assert llm.engine.num_free_blocks() == 64
+    assert results[0] == results[1024] == reference[family]

@@ -143,9 +143,9 @@ def test_api_server_sigkill_leaves_no_processes_or_sockets(tiny_model_dir, tmp_p
 
 
 def test_conductor_refuses_workers_with_different_settings(tmp_path):
-    from mstar.conductor import messages as m
     from mstar.conductor.conductor import Conductor, WorkerDied, WorkerHandle
-    from mstar.conductor.endpoints import make_endpoints
+    from mstar.ipc import messages as m
+    from mstar.ipc.endpoints import make_endpoints
     from mstar.settings import WorkerSettings
 
     settings = WorkerSettings(num_workers=2)

@@ -1,4 +1,4 @@
-"""The worker's overlapped step loop, driven through a Worker built from a settings object."""
+"""The engine's step loop as a worker runs it, driven through a Worker built from a settings object."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from mstar.conductor import messages as m
+from mstar.engine import step_loop
 from mstar.engine.sampling_params import SamplingParams
+from mstar.ipc import messages as m
 from mstar.settings import WorkerSettings
-from mstar.worker import step_loop
 from mstar.worker.worker import Worker
 
 
 class FakeChannel:
-    """Stands in for the zmq sockets: commands are queued in, outputs are collected."""
+    """Stands in for the zmq sockets: commands are queued in, messages out are collected."""
 
     def __init__(self):
         self.inbox: queue.Queue = queue.Queue()
@@ -36,26 +36,22 @@ class FakeChannel:
             return []
         while not self.inbox.empty():
             msgs.append(self.inbox.get_nowait())
-        return msgs
+        return [m.decode(m.encode(msg)) for msg in msgs]  # as typed as off a socket
 
-    def setup_done(self, **fields):
-        pass
+    def send_to_conductor(self, msg):
+        if isinstance(msg, m.RequestsDone):
+            self.done.update(msg.request_ids)
 
-    def outputs(self, outputs):
-        for out in outputs:
-            self.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
-            self.first_token.set()
-            if out.finished:
-                self.finish_reasons[out.request_id] = out.finish_reason
-
-    def requests_done(self, request_ids):
-        self.done.update(request_ids)
-
-    def request_failed(self, request_id, status, message):
-        self.failed[request_id] = message
-
-    def stats(self, running, waiting, kv_cache_usage):
-        self.last_stats = (running, waiting, kv_cache_usage)
+    def send_to_api(self, msg):
+        msg = m.decode(m.encode(msg))
+        if isinstance(msg, m.Outputs):
+            for out in msg.outputs:
+                self.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+                self.first_token.set()
+                if out.finished:
+                    self.finish_reasons[out.request_id] = out.finish_reason
+        elif isinstance(msg, m.RequestFailed):
+            self.failed[msg.request_id] = msg.message
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +88,7 @@ class RunningWorker:
 
 def add(worker: RunningWorker, rid: str, prompt: list[int], **params) -> None:
     params.setdefault("temperature", 0.0)
-    worker.send(m.AddRequest(rid, prompt, SamplingParams(**params).to_dict()))
+    worker.send(m.AddRequest(rid, prompt, SamplingParams(**params)))
 
 
 # Different lengths and stopping points, so requests leave the batch at different steps.
@@ -130,7 +126,7 @@ def test_speculation_gives_the_same_tokens_as_a_serial_loop(settings_for, knobs)
     overlapped = serve_all(settings_for(**knobs), stagger=True)
     assert overlapped.channel.tokens == serial.channel.tokens
     assert overlapped.channel.finish_reasons == serial.channel.finish_reasons
-    assert overlapped.worker.loop.counters.speculative_steps > 0
+    assert overlapped.worker.engine.loop.counters.speculative_steps > 0
     for rid, (_, params) in REQUESTS.items():
         if params.get("ignore_eos"):
             assert len(overlapped.channel.tokens[rid]) == params["max_tokens"]
@@ -141,13 +137,13 @@ def test_speculation_gives_the_same_tokens_as_a_serial_loop(settings_for, knobs)
 @pytest.mark.parametrize("cap", [1, 3])
 def test_never_more_speculative_steps_in_a_row_than_the_cap(settings_for, cap):
     worker = serve_all(settings_for(max_consecutive_spec_steps=cap))
-    counters = worker.worker.loop.counters
+    counters = worker.worker.engine.loop.counters
     assert counters.speculative_steps > 0
     assert counters.longest_speculative_run == cap
 
 
 def test_cap_zero_never_speculates(settings_for):
-    counters = serve_all(settings_for(max_consecutive_spec_steps=0)).worker.loop.counters
+    counters = serve_all(settings_for(max_consecutive_spec_steps=0)).worker.engine.loop.counters
     assert counters.speculative_steps == 0 and counters.yield_steps > 0
 
 
@@ -238,4 +234,4 @@ def test_worker_run_reads_no_environment_variable(settings_for, monkeypatch):
     monkeypatch.setattr(os, "environ", environ)
     worker = serve_all(settings_for(max_consecutive_spec_steps=5))
     assert environ.looked_up == []
-    assert worker.worker.loop.counters.speculative_steps > 0  # the settings' cap, not the env's
+    assert worker.worker.engine.loop.counters.speculative_steps > 0  # the settings' cap, not the env's

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 import zmq
 import zmq.asyncio
 
-from mstar.conductor import messages as m
-from mstar.conductor.endpoints import Endpoints
+from mstar.engine.outputs import RequestOutput
+from mstar.engine.sampling_params import SamplingParams
+from mstar.ipc import messages as m
+from mstar.ipc.endpoints import Endpoints
+from mstar.ipc.sockets import drain, pull_socket, push_socket, send
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -31,6 +34,7 @@ class Failure:
 
     status: int
     message: str
+    param: str | None = None
 
 
 class StartupError(Exception):
@@ -40,28 +44,20 @@ class StartupError(Exception):
 class EngineClient:
     def __init__(self, endpoints: Endpoints, conductor: BaseProcess):
         self.conductor = conductor
-        self.ctx = zmq.asyncio.Context()
-        self.inbox = self.ctx.socket(zmq.PULL)
-        self.inbox.bind(endpoints.api)
-        self.sync_ctx = zmq.Context()  # sends never block on PUSH: no futures to await
-        self.to_conductor = self.sync_ctx.socket(zmq.PUSH)
-        self.to_conductor.setsockopt(zmq.LINGER, 1000)
-        self.to_conductor.connect(endpoints.conductor)
+        self.ctx = zmq.Context()  # plain sockets: sends never block on PUSH, reads drain
+        self.inbox = pull_socket(self.ctx, endpoints.api)
+        self.inbox_waiter = zmq.asyncio.Socket.from_socket(self.inbox)  # awaits readability only
+        self.to_conductor = push_socket(self.ctx, endpoints.conductor)
         self.queues: dict[str, asyncio.Queue] = {}
         self.stats: dict[int, m.WorkerStats] = {}
         self.failure: str | None = None
         self.failed = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    async def _receive(self) -> list[Any]:
-        if not await self.inbox.poll(POLL_MS):
+    async def _receive(self) -> list[m.Message]:
+        if not await self.inbox_waiter.poll(POLL_MS):
             return []
-        msgs = []
-        while True:
-            try:
-                msgs.append(m.decode(self.inbox.recv(zmq.NOBLOCK).result()))
-            except zmq.Again:
-                return msgs
+        return drain(self.inbox)
 
     async def wait_ready(self, timeout_s: float, stop: asyncio.Event) -> m.Ready | None:
         """The conductor's READY; None if `stop` was set first; StartupError on a fault."""
@@ -90,10 +86,10 @@ class EngineClient:
             if self.failure is None and not self.conductor.is_alive():
                 self._fail(f"conductor exited with code {self.conductor.exitcode}")
 
-    def _route(self, msg: Any) -> None:
+    def _route(self, msg: m.Message) -> None:
         if isinstance(msg, m.Outputs):
             for out in msg.outputs:
-                queue = self.queues.get(out["request_id"])
+                queue = self.queues.get(out.request_id)
                 if queue is not None:
                     queue.put_nowait(out)
         elif isinstance(msg, m.WorkerStats):
@@ -101,7 +97,7 @@ class EngineClient:
         elif isinstance(msg, m.RequestFailed):
             queue = self.queues.get(msg.request_id)
             if queue is not None:
-                queue.put_nowait(Failure(msg.status, msg.message))
+                queue.put_nowait(Failure(msg.status, msg.message, msg.param))
         elif isinstance(msg, m.Fatal):
             self._fail(msg.message)
 
@@ -112,15 +108,27 @@ class EngineClient:
             queue.put_nowait(Failure(503, message))
         self.failed.set()
 
-    def submit(self, requests: list[tuple[str, list[int], dict]]) -> asyncio.Queue:
-        """Send sub-requests to the conductor; their outputs arrive on the returned queue."""
-        queue: asyncio.Queue = asyncio.Queue()
+    def submit(self, requests: list[tuple[str, list[int], SamplingParams]]) -> asyncio.Queue:
+        """Send sub-requests to the conductor; their outputs arrive on the returned queue.
+
+        Every sub-request is encoded before the first is sent, so a request that cannot be encoded
+        sends nothing; if a send fails part-way, the ones already sent are aborted.
+        """
+        queue: asyncio.Queue[RequestOutput | Failure] = asyncio.Queue()
         if self.failure is not None:
             queue.put_nowait(Failure(503, self.failure))
             return queue
-        for request_id, prompt_ids, params in requests:
-            self.queues[request_id] = queue
-            self.to_conductor.send(m.encode(m.AddRequest(request_id, prompt_ids, params)))
+        frames = [(rid, m.encode(m.AddRequest(rid, ids, params))) for rid, ids, params in requests]
+        sent: list[str] = []
+        try:
+            for rid, frame in frames:
+                self.queues[rid] = queue
+                self.to_conductor.send(frame, copy=False)
+                sent.append(rid)
+        except BaseException:
+            self.release([rid for rid, _ in frames])
+            self.abort(sent)
+            raise
         return queue
 
     def release(self, request_ids: list[str]) -> None:
@@ -131,7 +139,7 @@ class EngineClient:
     def abort(self, request_ids: list[str]) -> None:
         """Abort requests in their worker, which frees their KV blocks at once."""
         if request_ids and self.failure is None:
-            self.to_conductor.send(m.encode(m.AbortRequests(list(request_ids))))
+            send(self.to_conductor, m.AbortRequests(list(request_ids)))
 
     async def shutdown(self, reason: str) -> None:
         """Stop routing and ask the conductor to stop the workers."""
@@ -139,10 +147,10 @@ class EngineClient:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self.conductor.is_alive():
-            self.to_conductor.send(m.encode(m.Shutdown(reason)))
+            send(self.to_conductor, m.Shutdown(reason))
 
     def close(self) -> None:
+        self.inbox_waiter.close()
         self.inbox.close()
         self.to_conductor.close()
         self.ctx.term()
-        self.sync_ctx.term()

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mstar.engine.outputs import RequestOutput, TokenLogprob
+
 
 def sse(payload: Any) -> str:
     return f"data: {json.dumps(payload)}\n\n"
@@ -28,34 +30,34 @@ def now() -> int:
     return int(time.time())
 
 
-def finish_reason(out: dict) -> str | None:
+def finish_reason(out: RequestOutput) -> str | None:
     """The engine's 'abort' never reaches a client as such; it only ends an aborted stream."""
-    reason = out.get("finish_reason")
-    return "stop" if reason == "abort" else reason
+    return "stop" if out.finish_reason == "abort" else out.finish_reason
 
 
 def _token(tokenizer: Any, token_id: int) -> str:
     return tokenizer.decode([token_id])
 
 
-def chat_logprobs(tokenizer: Any, entries: list[dict]) -> dict[str, Any]:
+def chat_logprobs(tokenizer: Any, entries: list[TokenLogprob]) -> dict[str, Any]:
     content = []
     for e in entries:
-        text = _token(tokenizer, e["token_id"])
+        text = _token(tokenizer, e.token_id)
         top = [{"token": _token(tokenizer, tid), "logprob": lp,
-                "bytes": list(_token(tokenizer, tid).encode())} for tid, lp in e.get("top", [])]
-        content.append({"token": text, "logprob": e["logprob"], "bytes": list(text.encode()),
+                "bytes": list(_token(tokenizer, tid).encode())} for tid, lp in e.top]
+        content.append({"token": text, "logprob": e.logprob, "bytes": list(text.encode()),
                         "top_logprobs": top})
     return {"content": content}
 
 
-def completion_logprobs(tokenizer: Any, entries: list[dict], offset: int) -> dict[str, Any]:
+def completion_logprobs(tokenizer: Any, entries: list[TokenLogprob],
+                        offset: int) -> dict[str, Any]:
     tokens, token_logprobs, top, offsets = [], [], [], []
     for e in entries:
-        text = _token(tokenizer, e["token_id"])
+        text = _token(tokenizer, e.token_id)
         tokens.append(text)
-        token_logprobs.append(e["logprob"])
-        top.append({_token(tokenizer, tid): lp for tid, lp in e.get("top", [])})
+        token_logprobs.append(e.logprob)
+        top.append({_token(tokenizer, tid): lp for tid, lp in e.top})
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top,
@@ -68,14 +70,14 @@ class Choice:
 
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    logprobs: list[dict] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
 
-    def add(self, out: dict) -> None:
-        self.text += out["new_text"]
-        self.token_ids.extend(out["new_token_ids"])
-        self.logprobs.extend(out.get("logprobs") or [])
-        if out["finished"]:
+    def add(self, out: RequestOutput) -> None:
+        self.text += out.new_text
+        self.token_ids.extend(out.new_token_ids)
+        self.logprobs.extend(out.logprobs or [])
+        if out.finished:
             self.finish_reason = finish_reason(out)
 
 

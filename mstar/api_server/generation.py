@@ -19,6 +19,10 @@ from mstar.api_server.engine_client import Failure
 from mstar.api_server.errors import APIError
 from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
 from mstar.api_server.state import ServerState
+from mstar.engine.errors import RequestRejected
+from mstar.engine.limits import check_request_fits
+from mstar.engine.outputs import RequestOutput
+from mstar.engine.sampling_params import SamplingParams
 
 DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there
 
@@ -51,20 +55,17 @@ def completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[in
     return ids
 
 
-def sampling_params(state: ServerState, req: Any, prompt_len: int) -> list[dict]:
-    """One SamplingParams dict per choice (n), validated by the engine's own class."""
-    from mstar.engine.sampling_params import SamplingParams
-
+def sampling_params(state: ServerState, req: Any, prompt_len: int,
+                    prompt_field: str = "prompt") -> list[SamplingParams]:
+    """One SamplingParams per choice (n), validated by the engine's own class and limit rule."""
     limit = state.max_model_len
     max_tokens = req.requested_max_tokens()
     if max_tokens is None:
-        max_tokens = limit - prompt_len
-        if max_tokens < 1:
-            raise APIError(400, f"prompt has {prompt_len} tokens, max_model_len is {limit}",
-                           "messages")
-    elif prompt_len + max_tokens > limit:
-        raise APIError(400, f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds "
-                       f"max_model_len ({limit})", "max_tokens")
+        max_tokens = max(1, limit - prompt_len)
+    try:
+        check_request_fits(prompt_len, max_tokens, limit, prompt_field)
+    except RequestRejected as exc:
+        raise APIError(400, str(exc), exc.param) from exc
     out = []
     for i in range(req.n):
         try:
@@ -75,7 +76,7 @@ def sampling_params(state: ServerState, req: Any, prompt_len: int) -> list[dict]
                 ignore_eos=req.ignore_eos, logprobs=req.num_logprobs())
         except ValueError as exc:
             raise APIError(400, str(exc)) from exc
-        out.append(params.to_dict())
+        out.append(params)
     return out
 
 
@@ -89,9 +90,9 @@ async def first_output(outputs: AsyncIterator) -> Any:
 
 
 async def run_requests(
-    state: ServerState, request_id: str, prompt_ids: list[int], params: list[dict],
+    state: ServerState, request_id: str, prompt_ids: list[int], params: list[SamplingParams],
     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-) -> AsyncIterator[tuple[int, dict]]:
+) -> AsyncIterator[tuple[int, RequestOutput]]:
     """Yield (choice index, engine output) until every choice finished."""
     metrics = state.metrics
     ids = [f"{request_id}-{i}" for i in range(len(params))]
@@ -119,17 +120,17 @@ async def run_requests(
             except asyncio.TimeoutError:
                 continue
             if isinstance(item, Failure):
-                raise APIError(item.status, item.message)
-            rid = item["request_id"]
+                raise APIError(item.status, item.message, item.param)
+            rid = item.request_id
             now = time.perf_counter()
-            if item["new_token_ids"]:
-                metrics.output_tokens.inc(len(item["new_token_ids"]))
+            if item.new_token_ids:
+                metrics.output_tokens.inc(len(item.new_token_ids))
                 if rid in last:
                     metrics.itl.observe(now - last[rid])
                 else:
                     metrics.ttft.observe(now - started)
                 last[rid] = now
-            if item["finished"]:
+            if item.finished:
                 unfinished.discard(rid)
             yield index[rid], item
     finally:
@@ -138,7 +139,7 @@ async def run_requests(
 
 
 async def collect_choices(state: ServerState, request_id: str, prompt_ids: list[int],
-                          params: list[dict],
+                          params: list[SamplingParams],
                           is_disconnected: Callable[[], Awaitable[bool]]) -> list[fmt.Choice]:
     """Run every choice to the end for a non-streaming response."""
     choices = [fmt.Choice() for _ in params]

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -27,17 +28,18 @@ from mstar.api_server.generation import (
 )
 from mstar.api_server.protocol import GenerateRequest
 from mstar.api_server.state import ServerState
+from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()
 
 
-def _line(i: int, out: dict) -> dict[str, Any]:
-    line: dict[str, Any] = {"index": i, "text": out["new_text"], "token_ids": out["new_token_ids"],
-                            "finished": out["finished"], "finish_reason": fmt.finish_reason(out)}
-    if out.get("logprobs"):
-        line["logprobs"] = out["logprobs"]
-    if out["finished"]:
-        line["usage"] = fmt.usage(out["num_prompt_tokens"], out["num_output_tokens"])
+def _line(i: int, out: RequestOutput) -> dict[str, Any]:
+    line: dict[str, Any] = {"index": i, "text": out.new_text, "token_ids": out.new_token_ids,
+                            "finished": out.finished, "finish_reason": fmt.finish_reason(out)}
+    if out.logprobs:
+        line["logprobs"] = [msgspec.structs.asdict(e) for e in out.logprobs]
+    if out.finished:
+        line["usage"] = fmt.usage(out.num_prompt_tokens, out.num_output_tokens)
     return line
 
 

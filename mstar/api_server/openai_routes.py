@@ -22,6 +22,7 @@ from mstar.api_server.generation import (
 )
 from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
 from mstar.api_server.state import ServerState
+from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()
 
@@ -44,7 +45,7 @@ async def completions(request: Request) -> Any:
 
 async def _respond(state: ServerState, request: Request, req: Any, prompt_ids: list[int],
                    chat: bool) -> Any:
-    params = sampling_params(state, req, len(prompt_ids))
+    params = sampling_params(state, req, len(prompt_ids), "messages" if chat else "prompt")
     request_id = new_request_id("chatcmpl" if chat else "cmpl")
     if req.stream:
         outputs = run_requests(state, request_id, prompt_ids, params)
@@ -77,7 +78,7 @@ def _final(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
 
 
 async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
-                  first: tuple[int, dict], outputs: AsyncIterator, chat: bool
+                  first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool
                   ) -> AsyncIterator[str]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
                         state.model_name, fmt.now())
@@ -90,7 +91,7 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: lis
             yield fmt.sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": None,
                                                 "finish_reason": None}]})
 
-    async def rest() -> AsyncIterator[tuple[int, dict]]:
+    async def rest() -> AsyncIterator[tuple[int, RequestOutput]]:
         yield first
         async for item in outputs:
             yield item
@@ -101,17 +102,17 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: lis
                 choices[i].add(out)
                 item: dict[str, Any] = {"index": i, "logprobs": None,
                                         "finish_reason": fmt.finish_reason(out)}
-                entries = out.get("logprobs") or []
+                entries = out.logprobs or []
                 if chat:
-                    item["delta"] = {"content": out["new_text"]}
+                    item["delta"] = {"content": out.new_text}
                     if want_logprobs:
                         item["logprobs"] = fmt.chat_logprobs(state.tokenizer, entries)
                 else:
-                    item["text"] = out["new_text"]
+                    item["text"] = out.new_text
                     if want_logprobs:
                         item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
                                                                    offsets[i])
-                    offsets[i] += len(out["new_text"])
+                    offsets[i] += len(out.new_text)
                 yield fmt.sse({**base, "choices": [item]})
         except APIError as exc:
             yield fmt.sse(exc.body())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import os
 import shutil
 import signal
@@ -23,8 +22,9 @@ import structlog
 import uvicorn
 
 from mstar.api_server.engine_client import EngineClient, StartupError
-from mstar.conductor.endpoints import create_socket_dir, make_endpoints
 from mstar.conductor.process import conductor_main
+from mstar.ipc.endpoints import create_socket_dir, make_endpoints
+from mstar.ipc.lifecycle import start_child
 
 if TYPE_CHECKING:
     from mstar.settings import WorkerSettings
@@ -58,11 +58,9 @@ def serve(settings: WorkerSettings, model_dir: Path) -> int:
     socket_dir = create_socket_dir(settings)
     try:
         endpoints = make_endpoints(settings, socket_dir)
-        conductor = multiprocessing.get_context("spawn").Process(
-            target=conductor_main, args=(settings, endpoints), name="mstar-conductor")
         log.info("starting_workers", num_workers=settings.num_workers,
                  transport=settings.zmq_transport)
-        conductor.start()
+        conductor = start_child(conductor_main, (settings, endpoints), "mstar-conductor")
         try:
             return asyncio.run(_serve(settings, tokenizer, endpoints, conductor))
         finally:

@@ -6,7 +6,6 @@ exact and immediate: each worker's process sentinel is polled next to the zmq so
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 import time
 from dataclasses import dataclass, field
@@ -15,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import zmq
 
-from mstar.conductor import messages as m
-from mstar.conductor.endpoints import Endpoints
+from mstar.ipc import messages as m
+from mstar.ipc.endpoints import Endpoints
+from mstar.ipc.lifecycle import start_child
+from mstar.ipc.sockets import pull_socket, push_socket, receive, send
 from mstar.worker.process import worker_main
 
 if TYPE_CHECKING:
@@ -54,19 +55,12 @@ class Conductor:
         self.settings = settings
         self.endpoints = endpoints
         self.ctx = zmq.Context()
-        self.inbox = self.ctx.socket(zmq.PULL)
-        self.inbox.bind(endpoints.conductor)
-        self.to_api = self._push(endpoints.api)
+        self.inbox = pull_socket(self.ctx, endpoints.conductor)
+        self.to_api = push_socket(self.ctx, endpoints.api)
         self.workers: list[WorkerHandle] = []
         self.owner: dict[str, WorkerHandle] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, zmq.POLLIN)
-
-    def _push(self, address: str) -> zmq.Socket:
-        sock = self.ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.connect(address)
-        return sock
 
     def run(self) -> int:
         """Exit code: 0 after an orderly shutdown, 1 after a fault."""
@@ -76,7 +70,7 @@ class Conductor:
                 return 0
             return self.control_loop()
         except WorkerDied as exc:
-            self.to_api.send(m.encode(m.Fatal(str(exc))))
+            send(self.to_api, m.Fatal(str(exc)))
             return 1
         finally:
             self.stop_workers()
@@ -85,14 +79,12 @@ class Conductor:
             self.ctx.term()
 
     def start_workers(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
         for i, address in enumerate(self.endpoints.workers):
-            proc = ctx.Process(target=worker_main, args=(self.settings, i, self.endpoints),
-                               name=f"mstar-worker-{i}", daemon=True)
-            proc.start()
+            proc = start_child(worker_main, (self.settings, i, self.endpoints), f"mstar-worker-{i}",
+                               daemon=True)
             log.info("worker_started", worker=i, pid=proc.pid)
             self.poller.register(proc.sentinel, zmq.POLLIN)
-            self.workers.append(WorkerHandle(i, proc, self._push(address)))
+            self.workers.append(WorkerHandle(i, proc, push_socket(self.ctx, address)))
 
     def poll(self, timeout_ms: int) -> list[Any]:
         """Messages from the inbox; raises WorkerDied as soon as a worker process exits."""
@@ -104,14 +96,7 @@ class Conductor:
                 log.error("worker_died", worker=w.index, pid=w.process.pid, exitcode=code,
                           pending=len(w.outstanding))
                 raise WorkerDied(f"worker {w.index} (pid {w.process.pid}) {_how(code)}")
-        msgs = []
-        if self.inbox in events:
-            while True:
-                try:
-                    msgs.append(m.decode(self.inbox.recv(zmq.NOBLOCK)))
-                except zmq.Again:
-                    break
-        return msgs
+        return receive(self.inbox, 0) if self.inbox in events else []
 
     def wait_for_setup(self) -> bool:
         """Wait for every worker's SETUP_DONE; False if asked to shut down meanwhile."""
@@ -129,9 +114,9 @@ class Conductor:
                     self.workers[msg.worker].setup = msg
         self.check_fingerprints()
         first = self.workers[0].setup
-        self.to_api.send(m.encode(m.Ready(
+        send(self.to_api, m.Ready(
             model_name=first.model_name, max_model_len=first.max_model_len,
-            num_workers=len(self.workers), worker_pids=[w.process.pid for w in self.workers])))
+            num_workers=len(self.workers), worker_pids=[w.process.pid for w in self.workers]))
         log.info("workers_ready", num_workers=len(self.workers), model=first.model_name)
         return True
 
@@ -165,7 +150,7 @@ class Conductor:
         w = min(self.workers, key=lambda h: len(h.outstanding))
         w.outstanding.add(msg.request_id)
         self.owner[msg.request_id] = w
-        w.channel.send(m.encode(msg))
+        send(w.channel, msg)
 
     def abort(self, request_ids: list[str]) -> None:
         by_worker: dict[int, list[str]] = {}
@@ -174,13 +159,13 @@ class Conductor:
             if w is not None:
                 by_worker.setdefault(w.index, []).append(rid)
         for index, ids in by_worker.items():
-            self.workers[index].channel.send(m.encode(m.AbortRequests(ids)))
+            send(self.workers[index].channel, m.AbortRequests(ids))
 
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""
         for w in self.workers:
             if w.process.is_alive():
-                w.channel.send(m.encode(m.Shutdown("conductor stopping")))
+                send(w.channel, m.Shutdown("conductor stopping"))
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for w in self.workers:
             w.process.join(max(0.0, deadline - time.monotonic()))

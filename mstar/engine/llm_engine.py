@@ -1,4 +1,4 @@
-"""LLMEngine: requests in, per-step token/text deltas out."""
+"""LLMEngine: requests in, per-step token/text deltas out, through the one step loop."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from transformers import AutoConfig, AutoTokenizer
 from mstar.engine.block_manager import BlockManager
 from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.errors import RequestRejected
+from mstar.engine.limits import check_request_fits
 from mstar.engine.model_runner import ModelRunner
-from mstar.engine.outputs import RequestOutput
+from mstar.engine.outputs import RequestOutput, StepResult, TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.scheduler import ScheduledBatch, Scheduler
 from mstar.engine.sequence import Sequence
+from mstar.engine.step_loop import StepLoop
 from mstar.models.resolve import resolve_model_dir
 
 log = structlog.get_logger(__name__)
@@ -35,9 +37,13 @@ def resolve_device_dtype(settings) -> tuple[torch.device, torch.dtype]:
 
 
 class LLMEngine:
-    """Serial engine core; ``step`` = schedule -> prepare -> execute -> postprocess."""
+    """Owns the model, the KV cache, the scheduler and the requests; ``step()`` runs the step loop
+    (serial or overlapped, as the settings say) and returns the outputs of the step that finished.
 
-    def __init__(self, settings) -> None:
+    ``timer_label`` tags phase-timing logs (the worker index when run by a worker).
+    """
+
+    def __init__(self, settings, timer_label: int = 0) -> None:
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
@@ -61,6 +67,9 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
                                    settings.max_num_batched_tokens)
         self.seqs: dict[str, Sequence] = {}
+        self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
+                             timer_label)
+        self.pending_aborts: list[str] = []  # aborts that arrived while a step was in flight
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(settings.seed)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
@@ -84,21 +93,14 @@ class LLMEngine:
                     params: SamplingParams) -> None:
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
-        n_prompt = len(prompt_token_ids)
-        if n_prompt == 0:
-            raise RequestRejected("prompt is empty: at least one prompt token is required")
-        total = n_prompt + params.max_tokens
-        if total > self.max_model_len:
-            raise RequestRejected(
-                f"prompt ({n_prompt} tokens) + max_tokens ({params.max_tokens}) = {total} "
-                f"exceeds max_model_len={self.max_model_len}"
-            )
+        check_request_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
+        total = len(prompt_token_ids) + params.max_tokens
         need = self.block_manager.blocks_needed(total)
         if need > self.block_manager.num_blocks:
             raise RequestRejected(
                 f"request needs {need} KV blocks ({total} tokens) but the whole cache has "
-                f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens"
-            )
+                f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens",
+                "max_tokens")
         generator = self._default_generator
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
@@ -109,12 +111,23 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> None:
+        """Abort a request; its blocks are freed at once, or right after the step in flight (no
+        block is freed while a forward may still write to it)."""
+        if self.loop.in_flight:
+            self.pending_aborts.append(request_id)
+        else:
+            self._abort_now(request_id)
+
+    def _abort_now(self, request_id: str) -> None:
         seq = self.seqs.pop(request_id, None)
         if seq is not None:
             self.scheduler.finish(seq, "abort")
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self.loop.in_flight
+
+    def shutdown(self) -> None:
+        self.loop.shutdown()
 
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
@@ -131,33 +144,32 @@ class LLMEngine:
     # ---- stepping ----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        batch = self.scheduler.schedule()
-        if not batch.seqs:
-            return []
-        model_input = self.model_runner.prepare(batch)
-        token_ids = self.model_runner.execute(model_input)
-        return self.postprocess(batch, token_ids)
+        """One iteration of the step loop: the outputs of the step that finished in it."""
+        return self.loop.step()
 
-    def postprocess(self, batch: ScheduledBatch, token_ids: torch.Tensor) -> list[RequestOutput]:
-        tokens = token_ids.tolist()
+    def postprocess(self, batch: ScheduledBatch, result: StepResult) -> list[RequestOutput]:
+        """Apply a finished step: progress, sampled tokens, stops; then the aborts that waited."""
+        tokens = result.token_ids.tolist()
         outputs = []
         k = 0
         for i, seq in enumerate(batch.seqs):
             samples = batch.samples(i)
-            seq.num_computed_tokens += batch.num_new_tokens[i]
-            if seq.is_finished:  # aborted while the step ran
+            seq.num_computed_tokens = batch.starts[i] + batch.num_new_tokens[i]
+            if seq.is_finished:  # defensive: aborts wait for the step, so none finished meanwhile
                 k += samples
                 continue
             self.block_manager.commit_full_blocks(seq)
             if not samples:
                 continue
-            token = tokens[k]
-            logprobs = batch.logprobs[k] if batch.logprobs else None
+            logprobs = result.logprobs[k] if result.logprobs else None
+            outputs.append(self._append(seq, tokens[k], logprobs))
             k += 1
-            outputs.append(self._append(seq, token, logprobs))
+        aborts, self.pending_aborts = self.pending_aborts, []
+        for request_id in aborts:
+            self._abort_now(request_id)
         return outputs
 
-    def _append(self, seq: Sequence, token: int, logprobs: dict | None) -> RequestOutput:
+    def _append(self, seq: Sequence, token: int, logprobs: TokenLogprob | None) -> RequestOutput:
         seq.append_token(token)
         params = seq.params
         reason = None

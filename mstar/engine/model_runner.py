@@ -9,6 +9,7 @@ import torch
 from mstar.engine.attention import AttentionInputs, get_backend
 from mstar.engine.compilation import compile_model
 from mstar.engine.kv_cache import allocate_kv_cache, block_bytes, num_blocks_for
+from mstar.engine.outputs import StepResult
 from mstar.engine.sampler import Sampler, SamplingMetadata
 from mstar.engine.scheduler import ScheduledBatch
 from mstar.models.loader import load_model
@@ -46,36 +47,11 @@ class ModelRunner:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
 
     def prepare(self, batch: ScheduledBatch) -> ModelInput:
-        starts = [seq.num_computed_tokens for seq in batch.seqs]
-        input_ids = [
-            seq.token_ids[start : start + n]
-            for seq, start, n in zip(batch.seqs, starts, batch.num_new_tokens, strict=True)
-        ]
-        return self._prepare(batch, starts, input_ids)
+        """Flatten the batch into the step's tensors.
 
-    def prepare_continuation(self, batch: ScheduledBatch, block_manager) -> ModelInput | None:
-        """Plan the step after ``batch`` before it has run: one more token per sampled sequence.
-
-        Lets a worker build step N+1 while step N executes. ``input_ids`` are placeholders
-        the caller replaces with step N's sampled token ids (same order) before ``execute``.
-        Returns None when nothing is sampled or the KV cache cannot hold the extra tokens.
+        Rows of a continuation run past the sequence's end: their input ids are not known yet, and
+        the caller passes them to ``execute`` (``input_ids``) once the previous step sampled them.
         """
-        seqs, starts = [], []
-        for i, seq in enumerate(batch.seqs):
-            if batch.samples(i):
-                seqs.append(seq)
-                starts.append(seq.num_computed_tokens + batch.num_new_tokens[i])
-        totals = [start + 1 for start in starts]
-        if not seqs or not block_manager.can_grow_all(seqs, totals):
-            return None
-        for seq, total in zip(seqs, totals, strict=True):
-            block_manager.grow_to(seq, total)
-        continuation = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * len(seqs))
-        return self._prepare(continuation, starts, [[0]] * len(seqs))
-
-    def _prepare(self, batch: ScheduledBatch, starts: list[int],
-                 new_ids: list[list[int]]) -> ModelInput:
-        """Flatten the batch; sequence i computes ``new_ids[i]`` at positions from ``starts[i]``."""
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
@@ -85,13 +61,14 @@ class ModelRunner:
         sampled = []
         max_blocks = max(len(s.block_table) for s in batch.seqs)
         tables = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in batch.seqs]
-        for i, (seq, start, ids) in enumerate(zip(batch.seqs, starts, new_ids, strict=True)):
-            n = len(ids)
-            input_ids += ids
+        for i, (seq, start, n) in enumerate(zip(batch.seqs, batch.starts, batch.num_new_tokens,
+                                                strict=True)):
+            ids = seq.token_ids[start : start + n]
+            input_ids += ids + [0] * (n - len(ids))  # 0: placeholder for a continuation's input
             positions += range(start, start + n)
             seq_index += [i] * n
             ctx_lens.append(start + n)
-            if start + n >= len(seq):  # reaches the end (a continuation runs past it)
+            if batch.samples(i):
                 sample_rows.append(len(input_ids) - 1)
                 sampled.append(seq)
         block_tables = self._tensor(tables)
@@ -158,14 +135,17 @@ class ModelRunner:
             self.model.compute_logits(hidden[-1:]).argmax(-1).tolist()
 
     @torch.inference_mode()
-    def execute(self, model_input: ModelInput) -> torch.Tensor:
-        """Forward pass + sampling; returns one token id per sampled sequence."""
+    def execute(self, model_input: ModelInput, input_ids: torch.Tensor | None = None) -> StepResult:
+        """Forward pass + sampling: one token id (and logprobs, if asked for) per sampled row.
+
+        ``input_ids`` replaces the planned ones: a continuation's inputs are the previous step's
+        sampled tokens, known only once that step is done.
+        """
         model_input.attn_metadata.begin_forward()
-        hidden = self.model(model_input.input_ids, model_input.positions,
-                            model_input.attn_metadata)
+        ids = model_input.input_ids if input_ids is None else input_ids
+        hidden = self.model(ids, model_input.positions, model_input.attn_metadata)
         if model_input.sampling is None:
-            return torch.empty(0, dtype=torch.int64)
+            return StepResult(torch.empty(0, dtype=torch.int64))
         logits = self.model.compute_logits(hidden[model_input.sample_indices])
         tokens, logprobs = self.sampler(logits, model_input.sampling)
-        model_input.batch.logprobs = logprobs
-        return tokens
+        return StepResult(tokens, logprobs)

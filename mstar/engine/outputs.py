@@ -1,27 +1,41 @@
-"""Step outputs: plain dataclasses so they pass through msgpack unchanged."""
+"""What the engine hands out: typed structs that cross processes as they are (msgspec).
+
+``array_like`` structs encode as msgpack arrays, without field names: the wire stays small on the
+hottest message (one ``Outputs`` per step).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
+
+import msgspec
+import torch
 
 
-@dataclass
-class RequestOutput:
+class TokenLogprob(msgspec.Struct, array_like=True):
+    """Log-probability of one sampled token, with the ``top`` alternatives when asked for."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = []
+
+
+class RequestOutput(msgspec.Struct, array_like=True):
     """What one request produced in one engine step (deltas, not totals)."""
 
     request_id: str
-    new_token_ids: list[int] = field(default_factory=list)
+    new_token_ids: list[int] = []
     new_text: str = ""
     finished: bool = False
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
-    logprobs: list[dict[str, Any]] | None = None
+    logprobs: list[TokenLogprob] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RequestOutput:
-        return cls(**d)
+@dataclass(frozen=True)
+class StepResult:
+    """The model runner's answer for one step: a token per sampled row, in row order."""
+
+    token_ids: torch.Tensor
+    logprobs: list[TokenLogprob | None] | None = None

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mstar.engine.outputs import TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 
 
@@ -24,7 +25,7 @@ class SamplingMetadata:
 class Sampler:
     def __call__(
         self, logits: torch.Tensor, meta: SamplingMetadata
-    ) -> tuple[torch.Tensor, list[dict] | None]:
+    ) -> tuple[torch.Tensor, list[TokenLogprob | None] | None]:
         logits = logits.float()
         raw = logits
         if meta.any_penalty:
@@ -71,17 +72,19 @@ class Sampler:
         return tokens
 
     @staticmethod
-    def _logprobs(raw: torch.Tensor, tokens: torch.Tensor, meta: SamplingMetadata) -> list:
+    def _logprobs(raw: torch.Tensor, tokens: torch.Tensor,
+                  meta: SamplingMetadata) -> list[TokenLogprob | None]:
+        """Taken from the raw logits: before repetition penalty and temperature."""
         logp = torch.log_softmax(raw, dim=-1)
-        out: list[dict | None] = []
+        out: list[TokenLogprob | None] = []
         for row, p in enumerate(meta.params):
             if p.logprobs is None:
                 out.append(None)
                 continue
             tok = int(tokens[row])
-            entry = {"token_id": tok, "logprob": float(logp[row, tok]), "top": []}
+            top = []
             if p.logprobs:
                 vals, ids = logp[row].topk(p.logprobs)
-                entry["top"] = list(zip(ids.tolist(), vals.tolist(), strict=True))
-            out.append(entry)
+                top = list(zip(ids.tolist(), vals.tolist(), strict=True))
+            out.append(TokenLogprob(tok, float(logp[row, tok]), top))
         return out

@@ -1,15 +1,19 @@
-"""Per-request sampling parameters, validated at construction (user input)."""
+"""Per-request sampling parameters: a typed struct that crosses processes as is (msgspec).
+
+Validated at construction and again when decoded off the wire, so a bad value is a ValueError
+naming the field wherever it enters.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import msgspec
 
 MAX_LOGPROBS = 20
 
 
-@dataclass
-class SamplingParams:
+class SamplingParams(msgspec.Struct, kw_only=True):
     """How to pick tokens and when to stop; temperature 0 means greedy."""
 
     max_tokens: int = 16
@@ -19,8 +23,8 @@ class SamplingParams:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
     ignore_eos: bool = False
     logprobs: int | None = None
 
@@ -65,13 +69,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SamplingParams:
-        return cls(**d)
 
 
 def _is_int(v: Any) -> bool:

@@ -15,15 +15,17 @@ log = structlog.get_logger(__name__)
 
 @dataclass
 class ScheduledBatch:
-    """Sequences to run this step and how many new tokens each one computes.
+    """Sequences to run this step, where each one starts and how many new tokens it computes.
 
-    A sequence whose new tokens reach its end is sampled; a partially
-    prefilled one (chunked prefill) is not.
+    ``starts[i]`` is how many of sequence i's tokens are already in the KV cache when the step
+    runs. A sequence whose new tokens reach its end is sampled; a partially prefilled one
+    (chunked prefill) is not. A continuation (see ``Scheduler.schedule_continuation``) is planned
+    before its input token exists, so its rows run one past the sequence's current end.
     """
 
     seqs: list[Sequence] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
-    logprobs: list | None = None  # filled by the model runner when a request asked for them
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -32,9 +34,19 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
+    def add(self, seq: Sequence, start: int, num_new_tokens: int) -> None:
+        self.seqs.append(seq)
+        self.starts.append(start)
+        self.num_new_tokens.append(num_new_tokens)
+
     def samples(self, i: int) -> bool:
-        seq = self.seqs[i]
-        return seq.num_computed_tokens + self.num_new_tokens[i] == len(seq)
+        return self.starts[i] + self.num_new_tokens[i] >= len(self.seqs[i])
+
+    def decodes_first(self) -> ScheduledBatch:
+        """Single-token (decode) rows first: the attention backend batches them together."""
+        order = sorted(range(len(self)), key=lambda i: self.num_new_tokens[i] != 1)
+        return ScheduledBatch([self.seqs[i] for i in order], [self.starts[i] for i in order],
+                              [self.num_new_tokens[i] for i in order])
 
 
 class Scheduler:
@@ -76,8 +88,7 @@ class Scheduler:
                     break
             else:
                 self.block_manager.grow_to(seq, total)
-                batch.seqs.append(seq)
-                batch.num_new_tokens.append(n)
+                batch.add(seq, seq.num_computed_tokens, n)
                 budget -= n
                 i += 1
                 continue
@@ -92,14 +103,27 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             n = min(len(seq) - seq.num_computed_tokens, budget)
-            batch.seqs.append(seq)
-            batch.num_new_tokens.append(n)
+            batch.add(seq, seq.num_computed_tokens, n)
             budget -= n
-        # Single-token (decode) sequences first: the attention backend batches them together.
-        order = sorted(range(len(batch)), key=lambda i: batch.num_new_tokens[i] != 1)
-        batch.seqs = [batch.seqs[i] for i in order]
-        batch.num_new_tokens = [batch.num_new_tokens[i] for i in order]
-        return batch
+        return batch.decodes_first()
+
+    def schedule_continuation(self, batch: ScheduledBatch) -> ScheduledBatch | None:
+        """Plan the step after ``batch`` before ``batch`` has run: one more token for every
+        sequence it samples, at the position right after its new tokens.
+
+        Used by the overlapped loop. Grows block tables as needed; None when nothing is sampled or
+        the KV cache cannot hold the extra tokens (the loop then takes a fresh ``schedule()``).
+        """
+        cont = ScheduledBatch()
+        for i, seq in enumerate(batch.seqs):
+            if batch.samples(i):
+                cont.add(seq, batch.starts[i] + batch.num_new_tokens[i], 1)
+        totals = [start + 1 for start in cont.starts]
+        if not cont.seqs or not self.block_manager.can_grow_all(cont.seqs, totals):
+            return None
+        for seq, total in zip(cont.seqs, totals, strict=True):
+            self.block_manager.grow_to(seq, total)
+        return cont
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free_seq(seq)

@@ -9,22 +9,9 @@ from torch import nn
 
 from mstar.models.layers import RotaryEmbedding
 from mstar.models.llama import Attention, LlamaForCausalLM
+from mstar.models.offset_rmsnorm import OffsetRMSNorm
 
 _ACTIVATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}
-
-
-class GemmaRMSNorm(nn.Module):
-    """RMSNorm scaled by (1 + weight), computed in float32 and cast back."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (out * (1.0 + self.weight.float())).to(x.dtype)
 
 
 class GemmaMLP(nn.Module):
@@ -49,17 +36,17 @@ class Gemma3DecoderLayer(nn.Module):
         bias = bool(getattr(config, "attention_bias", False))
         self.layer_type = layer_type
         attn = self.self_attn = Attention(config, bias, bias, qk_norm=True)
-        attn.q_norm = GemmaRMSNorm(attn.head_dim, config.rms_norm_eps)
-        attn.k_norm = GemmaRMSNorm(attn.head_dim, config.rms_norm_eps)
+        attn.q_norm = OffsetRMSNorm(attn.head_dim, config.rms_norm_eps)
+        attn.k_norm = OffsetRMSNorm(attn.head_dim, config.rms_norm_eps)
         attn.scale = config.query_pre_attn_scalar ** -0.5
         if layer_type == "sliding_attention":
             attn.sliding_window = config.sliding_window
         self.mlp = GemmaMLP(config)
         eps = config.rms_norm_eps
-        self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps)
-        self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps)
-        self.pre_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
-        self.post_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
+        self.input_layernorm = OffsetRMSNorm(config.hidden_size, eps)
+        self.post_attention_layernorm = OffsetRMSNorm(config.hidden_size, eps)
+        self.pre_feedforward_layernorm = OffsetRMSNorm(config.hidden_size, eps)
+        self.post_feedforward_layernorm = OffsetRMSNorm(config.hidden_size, eps)
 
     def forward(self, hidden, cos, sin, attn_metadata) -> torch.Tensor:
         attn = self.self_attn(self.input_layernorm(hidden), cos, sin, attn_metadata)
@@ -85,7 +72,7 @@ class Gemma3Model(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_scale = config.hidden_size ** 0.5
         self.layers = nn.ModuleList(Gemma3DecoderLayer(config, t) for t in config.layer_types)
-        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = OffsetRMSNorm(config.hidden_size, config.rms_norm_eps)
         head_dim = self.layers[0].self_attn.head_dim
         self.rotary_emb = RotaryByLayerType({
             t: RotaryEmbedding(head_dim, config.max_position_embeddings, config.rope_parameters[t])

@@ -43,10 +43,10 @@ class Attention(nn.Module):
         if self.qk_norm:
             q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
             qk = torch.cat([self.q_norm(q), self.k_norm(k)], dim=1)
-        return self.attend(qk, v, cos, sin, attn_metadata)
+        return self.o_proj(self.attend(qk, v, cos, sin, attn_metadata))
 
     def attend(self, qk, v, cos, sin, attn_metadata) -> torch.Tensor:
-        """Rope (q and k heads share one call), paged attention, output projection."""
+        """Rope (q and k heads share one call) and paged attention: [tokens, q_size]."""
         if self.use_rope:
             rotary_dim = cos.shape[-1]  # partial rotary: only the leading dims rotate
             if rotary_dim == self.head_dim:
@@ -56,7 +56,7 @@ class Attention(nn.Module):
                 qk = torch.cat([apply_rope(rot, cos, sin), rest], dim=-1)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
         out = attn_metadata.attend(q, k, v, self.kv_cache, self.sliding_window, self.scale)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return out.reshape(-1, self.q_size)
 
 
 class MLP(nn.Module):

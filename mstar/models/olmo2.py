@@ -21,8 +21,8 @@ class Olmo2Attention(Attention):
         q, k = self.q_norm(q), self.k_norm(k)
         qk = torch.cat([q.view(-1, self.num_heads, self.head_dim),
                         k.view(-1, self.num_kv_heads, self.head_dim)], dim=1)
-        return self.attend(qk, v.view(-1, self.num_kv_heads, self.head_dim), cos, sin,
-                           attn_metadata)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        return self.o_proj(self.attend(qk, v, cos, sin, attn_metadata))
 
 
 class Olmo2DecoderLayer(nn.Module):

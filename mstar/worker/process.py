@@ -1,4 +1,4 @@
-"""Entry point of a worker process (started by the conductor with the spawn context)."""
+"""Entry point of a worker process (started by the conductor)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from mstar.conductor.endpoints import Endpoints
-from mstar.conductor.lifecycle import die_with_parent, ignore_stop_signals
+from mstar.ipc.endpoints import Endpoints
+from mstar.ipc.lifecycle import enter_child
 
 if TYPE_CHECKING:
     from mstar.settings import WorkerSettings
@@ -17,11 +17,7 @@ log = structlog.get_logger(__name__)
 
 
 def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints) -> None:
-    from mstar.logging_setup import configure_logging
-
-    configure_logging(settings.log_level, settings.log_format)
-    die_with_parent()
-    ignore_stop_signals()
+    enter_child(settings)
     if settings.py_switch_interval_sec is not None:
         sys.setswitchinterval(settings.py_switch_interval_sec)
 

@@ -1,7 +1,8 @@
-"""One engine replica: takes requests from the conductor, steps the engine, streams outputs.
+"""One engine replica: commands in from the conductor, engine steps, outputs out.
 
-Messaging lives in ``WorkerChannel``; this class owns the engine and applies commands; the
-overlapped step loop lives in ``mstar.worker.step_loop``.
+The engine owns the step loop (serial or overlapped, see ``mstar.engine.step_loop``); the worker
+only does the messaging around it: inbox -> add/abort, each step's outputs -> one message.
+Messages are taken while the engine's step is in flight, so an overlapped step hides this work.
 """
 
 from __future__ import annotations
@@ -9,18 +10,21 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from mstar.conductor import messages as m
+from mstar.ipc import messages as m
 
 if TYPE_CHECKING:
+    from mstar.engine.llm_engine import LLMEngine
+    from mstar.engine.outputs import RequestOutput
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel
 
 log = structlog.get_logger(__name__)
 
+IDLE_POLL_MS = 100
 STATS_INTERVAL_S = 0.1
 
 
@@ -29,83 +33,84 @@ class Worker:
         self.settings = settings
         self.index = index
         self.channel = channel
-        self.engine: Any = None
-        self.loop: Any = None  # the StepLoop, once run() has built the engine
+        self.engine: LLMEngine | None = None  # built by run()
         self.live: set[str] = set()  # request ids this worker holds
         self._last_stats: tuple | None = None
         self._last_stats_at = 0.0
 
     def run(self) -> None:
-        from mstar.worker.step_loop import StepLoop
+        self.engine = self._load()
+        try:
+            running = True
+            while running:
+                busy = self.engine.has_unfinished_requests()
+                for msg in self.channel.receive(0 if busy else IDLE_POLL_MS):
+                    running = self.handle(msg) and running
+                if running:
+                    self.publish(self.engine.step())
+                self.report_stats()
+        finally:
+            self.engine.shutdown()
 
-        self.setup()
-        self.loop = StepLoop(self)
-        self.loop.run()
-
-    def setup(self) -> None:
+    def _load(self) -> LLMEngine:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
 
         start = time.perf_counter()
-        self.engine = LLMEngine(self.settings)
+        engine = LLMEngine(self.settings, timer_label=self.index)
         seconds = time.perf_counter() - start
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), seconds=round(seconds, 2))
-        self.channel.setup_done(
-            pid=os.getpid(), fingerprint=self.settings.fingerprint(),
-            model_name=Path(self.engine.model_name).name, max_model_len=self.engine.max_model_len,
-            seconds=seconds)
-        self.report_stats(force=True)
+        self.channel.send_to_conductor(m.SetupDone(
+            worker=self.index, pid=os.getpid(), fingerprint=self.settings.fingerprint(),
+            model_name=Path(engine.model_name).name, max_model_len=engine.max_model_len,
+            seconds=seconds))
+        return engine
 
-    def handle(self, msg: Any, defer_aborts: list[str]) -> bool:
-        """Apply one command; False means shut down.
-
-        Aborts are collected in ``defer_aborts``: the step loop applies them once the step in flight
-        is done, so no block is freed while a forward still writes to it.
-        """
+    def handle(self, msg: m.Message) -> bool:
+        """Apply one command; False means shut down."""
         if isinstance(msg, m.AddRequest):
             self.add(msg)
         elif isinstance(msg, m.AbortRequests):
-            defer_aborts.extend(msg.request_ids)
+            aborted = [rid for rid in msg.request_ids if rid in self.live]
+            for rid in aborted:
+                self.engine.abort_request(rid)
+            self.requests_done(aborted)
         elif isinstance(msg, m.Shutdown):
             log.info("worker_stopping", worker=self.index)
             return False
         return True
 
-    def abort(self, request_ids: list[str]) -> None:
-        """Abort requests this worker holds; their blocks are freed at once."""
-        aborted = [rid for rid in request_ids if rid in self.live]
-        for rid in aborted:
-            self.engine.abort_request(rid)
-            self.live.discard(rid)
-        self.channel.requests_done(aborted)
-
     def add(self, msg: m.AddRequest) -> None:
-        from mstar.engine.sampling_params import SamplingParams
-
         try:
-            params = SamplingParams.from_dict(msg.params)
-            self.engine.add_request(msg.request_id, msg.prompt_token_ids, params)
+            self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params)
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
-            self.channel.request_failed(msg.request_id, 400, str(exc))
-            self.channel.requests_done([msg.request_id])
+            self.channel.send_to_api(m.RequestFailed(msg.request_id, 400, str(exc),
+                                                     getattr(exc, "param", None)))
+            self.channel.send_to_conductor(m.RequestsDone(self.index, [msg.request_id]))
             return
         self.live.add(msg.request_id)
 
-    def publish(self, outputs: list[Any]) -> None:
-        self.channel.outputs(outputs)
-        done = [o.request_id for o in outputs if o.finished and o.request_id in self.live]
-        self.live.difference_update(done)
-        self.channel.requests_done(done)
+    def publish(self, outputs: list[RequestOutput]) -> None:
+        if not outputs:
+            return
+        self.channel.send_to_api(m.Outputs(outputs))
+        self.requests_done([o.request_id for o in outputs if o.finished])
 
-    def report_stats(self, force: bool = False) -> None:
+    def requests_done(self, request_ids: list[str]) -> None:
+        done = [rid for rid in request_ids if rid in self.live]
+        if done:
+            self.live.difference_update(done)
+            self.channel.send_to_conductor(m.RequestsDone(self.index, done))
+
+    def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""
         engine = self.engine
         stats = (engine.num_running(), engine.num_waiting(), round(engine.kv_cache_usage(), 4))
+        if stats == self._last_stats:
+            return
         now = time.monotonic()
         idle = stats[0] == 0 and stats[1] == 0
-        if stats == self._last_stats and not force:
-            return
-        if not (force or idle or now - self._last_stats_at >= STATS_INTERVAL_S):
+        if not (idle or self._last_stats is None or now - self._last_stats_at >= STATS_INTERVAL_S):
             return
         self._last_stats, self._last_stats_at = stats, now
-        self.channel.stats(*stats)
+        self.channel.send_to_api(m.WorkerStats(self.index, *stats))

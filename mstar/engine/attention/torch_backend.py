@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mstar.engine.attention.decode_mirror import DecodeMirror
+from mstar.engine.attention.decode_mirror import DecodeMirror, MirrorStep
 from mstar.engine.attention.inputs import AttentionInputs
+from mstar.engine.attention.masks import MasksByWindow, decode_mask, prefill_mask
 
 
 class TorchAttentionBackend:
@@ -55,75 +56,38 @@ class TorchAttentionMetadata:
         if nd:
             max_blocks = -(-max(inputs.context_lens_list[:nd]) // bs)
             self.decode_blocks = inputs.block_tables[:nd, :max_blocks].reshape(-1)
-            self._decode_keys = torch.arange(max_blocks * bs, device=device)
-            self._decode_ctx = inputs.context_lens[:nd, None]
             self.decode_span = max_blocks * bs
-        self._dtype = inputs.dtype
-        # Masks per sliding window (None: full causal), built on first use by a layer.
-        self._decode_masks: dict[int | None, torch.Tensor] = {}
-        self._prefill_masks: dict[int | None, list] = {}
-        self.decode_mode = "gather"
+            lens, span, dtype = inputs.context_lens[:nd], self.decode_span, inputs.dtype
+            self.decode_masks = MasksByWindow(lambda w: decode_mask(lens, span, w, dtype))
+        self.mirror_step: MirrorStep | None = None
+        self.mirror_masks: MasksByWindow | None = None
         self._mirror_inputs = inputs if device.type == "cpu" else None
         # Prefill chunks: (token start, query len, context len, block ids).
         self.prefills = []
         start = nd
         for i in range(nd, len(inputs.query_lens)):
             q_len, ctx = inputs.query_lens[i], inputs.context_lens_list[i]
-            blocks = inputs.block_tables[i, : -(-ctx // bs)]
-            self.prefills.append((start, q_len, ctx, blocks))
+            self.prefills.append((start, q_len, ctx, inputs.block_tables[i, : -(-ctx // bs)]))
             start += q_len
+        self.prefill_masks = MasksByWindow(lambda w: [
+            prefill_mask(q_len, ctx, w, device) for _, q_len, ctx, _ in self.prefills])
 
     def begin_forward(self) -> None:
         """Called right before the forward, in execution order (metadata may be built ahead)."""
         inputs = self._mirror_inputs
         if inputs is None:
             return
+        mirror = self.backend.mirror
         if not self.num_decodes:
-            self.backend.mirror.release()
+            mirror.release()
             return
-        nd, mirror = self.num_decodes, self.backend.mirror
-        self.decode_mode = mirror.plan(
-            tuple(inputs.seq_keys[:nd]), inputs.context_lens_list[:nd], self.decode_span,
-            inputs.block_size, self.backend.cache_slots,
-        )
-        if self.decode_mode == "append":
-            rows = torch.arange(nd, device=self.slot_mapping.device) * mirror.capacity
-            self.append_index = rows + inputs.context_lens[:nd] - 1
-
-    def decode_mask(self, window: int | None) -> torch.Tensor:
-        """Additive [seqs, 1, 1, span] mask: keys past each context (and before its window)."""
-        mask = self._decode_masks.get(window)
-        if mask is None:
-            masked = self._decode_keys >= self._decode_ctx
-            if window is not None:
-                masked |= self._decode_keys < self._decode_ctx - window
-            # Additive float mask: cheaper than a boolean one in the CPU SDPA kernel.
-            mask = torch.zeros(masked.shape, dtype=self._dtype, device=masked.device)
-            mask.masked_fill_(masked, float("-inf"))
-            mask = self._decode_masks[window] = mask.view(self.num_decodes, 1, 1, -1)
-        return mask
-
-    def prefill_masks(self, window: int | None) -> list[torch.Tensor | None]:
-        """Per prefill chunk: None for plain causal over its own tokens, else a boolean mask
-        [query, context] (causal with an offset; only the last ``window`` keys if windowed)."""
-        masks = self._prefill_masks.get(window)
-        if masks is None:
-            masks = self._prefill_masks[window] = [
-                self._prefill_mask(q_len, ctx, window) for _, q_len, ctx, _ in self.prefills
-            ]
-        return masks
-
-    def _prefill_mask(self, q_len: int, ctx: int, window: int | None) -> torch.Tensor | None:
-        windowed = window is not None and window < ctx
-        if ctx == q_len and not windowed:
-            return None
-        device = self.slot_mapping.device
-        q_pos = torch.arange(ctx - q_len, ctx, device=device)[:, None]
-        k_pos = torch.arange(ctx, device=device)[None, :]
-        mask = k_pos <= q_pos
-        if windowed:
-            mask &= k_pos > q_pos - window
-        return mask
+        nd = self.num_decodes
+        self.mirror_step = mirror.plan(
+            inputs.seq_keys[:nd], inputs.context_lens_list[:nd], inputs.block_tables[:nd],
+            self.slot_mapping[:nd], inputs.block_size, self.backend.cache_slots)
+        step, dtype = self.mirror_step, inputs.dtype
+        if step is not None:
+            self.mirror_masks = MasksByWindow(lambda w: decode_mask(step.lens, step.span, w, dtype))
 
     def attend(self, q, k, v, kv_cache, window: int | None = None,
                scale: float | None = None) -> torch.Tensor:
@@ -142,7 +106,7 @@ class TorchAttentionMetadata:
         out = torch.empty_like(q)
         if nd:
             out[:nd] = self._decode(q[:nd], kv_cache, window, scale)
-        masks = self.prefill_masks(window)
+        masks = self.prefill_masks.get(window)
         for (start, q_len, ctx, blocks), mask in zip(self.prefills, masks, strict=True):
             qi = q[start : start + q_len].transpose(0, 1)
             if ctx == q_len:  # no cached earlier tokens: this chunk's own K/V
@@ -161,37 +125,26 @@ class TorchAttentionMetadata:
         """All decoding sequences at once: one SDPA with a mask over their dense K/V.
 
         Query heads sharing a KV head are laid out as that head's query rows, so GQA
-        needs no repeated K/V.
+        needs no repeated K/V. With the decode mirror, rows are in the mirror's order.
         """
         nd, num_heads, head_dim = q.shape
         num_kv_heads = kv_cache.shape[1]
-        span = self.decode_span
-        if self.decode_mode == "gather":
-            kv = self._gather(kv_cache).view(2, num_kv_heads, nd, span, head_dim)
+        step = self.mirror_step
+        if step is None:
+            kv = self._gather(kv_cache).view(2, num_kv_heads, nd, self.decode_span, head_dim)
+            mask = self.decode_masks.get(window)
         else:
-            mirror = self.backend.mirror
-            buf = mirror.buffer(kv_cache, nd)
-            if self.decode_mode == "rebuild":
-                gathered = self._gather(kv_cache).view(2, num_kv_heads, nd, span, head_dim)
-                buf[:, :, :, :span].copy_(gathered)
-            else:  # append this step's token, already in the paged cache, to the buffer
-                flat = buf.view(2, num_kv_heads, nd * mirror.capacity, head_dim)
-                flat.index_copy_(2, self.append_index, self._new_kv(kv_cache))
-            kv = buf[:, :, :, :span]
+            kv = self.backend.mirror.update(step, kv_cache)
+            q = q.index_select(0, step.batch_of_row)
+            mask = self.mirror_masks.get(window)
         kv = kv.transpose(1, 2)
         qg = q.view(nd, num_kv_heads, num_heads // num_kv_heads, head_dim)
-        o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=self.decode_mask(window),
-                                           scale=scale)
-        return o.reshape(nd, num_heads, head_dim)
+        o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=mask, scale=scale).reshape(
+            nd, num_heads, head_dim)
+        return o if step is None else o.index_select(0, step.row_of_batch)
 
     def _gather(self, kv_cache) -> torch.Tensor:
         _, num_kv_heads, _, block_size, head_dim = kv_cache.shape
         shape = (2, num_kv_heads, self.decode_blocks.numel(), block_size, head_dim)
         return torch.index_select(kv_cache, 2, self.decode_blocks,
                                   out=self.backend.workspace(shape, kv_cache))
-
-    def _new_kv(self, kv_cache) -> torch.Tensor:
-        """K/V of the decode tokens just written, read back from their cache slots."""
-        _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
-        flat = kv_cache.view(2, num_kv_heads, num_blocks * block_size, head_dim)
-        return flat.index_select(2, self.slot_mapping[: self.num_decodes])

@@ -1,4 +1,4 @@
-"""Per-phase timing of the worker loop, logged every N iterations (MSTAR_PHASE_TIMING)."""
+"""Per-phase timing of the engine step loop, logged every N iterations (MSTAR_PHASE_TIMING)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,24 @@
-"""Child-process hygiene: die with the parent, leave Ctrl-C to the API server."""
+"""Child processes: one start-up for the conductor and the workers (spawn, logging, death signal
+plus watchdog, Ctrl-C left to the API server)."""
 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from mstar.logging_setup import configure_logging
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from mstar.settings import WorkerSettings
 
 _PR_SET_PDEATHSIG = 1
 
@@ -50,3 +60,20 @@ def ignore_stop_signals() -> None:
     decides how to stop, and it stops its children by message, or they die with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def start_child(target: Callable[..., None], args: tuple, name: str,
+                daemon: bool = False) -> BaseProcess:
+    """Start a child process (spawn: no inherited threads or sockets); the caller watches it."""
+    proc = multiprocessing.get_context("spawn").Process(target=target, args=args, name=name,
+                                                        daemon=daemon)
+    proc.start()
+    return proc
+
+
+def enter_child(settings: WorkerSettings, cleanup: Callable[[], None] | None = None) -> None:
+    """The first thing every child process does: logging from the frozen settings, die with the
+    parent (running ``cleanup`` first), and leave Ctrl-C / SIGTERM to the API server."""
+    configure_logging(settings.log_level, settings.log_format)
+    die_with_parent(cleanup)
+    ignore_stop_signals()

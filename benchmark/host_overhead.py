@@ -1,0 +1,194 @@
+"""Host overhead: one workload through mstar.LLM, then through `mstar serve` with a streaming client.
+
+    .venv/bin/python -m benchmark.host_overhead [--model DIR] [--knob NAME=VALUE ...]
+
+Workload (issue 8): one chat prompt; 64 requests with max_tokens drawn U{64..128} from a fixed
+seed; ignore_eos; greedy; at most 32 in flight (offline: max_num_seqs=32). c=1 uses the first
+--c1-requests of them, one at a time. Prints, from one run:
+
+- the engine's continuous/static ratio: the 64 varied requests vs. waves of equal length (the
+  same mean, 96 tokens), both offline;
+- served/offline output tok/s at c=32 and c=1;
+- where the time goes while serving at c=32: CPU seconds per process, threads per process, and
+  SSE frames per token seen by the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmark.runner import run_closed_loop
+from benchmark.runner_client import RequestResult, Target, send_request
+from benchmark.runner_workload import RequestSpec
+from benchmark.serve_matrix import stop, wait_healthy
+
+PROMPT = "Write a short story about a small robot who learns to paint."
+NUM_REQUESTS = 64
+LEN_LOW, LEN_HIGH, STATIC_LEN = 64, 128, 96
+CONCURRENCY = 32
+
+
+def output_lens(n: int, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(LEN_LOW, LEN_HIGH) for _ in range(n)]
+
+
+def offline_tok_s(llm, lens: list[int]) -> float:
+    from mstar import SamplingParams
+
+    messages = [[{"role": "user", "content": PROMPT}]] * len(lens)
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lens]
+    start = time.perf_counter()
+    results = llm.chat(messages, params)
+    elapsed = time.perf_counter() - start
+    assert [len(r.token_ids) for r in results] == lens
+    return sum(lens) / elapsed
+
+
+def offline_c1_tok_s(llm, lens: list[int]) -> float:
+    start = time.perf_counter()
+    for n in lens:
+        offline_tok_s(llm, [n])
+    return sum(lens) / (time.perf_counter() - start)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> dict[int, str]:
+    """pid -> role for the API server (pid) and its live descendants."""
+    children: dict[int, list[int]] = {}
+    cmdlines: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdlines[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    roles = {0: "api_server", 1: "conductor", 2: "worker"}
+    tree, todo = {pid: "api_server"}, [(pid, 0)]
+    while todo:
+        parent, depth = todo.pop()
+        for child in children.get(parent, []):
+            helper = "resource_tracker" in cmdlines.get(child, "")
+            tree[child] = "mp-helper" if helper else roles.get(depth + 1, "?")
+            todo.append((child, depth + 1))
+    return tree
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def served(url: str, lens: list[int], concurrency: int) -> tuple[float, float]:
+    """(output tok/s, SSE token frames per output token) of a closed loop at `concurrency`."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600), limits=limits) as client:
+        target = Target(url, "chat", "default", ignore_eos=True, temperature=0.0)
+        specs = [RequestSpec(i, PROMPT, n) for i, n in enumerate(lens)]
+
+        async def send(spec: RequestSpec) -> RequestResult:
+            return await send_request(client, target, spec)
+
+        start = time.perf_counter()
+        results = await run_closed_loop(send, specs, concurrency)
+        wall = time.perf_counter() - start
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed, first: {errors[0]}")
+    tokens = sum(r.output_tokens for r in results)
+    frames = sum(len(r.itls) + 1 for r in results)
+    return tokens / wall, frames / tokens
+
+
+def start_server(knobs: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in (kv.split("=", 1) for kv in knobs)]
+    cmd = [sys.executable, "-m", "mstar", "serve", "--port", str(port), "--device", "cpu",
+           "--dtype", "float32", f"--max-num-seqs={CONCURRENCY}", *flags]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    log = open(log_path, "w")  # noqa: SIM115 - the server's lifetime; closed by the OS at exit
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc, 600)
+    return proc, url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model dir (default: the built-in model)")
+    parser.add_argument("--knob", action="append", default=[],
+                        help="NAME=VALUE settings knob for both the offline engine and the server")
+    parser.add_argument("--c1-requests", type=int, default=8)
+    parser.add_argument("--log", type=Path, default=Path("/tmp/mstar_host_overhead_server.log"))
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from mstar import LLM
+
+    knobs = dict(kv.split("=", 1) for kv in args.knob)
+    lens = output_lens(NUM_REQUESTS)
+    c1_lens = lens[: args.c1_requests]
+    llm = LLM(model=args.model, device="cpu", dtype="float32", max_num_seqs=CONCURRENCY,
+              log_level="warning", **knobs)
+    offline_tok_s(llm, [8, 8])  # warm-up
+    continuous = offline_tok_s(llm, lens)
+    static = offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS)
+    offline_c1 = offline_c1_tok_s(llm, c1_lens)
+    llm.engine.shutdown()
+    del llm
+
+    server_args = [f"--model={args.model}"] if args.model else []
+    proc, url = start_server(args.knob + [a.lstrip("-") for a in server_args], args.log)
+    try:
+        asyncio.run(served(url, [8, 8], 2))  # warm-up
+        tree = process_tree(proc.pid)
+        cpu_before = {pid: cpu_seconds(pid) for pid in tree}
+        client_before = time.process_time()
+        served_c32, frames_per_token = asyncio.run(served(url, lens, CONCURRENCY))
+        client_cpu = time.process_time() - client_before
+        cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
+        thread_counts = {pid: threads(pid) for pid in tree}
+        served_c1, _ = asyncio.run(served(url, c1_lens, 1))
+    finally:
+        stop(proc)
+
+    print(f"workload: 1 chat prompt, {NUM_REQUESTS} requests, max_tokens U{{{LEN_LOW}..{LEN_HIGH}}}"
+          f" (seed 0), ignore_eos, greedy, fp32, {CONCURRENCY} in flight; c=1: "
+          f"{len(c1_lens)} requests; knobs: {knobs or 'defaults'}")
+    print(f"{'measure':<34} {'tok/s':>9} {'ratio':>7}")
+    print(f"{'offline static waves (96 tok)':<34} {static:>9.1f}")
+    print(f"{'offline continuous (64..128 tok)':<34} {continuous:>9.1f} {continuous / static:>7.3f}"
+          "  continuous/static")
+    print(f"{'served c=32':<34} {served_c32:>9.1f} {served_c32 / continuous:>7.3f}"
+          "  served/offline")
+    print(f"{'offline c=1':<34} {offline_c1:>9.1f}")
+    print(f"{'served c=1':<34} {served_c1:>9.1f} {served_c1 / offline_c1:>7.3f}  served/offline")
+    print(f"served c=32: SSE token frames per token {frames_per_token:.3f}; "
+          f"client CPU {client_cpu:.1f} s")
+    for pid, name in tree.items():
+        print(f"  {name:<12} pid {pid:<8} CPU {cpu[pid]:6.1f} s  threads {thread_counts[pid]}")
+
+
+if __name__ == "__main__":
+    main()

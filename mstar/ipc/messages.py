@@ -1,0 +1,106 @@
+"""Messages between the API server, the conductor and the workers: typed msgspec structs.
+
+Each message is a tagged struct; ``encode``/``decode`` turn it into msgpack and back, validating
+every field on the way in (a malformed message is a ``msgspec.ValidationError``, never a dict).
+Control (placement, aborts, liveness) goes through the conductor; token outputs go from a worker
+straight to the API server, one ``Outputs`` message per engine step, so the conductor never sits on
+the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+from mstar.engine.outputs import RequestOutput
+from mstar.engine.sampling_params import SamplingParams
+
+
+class _Message(msgspec.Struct, tag=True, array_like=True):
+    pass
+
+
+# API server -> conductor -> worker
+class AddRequest(_Message):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+class AbortRequests(_Message):
+    request_ids: list[str]
+
+
+class Shutdown(_Message):
+    reason: str = ""
+
+
+# worker -> conductor
+class SetupDone(_Message):
+    """The ready handshake: a worker's engine is loaded; the conductor checks the fingerprint."""
+
+    worker: int
+    pid: int
+    fingerprint: str
+    model_name: str
+    max_model_len: int
+    seconds: float
+
+
+class RequestsDone(_Message):
+    """Requests a worker no longer holds (finished, aborted or rejected): load accounting."""
+
+    worker: int
+    request_ids: list[str]
+
+
+# worker -> API server
+class Outputs(_Message):
+    outputs: list[RequestOutput]
+
+
+class RequestFailed(_Message):
+    request_id: str
+    status: int
+    message: str
+    param: str | None = None
+
+
+class WorkerStats(_Message):
+    worker: int
+    running: int
+    waiting: int
+    kv_cache_usage: float
+
+
+# conductor -> API server
+class Ready(_Message):
+    model_name: str
+    max_model_len: int
+    num_workers: int
+    worker_pids: list[int] = []
+
+
+class Fatal(_Message):
+    """The serving stack is going down: every pending request fails with this message."""
+
+    message: str
+
+
+Message = Union[  # noqa: UP007 - msgspec needs a Union object here
+    AddRequest, AbortRequests, Shutdown, SetupDone, RequestsDone, Outputs, RequestFailed,
+    WorkerStats, Ready, Fatal,
+]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(msg: Message) -> bytes:
+    """msgpack bytes of one message; raises (OverflowError, TypeError) before anything is sent."""
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes) -> Message:
+    return _decoder.decode(data)
