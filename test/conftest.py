@@ -107,6 +107,13 @@ def _family_config(family: str, common: dict):
             moe_intermediate_size=32, norm_topk_prob=True, mlp_only_layers=[2],
             tie_word_embeddings=False,
         )
+    if family == "qwen3_5":  # Gated DeltaNet layers, then a gated full-attention layer
+        return tf.Qwen3_5TextConfig(
+            **common | {"num_hidden_layers": 4}, head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            layer_types=["linear_attention", "full_attention", "linear_attention",
+                         "full_attention"], tie_word_embeddings=False,
+        )
     raise ValueError(family)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from mstar.engine.sampling_params import SamplingParams
 
-FAMILIES = ("mistral", "gemma3", "phi3", "olmo2", "smollm3", "qwen3_moe")
+FAMILIES = ("mistral", "gemma3", "phi3", "olmo2", "smollm3", "qwen3_moe", "qwen3_5")
 MAX_NEW = 24
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -58,7 +58,8 @@ def test_batch_of_different_lengths_matches(family, tiny_model_dir, make_engine,
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_chunked_prefill_matches(family, tiny_model_dir, make_engine, run, prompts, reference):
-    # 7-token chunks: every prompt but the last is split inside, across several chunks.
+    # 7-token chunks: every prompt but the last is split inside, across several chunks (for
+    # Qwen3.5 inside one 64-token DeltaNet chunk: the recurrent state is carried across).
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128,
                          max_num_batched_tokens=7)
     assert len(prompts[0]) > 7
@@ -76,6 +77,13 @@ def test_preemption_and_resume_match(family, tiny_model_dir, make_engine, run, p
     assert engine.scheduler.num_preemptions > 0
     assert _tokens(results, len(prompts)) == reference(family)
     assert engine.num_free_blocks() == 20
+    _assert_all_state_slots_free(engine)
+
+
+def _assert_all_state_slots_free(engine) -> None:
+    slots = engine.block_manager.state_slots  # hybrid models only
+    if slots is not None:
+        assert sorted(slots.free) == list(range(slots.num_slots))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -87,3 +95,27 @@ def test_overlapped_loop_on_and_off_match(family, tiny_model_dir, make_engine, r
         results = run(engine, _greedy(prompts))
         assert _tokens(results, len(prompts)) == reference(family)
         assert (engine.loop.counters.speculative_steps > 0) == bool(cap)
+
+
+def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engine, run, prompts,
+                                                       reference):
+    """Qwen3.5: prefix caching is turned off with a logged reason; slots are taken at admission
+    and freed on abort; with fewer slots than sequences, admission waits for a free slot."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        engine = make_engine(tiny_model_dir("qwen3_5"), kv_block_size=4, num_kv_blocks=128,
+                             max_num_seqs=2)
+    assert any(e["event"] == "prefix_caching_off" for e in logs)
+    assert not engine.block_manager.enable_prefix_caching
+    assert engine.block_manager.state_slots.num_slots == 2
+    engine.add_request("gone", prompts[0], SamplingParams(temperature=0, max_tokens=MAX_NEW))
+    engine.step()
+    engine.abort_request("gone")
+    while engine.has_unfinished_requests():
+        engine.step()
+    _assert_all_state_slots_free(engine)
+    engine.block_manager.state_slots.take()  # one slot left for three requests: one at a time
+    results = run(engine, _greedy(prompts))
+    assert _tokens(results, len(prompts)) == reference("qwen3_5")
+    assert len(engine.block_manager.state_slots.free) == 1

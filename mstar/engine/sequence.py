@@ -47,6 +47,7 @@ class Sequence:
         self.num_cached_tokens = 0
         self.block_table: list[int] = []
         self.num_hashed_blocks = 0
+        self.state_slot: int | None = None  # recurrent-state slot (hybrid models), while admitted
         self.finish_reason: str | None = None
 
     def __len__(self) -> int:

@@ -14,6 +14,7 @@ _MODELS = {
     "Phi3ForCausalLM": ("mstar.models.phi3", "Phi3ForCausalLM"),
     "Olmo2ForCausalLM": ("mstar.models.olmo2", "Olmo2ForCausalLM"),
     "SmolLM3ForCausalLM": ("mstar.models.smollm3", "SmolLM3ForCausalLM"),
+    "Qwen3_5ForCausalLM": ("mstar.models.qwen3_5", "Qwen3_5ForCausalLM"),
 }
 
 

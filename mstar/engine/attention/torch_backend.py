@@ -49,6 +49,7 @@ class TorchAttentionMetadata:
     def __init__(self, backend: TorchAttentionBackend, inputs: AttentionInputs) -> None:
         self.backend = backend
         self.slot_mapping = inputs.slot_mapping
+        self.state_layout = inputs.state_layout  # read by recurrent (linear-attention) layers
         device = self.slot_mapping.device
         nd = inputs.num_decodes
         self.num_decodes = nd
