@@ -91,14 +91,11 @@ class Gemma3Model(nn.Module):
 
 class Gemma3ForCausalLM(LlamaForCausalLM):
     def __init__(self, config) -> None:
-        nn.Module.__init__(self)
-        self.config = config
-        self.model = Gemma3Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", True))
-        if self.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        super().__init__(config)
         self.softcap = getattr(config, "final_logit_softcapping", None)
+
+    def build_model(self, config) -> nn.Module:
+        return Gemma3Model(config)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(hidden)

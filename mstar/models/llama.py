@@ -134,12 +134,16 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
         self.config = config
-        qkv_bias, o_bias, qk_norm = self.attention_options(config)
-        self.model = LlamaModel(config, qkv_bias, o_bias, qk_norm, self.decoder_layer_cls)
+        self.model = self.build_model(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if self.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def build_model(self, config) -> nn.Module:
+        """The decoder stack (a family with another stack overrides this)."""
+        qkv_bias, o_bias, qk_norm = self.attention_options(config)
+        return LlamaModel(config, qkv_bias, o_bias, qk_norm, self.decoder_layer_cls)
 
     @staticmethod
     def attention_options(config) -> tuple[bool, bool, bool]:

@@ -80,14 +80,8 @@ class Qwen3_5Model(nn.Module):
 
 
 class Qwen3_5ForCausalLM(LlamaForCausalLM):
-    def __init__(self, config) -> None:
-        nn.Module.__init__(self)
-        self.config = config
-        self.model = Qwen3_5Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
-        if self.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+    def build_model(self, config) -> nn.Module:
+        return Qwen3_5Model(config)
 
     def shard_range(self, packed: str, shard: int) -> tuple[int, int]:
         if packed != "qkv_proj":
