@@ -98,7 +98,7 @@ def test_overlapped_loop_on_and_off_match(family, tiny_model_dir, make_engine, r
 
 
 def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engine, run, prompts,
-                                                       reference):
+                                                       reference, greedy_reference):
     """Qwen3.5: prefix caching is off (test_serve_hybrid checks the logged reason); slots are
     taken at admission and freed on abort; with fewer slots than sequences, admission waits."""
     engine = make_engine(tiny_model_dir("qwen3_5"), kv_block_size=4, num_kv_blocks=128,
@@ -111,6 +111,11 @@ def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engi
     while engine.has_unfinished_requests():
         engine.step()
     _assert_all_state_slots_free(engine)
+    # A one-token prompt runs as a decode row in the slot the aborted request left dirty.
+    one = [prompts[0][0]]
+    alone = run(engine, {"one": (one, SamplingParams(temperature=0, max_tokens=MAX_NEW))})
+    assert alone["one"]["token_ids"] == greedy_reference(tiny_model_dir("qwen3_5"), [one],
+                                                         MAX_NEW)[0]
     engine.block_manager.state_slots.take()  # one slot left for three requests: one at a time
     results = run(engine, _greedy(prompts))
     assert _tokens(results, len(prompts)) == reference("qwen3_5")

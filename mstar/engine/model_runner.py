@@ -122,7 +122,11 @@ class ModelRunner:
             n = batch.num_new_tokens[i]
             spans.append((row, n, slots[i], batch.starts[i] == 0))
             row += n
-        return StateLayout(num_decodes, self._tensor(slots[:num_decodes]), spans)
+        starts_fresh = [start == 0 for start in batch.starts[:num_decodes]]
+        keep = None
+        if any(starts_fresh):  # one-token prompts: their slot still holds a previous owner's state
+            keep = self._tensor([[[0.0 if f else 1.0]] for f in starts_fresh], self.dtype)
+        return StateLayout(num_decodes, self._tensor(slots[:num_decodes]), keep, spans)
 
     @staticmethod
     def _sampling_metadata(seqs) -> SamplingMetadata:
@@ -154,7 +158,7 @@ class ModelRunner:
                 dtype=self.dtype,
                 seq_keys=[-1],
                 # Slot 0 is still free; the prefill starts from a zero state, the decode continues.
-                state_layout=StateLayout(int(q == 1), self._tensor([0] * int(q == 1)),
+                state_layout=StateLayout(int(q == 1), self._tensor([0] * int(q == 1)), None,
                                          [] if q == 1 else [(0, q, 0, True)]),
             )
             attn_metadata = self.attn_backend.build(inputs)

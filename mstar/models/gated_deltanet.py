@@ -86,8 +86,10 @@ class GatedDeltaNet(nn.Module):
         out = torch.empty_like(x)
         nd = layout.num_decodes
         if nd:
-            window = torch.cat([self.conv_state.index_select(0, layout.decode_slots),
-                                x[:nd, :, None]], dim=-1)
+            past = self.conv_state.index_select(0, layout.decode_slots)
+            if layout.decode_keep is not None:
+                past = past * layout.decode_keep
+            window = torch.cat([past, x[:nd, :, None]], dim=-1)
             out[:nd] = (window * weight[:, 0]).sum(-1)
             self.conv_state.index_copy_(0, layout.decode_slots, window[..., 1:])
         for start, n, slot, fresh in layout.spans:
@@ -104,6 +106,8 @@ class GatedDeltaNet(nn.Module):
         nd = layout.num_decodes
         if nd:
             state = self.recurrent_state.index_select(0, layout.decode_slots)
+            if layout.decode_keep is not None:
+                state.mul_(layout.decode_keep[..., None])
             out[:nd] = delta_rule.recurrent_step(q[:nd], k[:nd], v[:nd], g[:nd], beta[:nd], state)
             self.recurrent_state.index_copy_(0, layout.decode_slots, state)
         for start, n, slot, fresh in layout.spans:

@@ -17,5 +17,8 @@ class StateLayout:
 
     num_decodes: int
     decode_slots: torch.Tensor  # [num_decodes] state slot of each decoding sequence
+    # [num_decodes, 1, 1]: 0 for a one-token row that starts its sequence (its slot's content is
+    # stale), 1 otherwise; None when every decode row continues its sequence.
+    decode_keep: torch.Tensor | None
     # Per prefill span: (first token row, tokens, state slot, starts the sequence).
     spans: list[tuple[int, int, int, bool]]
