@@ -43,6 +43,11 @@ def output_lens(n: int, seed: int = 0) -> list[int]:
     return [rng.randint(LEN_LOW, LEN_HIGH) for _ in range(n)]
 
 
+def progress(label: str, tok_s: float) -> float:
+    print(f"  {label}: {tok_s:.1f} tok/s", file=sys.stderr, flush=True)
+    return tok_s
+
+
 def offline_tok_s(llm, lens: list[int]) -> float:
     from mstar import SamplingParams
 
@@ -152,9 +157,9 @@ def main() -> None:
     llm = LLM(model=args.model, device="cpu", dtype="float32", max_num_seqs=CONCURRENCY,
               log_level="warning", **knobs)
     offline_tok_s(llm, [8, 8])  # warm-up
-    continuous = offline_tok_s(llm, lens)
-    static = offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS)
-    offline_c1 = offline_c1_tok_s(llm, c1_lens)
+    continuous = progress("offline continuous", offline_tok_s(llm, lens))
+    static = progress("offline static", offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS))
+    offline_c1 = progress("offline c=1", offline_c1_tok_s(llm, c1_lens))
     llm.engine.shutdown()
     del llm
 
@@ -166,10 +171,11 @@ def main() -> None:
         cpu_before = {pid: cpu_seconds(pid) for pid in tree}
         client_before = time.process_time()
         served_c32, frames_per_token = asyncio.run(served(url, lens, CONCURRENCY))
+        progress("served c=32", served_c32)
         client_cpu = time.process_time() - client_before
         cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
         thread_counts = {pid: threads(pid) for pid in tree}
-        served_c1, _ = asyncio.run(served(url, c1_lens, 1))
+        served_c1 = progress("served c=1", asyncio.run(served(url, c1_lens, 1))[0])
     finally:
         stop(proc)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams
+from mstar.logging_setup import start_logging
 from mstar.settings import load_settings
 
 # Used when generate()/chat() get no sampling_params: greedy, up to 256 new tokens.
@@ -32,8 +33,9 @@ class LLM:
         overrides = dict(knob_overrides)
         if model is not None:
             overrides["model"] = model
-        # Configures logging and logs every settings warning, before the engine loads.
-        self.settings = load_settings(overrides=overrides).settings
+        loaded = load_settings(overrides=overrides)
+        start_logging(loaded)  # every settings warning is logged before the engine loads
+        self.settings = loaded.settings
         self.engine = LLMEngine(self.settings)
         self.tokenizer = self.engine.tokenizer
         self._next_id = 0

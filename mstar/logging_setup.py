@@ -12,17 +12,26 @@ if TYPE_CHECKING:
     from mstar.settings.sources import LoadedSettings
 
 
+def _renderer(fmt: str, debug: bool) -> list:
+    """The last processors: tracebacks with local variables only at debug level."""
+    if fmt == "json":
+        transformer = structlog.tracebacks.ExceptionDictTransformer(show_locals=debug)
+        return [structlog.processors.ExceptionRenderer(transformer),
+                structlog.processors.JSONRenderer()]
+    formatter = structlog.dev.default_exception_formatter if debug else structlog.dev.plain_traceback
+    return [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False,
+                                          exception_formatter=formatter)]
+
+
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
     """Route structlog and the standard library's logging to stderr at ``level``."""
     numeric = logging.getLevelName(level.upper())
-    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
-                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False))
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=False),
-            renderer,
+            *_renderer(fmt, debug=numeric <= logging.DEBUG),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # Resolve sys.stderr per logger, not once: it may be replaced (test capture, daemonizing).
@@ -31,6 +40,12 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
     )
     logging.basicConfig(level=numeric, stream=sys.stderr, force=True,
                         format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
+
+
+def start_logging(loaded: LoadedSettings) -> None:
+    """What every entry point does once its settings are built: configure logging, then report."""
+    configure_logging(loaded.settings.log_level, loaded.settings.log_format)
+    log_settings_report(loaded)
 
 
 def log_settings_report(loaded: LoadedSettings) -> None:

@@ -30,6 +30,13 @@ def pytest_addoption(parser):
                      help="device the engine tests run mstar on (the transformers oracle stays on CPU)")
 
 
+def pytest_configure(config):
+    # Without a GPU the Triton kernels run in Triton's interpreter. Triton decides that when a
+    # function is decorated, and torch.compile imports triton early, so set it before collection.
+    if config.getoption("--device") == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(scope="session")
 def device(request) -> str:
     return request.config.getoption("--device")
@@ -190,7 +197,7 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
     Requests added earlier and still running are stepped to completion too.
     """
     def empty():
-        return {"token_ids": [], "text": "", "finish_reason": None}
+        return {"token_ids": [], "text": "", "finish_reason": None, "cached_tokens": 0}
 
     results = {rid: empty() for rid in requests}
     for rid, (prompt_ids, params) in requests.items():
@@ -202,6 +209,7 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
             r = results.setdefault(out.request_id, empty())
             r["token_ids"] += out.new_token_ids
             r["text"] += out.new_text
+            r["cached_tokens"] = out.num_cached_tokens
             if out.finished:
                 r["finish_reason"] = out.finish_reason
     else:

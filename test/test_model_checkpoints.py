@@ -54,3 +54,23 @@ def test_unsupported_config_value_names_the_field(family, field, value, message,
     (model_dir / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         make_engine(model_dir, num_kv_blocks=8)
+
+
+def test_sliding_window_models_stay_on_a_backend_that_supports_them(monkeypatch):
+    """The triton kernels have no sliding window or custom scale: auto keeps Mistral/Gemma 3 on
+    the torch backend; asking for triton explicitly is a start-up error naming what is missing."""
+    from mstar.engine import attention
+    from mstar.settings import WorkerSettings
+
+    monkeypatch.setattr(attention, "triton_available", lambda: True)
+    cuda = torch.device("cuda")
+
+    def choose(value, needs):
+        return attention.choose_attention_backend(WorkerSettings(attention_backend=value), cuda,
+                                                  needs)
+
+    assert choose("auto", set()) == "triton"
+    assert choose("auto", {"sliding_window"}) == "torch"
+    with pytest.raises(ValueError, match="triton does not support this model's scale, "
+                                         "sliding_window; use auto or torch"):
+        choose("triton", {"sliding_window", "scale"})

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from mstar.models import builtin
-from mstar.models.resolve import (
-    BUILTIN_MODEL_NAME,
-    SUPPORTED_ARCHITECTURES,
-    ModelError,
-    resolve_model_dir,
-)
+from mstar.models.registry import supported_architectures
+from mstar.models.resolve import BUILTIN_MODEL_NAME, ModelError, resolve_model_dir
 from mstar.settings import WorkerSettings
+
+SUPPORTED_ARCHITECTURES = supported_architectures()
+# The smallest complete safetensors file: an 8-byte header length, then an empty JSON header.
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def _model_dir(root: Path, architectures=("LlamaForCausalLM",), weights=True, to
     root.mkdir()
     (root / "config.json").write_text(json.dumps({"architectures": list(architectures)}))
     if weights:
-        (root / "model.safetensors").write_bytes(b"")
+        (root / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     if tokenizer:
         (root / "tokenizer.json").write_text("{}")
     return root

@@ -89,15 +89,12 @@ def test_prefix_cache_hits_keep_outputs(family, tiny_model_dir, make_engine, run
     # A new prompt sharing a 20-token prefix with prompt 2 reuses its blocks (4 of 4 tokens)
     # and still matches an engine without prefix caching.
     shared = prompts[2][:20] + tiny_tokenizer.encode(" Hello world!")
-    engine.add_request("probe", shared, SamplingParams(temperature=0, max_tokens=MAX_NEW))
-    seq = engine.seqs["probe"]
-    while engine.has_unfinished_requests():
-        engine.step()
-    assert seq.num_cached_tokens == 20
+    probe = run(engine, {"probe": (shared, SamplingParams(temperature=0, max_tokens=MAX_NEW))})
+    assert probe["probe"]["cached_tokens"] == 20
     fresh = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128,
                         enable_prefix_caching=False)
     expect = run(fresh, {"probe": (shared, SamplingParams(temperature=0, max_tokens=MAX_NEW))})
-    assert seq.output_token_ids == expect["probe"]["token_ids"]
+    assert probe["probe"]["token_ids"] == expect["probe"]["token_ids"]
 
 
 @pytest.mark.parametrize("family", ["llama"])

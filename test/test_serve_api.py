@@ -190,6 +190,15 @@ def test_streaming_matches_non_streaming(client):
     assert chat[-1].usage.completion_tokens == 5
 
 
+def test_usage_reports_prompt_tokens_from_the_prefix_cache(client):
+    prompt = "The quick brown fox jumps over the lazy dog. " * 4  # several full KV blocks
+    kwargs = dict(model="m", prompt=prompt, max_tokens=2, temperature=0)
+    first = client.completions.create(**kwargs)
+    again = client.completions.create(**kwargs)
+    assert first.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens
+    assert again.usage.prompt_tokens_details.cached_tokens >= 16  # whole blocks reused
+
+
 def test_generate_streams_ndjson(server):
     with httpx.stream("POST", server.url + "/generate", headers=AUTH, timeout=30,
                       json={"prompt": "Hello", "max_tokens": 5, "ignore_eos": True}) as resp:

@@ -9,7 +9,7 @@ from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 
 
 def load(environ=None, **kwargs):
-    return load_settings(environ=environ or {}, report=False, **kwargs)
+    return load_settings(environ=environ or {}, **kwargs)
 
 
 def write(tmp_path, name, text):
@@ -26,13 +26,13 @@ def test_env_file_syntax_is_handled(tmp_path):
         "MSTAR_HOST='0.0.0.0'",
         'MSTAR_MODEL="/models/my model"',
         "MSTAR_LOG_LEVEL=debug  # inline comment",
-        "MSTAR_API_KEY='abc # not a comment'",
+        "MSTAR_ZMQ_TCP_HOST='abc # not a comment'",
         "OTHER_TOOL_SETTING=1",
     ]))
     loaded = load(env_files=[env])
     s = loaded.settings
     assert (s.port, s.host, s.model, s.log_level) == (9001, "0.0.0.0", "/models/my model", "debug")
-    assert s.api_key.get_secret_value() == "abc # not a comment"
+    assert s.zmq_tcp_host == "abc # not a comment"
     assert loaded.problems == ()
     assert str(loaded.sources["port"]) == f"{env}:3"
     assert str(loaded.sources["model"]) == f"{env}:5"

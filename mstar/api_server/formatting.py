@@ -2,24 +2,52 @@
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 
-
-def sse(payload: Any) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
+_json = msgspec.json.Encoder()
 
 
-SSE_DONE = "data: [DONE]\n\n"
+def sse(payload: Any) -> bytes:
+    return b"data: " + _json.encode(payload) + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def json_line(payload: Any) -> bytes:
+    return _json.encode(payload) + b"\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+async def coalesce(outputs: AsyncIterator[tuple[int, RequestOutput]], interval: int
+                   ) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Merge each choice's outputs until it has ``interval`` new tokens or finishes
+    (MSTAR_STREAM_INTERVAL): fewer, larger stream events."""
+    pending: dict[int, RequestOutput] = {}
+    async for i, out in outputs:
+        prev = pending.pop(i, None)
+        if prev is not None:
+            out = RequestOutput(
+                out.request_id, prev.new_token_ids + out.new_token_ids,
+                prev.new_text + out.new_text, out.finished, out.finish_reason,
+                out.num_prompt_tokens, out.num_output_tokens,
+                (prev.logprobs or []) + (out.logprobs or []) or None)
+        if out.finished or len(out.new_token_ids) >= interval:
+            yield i, out
+        else:
+            pending[i] = out
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def envelope(request_id: str, obj: str, model: str, created: int) -> dict[str, Any]:
@@ -72,8 +100,10 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
+    cached_tokens: int = 0
 
     def add(self, out: RequestOutput) -> None:
+        self.cached_tokens = out.num_cached_tokens
         self.text += out.new_text
         self.token_ids.extend(out.new_token_ids)
         self.logprobs.extend(out.logprobs or [])
@@ -81,5 +111,7 @@ class Choice:
             self.finish_reason = finish_reason(out)
 
 
-def total_usage(choices: list[Choice], prompt_len: int) -> dict[str, int]:
-    return usage(prompt_len, sum(len(c.token_ids) for c in choices))
+def total_usage(choices: list[Choice], prompt_len: int) -> dict[str, Any]:
+    """The prompt counts once; cached tokens are those of the choice that found the fewest."""
+    return usage(prompt_len, sum(len(c.token_ids) for c in choices),
+                 min(c.cached_tokens for c in choices))

@@ -89,6 +89,14 @@ async def first_output(outputs: AsyncIterator) -> Any:
         raise
 
 
+async def replay(first: tuple[int, RequestOutput], outputs: AsyncIterator
+                 ) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """The first output (awaited before the response started), then the rest."""
+    yield first
+    async for item in outputs:
+        yield item
+
+
 async def run_requests(
     state: ServerState, request_id: str, prompt_ids: list[int], params: list[SamplingParams],
     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
@@ -115,10 +123,13 @@ async def run_requests(
                 next_check = now + DISCONNECT_CHECK_S
                 if await is_disconnected():
                     return
-            try:
-                item = await asyncio.wait_for(queue.get(), min(left, DISCONNECT_CHECK_S))
-            except asyncio.TimeoutError:
-                continue
+            if queue.empty():  # wait_for costs a task and a timer: only when there is nothing
+                try:
+                    item = await asyncio.wait_for(queue.get(), min(left, DISCONNECT_CHECK_S))
+                except asyncio.TimeoutError:
+                    continue
+            else:
+                item = queue.get_nowait()
             if isinstance(item, Failure):
                 raise APIError(item.status, item.message, item.param)
             rid = item.request_id

@@ -28,6 +28,9 @@ class Metrics:
                              registry=r)
         self.kv_usage = Gauge("mstar_kv_cache_usage_ratio",
                               "Fraction of KV-cache blocks in use (mean over workers).", registry=r)
+        self.preemptions = Gauge("mstar_num_preemptions",
+                                 "Requests preempted so far (KV cache full; recomputed later), "
+                                 "summed over workers.", registry=r)
         self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
                               buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("mstar_inter_token_latency_seconds",
@@ -39,6 +42,7 @@ class Metrics:
         self.running.set(sum(s.running for s in values))
         self.waiting.set(sum(s.waiting for s in values))
         self.kv_usage.set(sum(s.kv_cache_usage for s in values) / len(values) if values else 0.0)
+        self.preemptions.set(sum(s.preemptions for s in values))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

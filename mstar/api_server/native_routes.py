@@ -7,7 +7,6 @@ line of each choice also carries "usage". Errors after the stream started arrive
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -23,6 +22,7 @@ from mstar.api_server.generation import (
     completion_prompt_ids,
     first_output,
     new_request_id,
+    replay,
     run_requests,
     sampling_params,
 )
@@ -39,7 +39,8 @@ def _line(i: int, out: RequestOutput) -> dict[str, Any]:
     if out.logprobs:
         line["logprobs"] = [msgspec.structs.asdict(e) for e in out.logprobs]
     if out.finished:
-        line["usage"] = fmt.usage(out.num_prompt_tokens, out.num_output_tokens)
+        line["usage"] = fmt.usage(out.num_prompt_tokens, out.num_output_tokens,
+                                  out.num_cached_tokens)
     return line
 
 
@@ -61,13 +62,12 @@ async def generate(request: Request) -> Any:
     outputs = run_requests(state, request_id, prompt_ids, params)
     first = await first_output(outputs)
 
-    async def lines() -> AsyncIterator[str]:
+    async def lines() -> AsyncIterator[bytes]:
         async with aclosing(outputs):
             try:
-                yield json.dumps(_line(*first)) + "\n"
-                async for i, out in outputs:
-                    yield json.dumps(_line(i, out)) + "\n"
+                async for i, out in fmt.coalesce(replay(first, outputs), state.settings.stream_interval):
+                    yield fmt.json_line(_line(i, out))
             except APIError as exc:
-                yield json.dumps(exc.body()) + "\n"
+                yield fmt.json_line(exc.body())
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")

@@ -17,6 +17,7 @@ from mstar.api_server.generation import (
     completion_prompt_ids,
     first_output,
     new_request_id,
+    replay,
     run_requests,
     sampling_params,
 )
@@ -79,7 +80,7 @@ def _final(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
 
 async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
                   first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool
-                  ) -> AsyncIterator[str]:
+                  ) -> AsyncIterator[bytes]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
                         state.model_name, fmt.now())
     choices = [fmt.Choice() for _ in range(req.n)]
@@ -91,14 +92,9 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: lis
             yield fmt.sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": None,
                                                 "finish_reason": None}]})
 
-    async def rest() -> AsyncIterator[tuple[int, RequestOutput]]:
-        yield first
-        async for item in outputs:
-            yield item
-
     async with aclosing(outputs):
         try:
-            async for i, out in rest():
+            async for i, out in fmt.coalesce(replay(first, outputs), state.settings.stream_interval):
                 choices[i].add(out)
                 item: dict[str, Any] = {"index": i, "logprobs": None,
                                         "finish_reason": fmt.finish_reason(out)}

@@ -60,7 +60,10 @@ def _text(value) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from mstar.logging_setup import start_logging
+
     loaded = settings_from_args(args)
+    start_logging(loaded)  # the warnings go to stderr, the table to stdout
     changed = {name for name, _, _ in loaded.changed()}
     shown = [k for k in KNOBS if not args.changed or k.env in changed]
     if args.json:
@@ -83,8 +86,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     try:
-        loaded = load_settings(env_files=args.env_file, strict=True if args.strict else None,
-                               report=False)
+        loaded = load_settings(env_files=args.env_file, strict=True if args.strict else None)
     except SettingsUsageError as exc:
         print(f"mstar: error: {exc}", file=sys.stderr)
         return 2

@@ -25,8 +25,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import structlog
 
-    # Configures logging and logs every settings warning and changed value, before anything heavy.
+    from mstar.logging_setup import start_logging
+
     loaded = settings_from_args(args, overrides={"model": args.model_positional})
+    start_logging(loaded)  # every settings warning and changed value, before anything heavy
     settings = loaded.settings
     log = structlog.get_logger("mstar.serve")
 

@@ -48,6 +48,8 @@ class LLMEngine:
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
+        if settings.torch_num_threads:
+            torch.set_num_threads(settings.torch_num_threads)
         self.model_dir = model_dir = resolve_model_dir(settings)
         self.model_name = settings.model
         self.device, self.dtype = resolve_device_dtype(settings)
@@ -133,7 +135,7 @@ class LLMEngine:
     def _abort_now(self, request_id: str) -> None:
         seq = self.seqs.pop(request_id, None)
         if seq is not None:
-            self.scheduler.finish(seq, "abort")
+            self.scheduler.finish(seq)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self.loop.in_flight
@@ -149,6 +151,9 @@ class LLMEngine:
 
     def num_free_blocks(self) -> int:
         return self.block_manager.num_free_blocks
+
+    def num_preemptions(self) -> int:
+        return self.scheduler.num_preemptions
 
     def kv_cache_usage(self) -> float:
         return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
@@ -166,10 +171,10 @@ class LLMEngine:
         k = 0
         for i, seq in enumerate(batch.seqs):
             samples = batch.samples(i)
-            seq.num_computed_tokens = batch.starts[i] + batch.num_new_tokens[i]
-            if seq.is_finished:  # defensive: aborts wait for the step, so none finished meanwhile
+            if seq.is_finished:  # finished (or aborted) after this step was launched: a wasted row
                 k += samples
                 continue
+            seq.num_computed_tokens = batch.starts[i] + batch.num_new_tokens[i]
             self.block_manager.commit_full_blocks(seq)
             if not samples:
                 continue
@@ -192,7 +197,7 @@ class LLMEngine:
         elif seq.num_output_tokens >= params.max_tokens:
             reason = "length"
         if reason is not None:
-            self.scheduler.finish(seq, reason)
+            self.scheduler.finish(seq)
             del self.seqs[seq.request_id]
         return RequestOutput(
             request_id=seq.request_id,
@@ -202,5 +207,6 @@ class LLMEngine:
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
             logprobs=[logprobs] if logprobs is not None else None,
         )

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.attention import AttentionInputs, get_backend
+from mstar.engine.attention import (
+    AttentionInputs,
+    choose_attention_backend,
+    get_backend,
+    model_attention_features,
+)
 from mstar.engine.compilation import compile_model
 from mstar.engine.kv_cache import (
     allocate_kv_cache,
@@ -31,6 +36,7 @@ class ModelInput:
     attn_metadata: object
     sample_indices: torch.Tensor  # rows of the flattened tokens whose logits are sampled
     sampling: SamplingMetadata | None
+    input_index: torch.Tensor | None = None  # a continuation's rows in the previous step's tokens
 
 
 class ModelRunner:
@@ -53,7 +59,8 @@ class ModelRunner:
                                 attn_layers[0].num_kv_heads, attn_layers[0].head_dim, dtype)
         self.num_blocks = num_blocks_for(settings, per_block, max_model_len,
                                          budget - self.num_state_slots * per_slot)
-        self.attn_backend = get_backend("torch")
+        self.attn_backend = get_backend(choose_attention_backend(
+            settings, device, model_attention_features(self.model)))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
         self.sampler = Sampler()
@@ -112,6 +119,7 @@ class ModelRunner:
             attn_metadata=self.attn_backend.build(inputs),
             sample_indices=self._tensor(sample_rows),
             sampling=self._sampling_metadata(sampled) if sampled else None,
+            input_index=None if batch.input_rows is None else self._tensor(batch.input_rows),
         )
 
     def _state_layout(self, batch: ScheduledBatch, num_decodes: int) -> StateLayout:
@@ -171,11 +179,13 @@ class ModelRunner:
     def execute(self, model_input: ModelInput, input_ids: torch.Tensor | None = None) -> StepResult:
         """Forward pass + sampling: one token id (and logprobs, if asked for) per sampled row.
 
-        ``input_ids`` replaces the planned ones: a continuation's inputs are the previous step's
-        sampled tokens, known only once that step is done.
+        ``input_ids`` (the previous step's sampled tokens) replaces a continuation's placeholder
+        inputs: known only once that step is done.
         """
         model_input.attn_metadata.begin_forward()
-        ids = model_input.input_ids if input_ids is None else input_ids
+        ids = model_input.input_ids
+        if input_ids is not None:
+            ids = input_ids.index_select(0, model_input.input_index)
         hidden = self.model(ids, model_input.positions, model_input.attn_metadata)
         if model_input.sampling is None:
             return StepResult(torch.empty(0, dtype=torch.int64))

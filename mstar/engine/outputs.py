@@ -31,6 +31,7 @@ class RequestOutput(msgspec.Struct, array_like=True):
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ class ScheduledBatch:
     seqs: list[Sequence] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
+    # A continuation's input ids: row i takes the previous step's sampled token input_rows[i].
+    input_rows: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -71,6 +73,10 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def can_admit(self) -> bool:
+        """Whether a fresh schedule() could start a waiting (or preempted) request now."""
+        return bool(self.waiting) and len(self.running) < self.max_num_seqs
+
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
         budget = self.max_num_batched_tokens
@@ -114,10 +120,15 @@ class Scheduler:
         Used by the overlapped loop. Grows block tables as needed; None when nothing is sampled or
         the KV cache cannot hold the extra tokens (the loop then takes a fresh ``schedule()``).
         """
-        cont = ScheduledBatch()
+        cont = ScheduledBatch(input_rows=[])
+        sampled = 0
         for i, seq in enumerate(batch.seqs):
-            if batch.samples(i):
+            if not batch.samples(i):
+                continue
+            if not seq.is_finished:
                 cont.add(seq, batch.starts[i] + batch.num_new_tokens[i], 1)
+                cont.input_rows.append(sampled)
+            sampled += 1
         totals = [start + 1 for start in cont.starts]
         if not cont.seqs or not self.block_manager.can_grow_all(cont.seqs, totals):
             return None
@@ -132,7 +143,7 @@ class Scheduler:
         self.num_preemptions += 1
         log.debug("preempted", request_id=seq.request_id, num_tokens=len(seq))
 
-    def finish(self, seq: Sequence, reason: str) -> None:
+    def finish(self, seq: Sequence) -> None:
         """Mark finished and free its blocks at once (also used for abort)."""
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
@@ -140,4 +151,3 @@ class Scheduler:
             self.waiting.remove(seq)
         self.block_manager.free_seq(seq)
         seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = reason

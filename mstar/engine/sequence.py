@@ -36,7 +36,6 @@ class Sequence:
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
-        self.prompt_token_ids = list(prompt_token_ids)
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
@@ -44,11 +43,10 @@ class Sequence:
         self.generator = generator
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
-        self.num_cached_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
         self.block_table: list[int] = []
         self.num_hashed_blocks = 0
         self.state_slot: int | None = None  # recurrent-state slot (hybrid models), while admitted
-        self.finish_reason: str | None = None
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -56,10 +54,6 @@ class Sequence:
     @property
     def num_output_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def is_finished(self) -> bool:

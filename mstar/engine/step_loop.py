@@ -43,7 +43,6 @@ Postprocess = Callable[["ScheduledBatch", "StepResult"], "list[RequestOutput]"]
 class LoopCounters:
     speculative_steps: int = 0
     yield_steps: int = 0
-    dropped_plans: int = 0
     longest_speculative_run: int = 0
 
 
@@ -129,14 +128,14 @@ class StepLoop:
         if isinstance(planned, Future):
             with self.timer.phase("plan"):
                 planned = planned.result()
+        self.inflight = None
+        if planned is not None:
+            # N+1 starts before N's outputs are applied: postprocessing overlaps the forward. A
+            # sequence that N finishes (or an abort) costs N+1 one wasted row, never emitted.
+            self._launch(planned, speculative=True, input_ids=result.token_ids)
         with self.timer.phase("postprocess"):
             outputs = self.postprocess(step.batch, result)
-        self.inflight = None
-        if planned is not None and not any(seq.is_finished for seq in planned.batch.seqs):
-            self._launch(planned, speculative=True, input_ids=result.token_ids)
-        else:
-            if planned is not None:
-                self.counters.dropped_plans += 1
+        if planned is None:
             self._launch_fresh()
         self._end_iteration(start, len(step.batch))
         return outputs
@@ -177,7 +176,7 @@ class StepLoop:
             return False
         if not self.peek_for_fairness:
             return True
-        if not self.scheduler.waiting:
+        if not self.scheduler.can_admit():
             self.other_work_since = None
             return True
         now = time.monotonic()

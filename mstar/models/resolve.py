@@ -10,19 +10,20 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mstar.models.builtin import ensure_builtin_model
+from mstar.models.model_error import ModelError
 from mstar.models.registry import supported_architectures
+from mstar.models.safetensors_check import check_weights
 from mstar.settings import BUILTIN_MODEL
 
 if TYPE_CHECKING:
     from mstar.settings import WorkerSettings
 
+__all__ = ["BUILTIN_MODEL_NAME", "ModelError", "resolve_model_dir", "validate_model_dir"]
+
 BUILTIN_MODEL_NAME = BUILTIN_MODEL
-SUPPORTED_ARCHITECTURES = tuple(supported_architectures())  # the registry is the one list
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-
-
-class ModelError(Exception):
-    """The configured model cannot be served; the message names the path and what is wrong."""
+LOCAL_FIX = "re-download the model or save it again with transformers' save_pretrained"
 
 
 def resolve_model_dir(settings: WorkerSettings) -> Path:
@@ -32,15 +33,15 @@ def resolve_model_dir(settings: WorkerSettings) -> Path:
     `./SmolLM2-135M-Instruct` to mean the directory.
     """
     if settings.model == BUILTIN_MODEL_NAME:
-        # Imported here because builtin imports ModelError from this module.
-        from mstar.models.builtin import ensure_builtin_model
-
-        return ensure_builtin_model(settings.cache_dir)
+        target = ensure_builtin_model(settings.cache_dir, verify=settings.verify_cache)
+        check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
+        return target
     return validate_model_dir(Path(settings.model).expanduser())
 
 
 def validate_model_dir(path: Path) -> Path:
     """Check that `path` holds an HF-format model of a supported architecture; return it resolved."""
+    supported = ", ".join(supported_architectures())
     hint = f"set model to a local HF-format model directory or to {BUILTIN_MODEL_NAME!r}"
     if not path.exists():
         raise ModelError(f"model path {str(path)!r} does not exist; {hint}")
@@ -57,13 +58,13 @@ def validate_model_dir(path: Path) -> Path:
     if not isinstance(architectures, list) or not architectures:
         raise ModelError(
             f"{str(config_file)!r} does not name the model's architectures; supported "
-            f"architectures: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"architectures: {supported}"
         )
-    unsupported = [name for name in architectures if name not in SUPPORTED_ARCHITECTURES]
+    unsupported = [name for name in architectures if name not in supported_architectures()]
     if unsupported:
         raise ModelError(
             f"model {str(path)!r} has unsupported architecture {', '.join(map(str, unsupported))}; "
-            f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"supported architectures: {supported}"
         )
     if not any(path.glob("*.safetensors")):
         raise ModelError(
@@ -75,4 +76,5 @@ def validate_model_dir(path: Path) -> Path:
             f"model directory {str(path)!r} has no tokenizer files "
             f"(expected one of {', '.join(TOKENIZER_FILES)})"
         )
+    check_weights(path, LOCAL_FIX)
     return path.resolve()

@@ -55,6 +55,7 @@ class Knob:
     min_exclusive: bool       # gt rather than ge: there is no minimum value to clamp to
     choices: tuple[str, ...] | None
     secret: bool
+    security: bool            # problems are errors in every mode (see schema.knob)
 
 
 def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool]:
@@ -93,7 +94,8 @@ def _describe(name: str) -> Knob:
     return Knob(name=name, env=env_name(name), kind=kind, default=field.default,
                 description=field.description or "", category=extra["category"],
                 unit=extra["unit"], optional=optional, minimum=minimum, maximum=maximum,
-                min_exclusive=exclusive, choices=choices, secret=extra["secret"])
+                min_exclusive=exclusive, choices=choices, secret=extra["secret"],
+                security=extra["security"])
 
 
 KNOBS: tuple[Knob, ...] = tuple(_describe(n) for g in GROUPS for n in g.model_fields)

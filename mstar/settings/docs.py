@@ -6,6 +6,7 @@ import difflib
 from pathlib import Path
 
 from mstar.settings.catalog import KNOBS, Knob
+from mstar.settings.env_file import MAX_ENV_FILE_BYTES
 from mstar.settings.parse import FALSE_WORDS, TRUE_WORDS, describe_range
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "environment_variables.rst"
@@ -35,23 +36,54 @@ How bad values are handled
   lower-precedence source set it). Malformed means: not a number; for decimal knobs also ``nan`` and
   ``inf``; for whole-number knobs also ``1e3`` and ``16.0``; for on/off knobs anything other than
   {bools}; for knobs with choices anything outside them (matching ignores case); for lists any bad
-  element.
+  element; for paths a ``~user`` that cannot be expanded (``~nosuchuser/x``).
+* **Numbers** are plain decimal ASCII: the digits ``0-9``, a leading sign and, for decimal knobs, a
+  point and an exponent (``2.5``, ``1e-3``). The same rule holds for every numeric knob: ``_``
+  separators (``1_000``), ``0x`` prefixes and non-ASCII digits (``５``, ``٨٠٨٠``) are malformed. A
+  number of any length is handled by the rule (never an error of Python's own): one past a bound is
+  clamped to it, however many digits it has.
 * **Out of range**: below the minimum, the minimum is used; above the maximum, the maximum; both with a
   warning. Where the bound is exclusive (``> 0``) there is no minimum to use, so the value counts as
   malformed.
 * **Empty or whitespace-only** values count as unset, silently (templated env files often leave
   blanks): the value from the lower-precedence sources stands.
 * **Unknown** ``MSTAR_*`` names in the environment or an env file warn and suggest the closest known
-  name ("did you mean MSTAR_LAUNCH_WAIT_MS?").
-* **Env files**: comments, blank lines, an ``export`` prefix and single or double quotes are handled.
-  A line without ``=`` or a key given twice warns with ``file:line`` (the later line wins); the rest of
-  the file still applies. A missing env file is a usage error (exit code 2).
+  name ("did you mean MSTAR_LAUNCH_WAIT_MS?"). So do names that differ from a knob only in case,
+  spaces or invisible characters (``mstar_port``, a name starting with a byte-order mark).
+* **Security settings fail closed.** For a security setting (today ``MSTAR_API_KEY``) a lenient
+  fallback could switch a protection off, so every problem with it is an error in every mode, not
+  only in strict mode: a malformed value (an API key must be visible ASCII without spaces and not
+  wrapped in quotes), a value that is set but empty (unset the variable to turn authentication
+  off), a name that may have been meant for it (``MSTAR_APIKEY``, ``mstar_api_key``,
+  ``\\ufeffMSTAR_API_KEY``), and an env-file line for it that is not used (one that cannot be
+  parsed, or a second line for it). ``mstar serve`` and ``mstar config validate`` then exit with
+  status 1 and name the variable.
 * Every value that parsed and is in range is used exactly as given.
 * **Strict mode** (``MSTAR_CONFIG_STRICTNESS=strict`` or ``--strict``): every problem above is an
   error; all of them are listed at once and the command exits with status 1 before anything loads.
 
 Warnings are structured log events (``setting_rejected`` with ``variable``, ``value``, ``used``,
 ``reason`` and ``source``; ``setting_problem`` for unknown names and env-file lines).
+
+Env files
+---------
+
+``--env-file FILE`` lines are parsed by python-dotenv's parser, the library pydantic-settings
+uses; docker compose's ``env_file`` treats these cases alike. Blank lines and ``#`` comments are
+skipped; a leading UTF-8 byte-order mark is ignored; ``export`` followed by any spaces or tabs is
+allowed; values may be single-quoted (taken literally) or double-quoted (``\\n``, ``\\"`` and the
+like are escapes); an inline comment after a value is dropped when a space precedes the ``#``,
+quoted or not (``KEY="v"  # note`` and ``KEY=v # note`` both give ``v``, ``KEY=v#1`` gives
+``v#1``). ``${VAR}`` is not expanded.
+
+Each line that is not used warns with ``file:line`` and the rest of the file still applies: a line
+that is not ``KEY=value``, a key containing a space, an unterminated quote, and a key given twice
+(the later line wins).
+
+Only regular files are read, of at most {max_env_file} bytes (1 MiB). A missing file, a directory,
+a FIFO or a device (``/dev/zero``), a larger file, and text that is not UTF-8 are usage errors:
+the command exits with status 2 and says why, before reading anything else.
+
 """
 
 
@@ -84,7 +116,8 @@ def _row(knob: Knob) -> str:
 
 
 def render() -> str:
-    parts = [_INTRO.replace("{bools}", ", ".join(f"``{w}``" for w in TRUE_WORDS + FALSE_WORDS))]
+    intro = _INTRO.replace("{bools}", ", ".join(f"``{w}``" for w in TRUE_WORDS + FALSE_WORDS))
+    parts = [intro.replace("{max_env_file}", str(MAX_ENV_FILE_BYTES))]
     categories = list(dict.fromkeys(k.category for k in KNOBS))
     for category in categories:
         parts.append(f"\n{category}\n{'-' * len(category)}\n\n")

@@ -9,11 +9,17 @@ passed in code) into the value to use:
   lower-precedence source set one) and reports the problem;
 - a value below the minimum is raised to it, above the maximum lowered to it, with a reason;
 - anything else is used exactly as given.
+
+Numbers are plain decimal ASCII (``[0-9]``, a sign, and for decimal knobs a point and an exponent):
+``_`` separators, ``0x`` prefixes and non-ASCII digits such as ``５`` are malformed for every
+numeric knob. A number of any length follows the rule: digits beyond every bound are clamped.
+
+A security knob (``security=True`` in the schema) never falls back: the caller turns every problem
+with it into an error.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,16 @@ from mstar.settings.catalog import Kind, Knob
 UNSET = object()
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
-_INT_RE = re.compile(r"[+-]?\d+")
+# ASCII only: \d would also accept '５' and '٨٠٨٠'.
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# More significant digits than this exceed every bound; int() itself refuses past 4300 digits.
+_MAX_INT_DIGITS = 100
+_BEYOND_EVERY_BOUND = 10**_MAX_INT_DIGITS
+# Longest raw value repeated in a message.
+_SHOWN_CHARS = 60
+# A bearer token travels in an HTTP header: visible ASCII, no spaces.
+_SECRET_RE = re.compile(r"[\x21-\x7e]+")
 
 
 class Rejected(ValueError):
@@ -34,18 +49,33 @@ class Rejected(ValueError):
 
 def _parse_int(text: str) -> int:
     if not _INT_RE.fullmatch(text):
-        raise Rejected("not a whole number")
+        raise Rejected("not a whole number (plain ASCII digits; no '_', '0x' or exponent)")
+    if len(text.lstrip("+-").lstrip("0")) > _MAX_INT_DIGITS:
+        return -_BEYOND_EVERY_BOUND if text.startswith("-") else _BEYOND_EVERY_BOUND
     return int(text)
 
 
 def _parse_float(text: str) -> float:
+    if not _FLOAT_RE.fullmatch(text):
+        raise Rejected("not a finite decimal number (plain ASCII digits; no '_' or '0x')")
+    return float(text)  # may overflow to +-inf, which the bounds then clamp
+
+
+def _parse_path(text: str) -> Path:
+    if "\0" in text:
+        raise Rejected("contains a NUL character")
     try:
-        value = float(text)
-    except ValueError:
-        raise Rejected("not a number") from None
-    if not math.isfinite(value):
-        raise Rejected("not a finite number")
-    return value
+        return Path(text).expanduser()
+    except RuntimeError:  # '~nosuchuser/x', or '~' without a home directory
+        raise Rejected(f"cannot expand {text.split('/', 1)[0]!r} (no such user or home)") from None
+
+
+def _parse_secret(text: str) -> SecretStr:
+    if not _SECRET_RE.fullmatch(text):
+        raise Rejected("must be visible ASCII without spaces (it is sent in an HTTP header)")
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        raise Rejected("is wrapped in quotes, which would become part of the key")
+    return SecretStr(text)
 
 
 def _parse_bool(text: str) -> bool:
@@ -71,9 +101,9 @@ def _parse_int_list(knob: Knob, text: str) -> list[int]:
         try:
             value = _parse_int(item)
         except Rejected:
-            raise Rejected(f"element {item!r} is not a whole number") from None
+            raise Rejected(f"element {_shortened(item)!r} is not a whole number") from None
         if _out_of_bounds(knob, value):
-            raise Rejected(f"element {item} is outside {describe_range(knob)}")
+            raise Rejected(f"element {_shortened(item)} is outside {describe_range(knob)}")
         values.append(value)
     return values
 
@@ -91,18 +121,34 @@ def parse_text(knob: Knob, text: str) -> Any:
     if knob.kind is Kind.INT_LIST:
         return _parse_int_list(knob, text)
     if knob.kind is Kind.PATH:
-        return Path(text).expanduser()
+        return _parse_path(text)
     if knob.kind is Kind.SECRET:
-        return SecretStr(text)
+        return _parse_secret(text)
     return text
 
 
 def _as_text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
+        return ",".join(_as_text(v) for v in value)
     if isinstance(value, SecretStr):
         return value.get_secret_value()
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _BEYOND_EVERY_BOUND:
+        return str(_BEYOND_EVERY_BOUND if value > 0 else -_BEYOND_EVERY_BOUND)  # str() refuses 4300+
     return str(value)
+
+
+def _shortened(text: str) -> str:
+    if len(text) > _SHOWN_CHARS:
+        return f"{text[:_SHOWN_CHARS // 2]}...({len(text)} characters)"
+    return text
+
+
+def shown_text(knob: Knob, raw: Any, mask: str) -> str:
+    """The raw value as messages repeat it: masked for secrets (unless blank), shortened when long."""
+    text = _as_text(raw)
+    if knob.secret and text.strip():
+        return mask
+    return _shortened(text)
 
 
 def _out_of_bounds(knob: Knob, value: float) -> bool:
@@ -128,6 +174,8 @@ def coerce(knob: Knob, raw: Any) -> tuple[Any, str | None]:
         raise Rejected("cannot be unset")
     text = _as_text(raw).strip()
     if not text:
+        if knob.security:
+            raise Rejected("is set but empty; unset the variable to turn it off")
         return UNSET, None
     value = parse_text(knob, text)
     if knob.kind not in (Kind.INT, Kind.FLOAT):

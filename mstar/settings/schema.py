@@ -31,9 +31,14 @@ MAX_COUNT = 2**31 - 1
 
 
 def knob(default: Any, description: str, *, category: str, unit: str | None = None,
-         secret: bool = False, **bounds: Any) -> Any:
-    """A field with the metadata every consumer of the schema relies on."""
-    extra = {"unit": unit, "category": category, "secret": secret}
+         secret: bool = False, security: bool = False, **bounds: Any) -> Any:
+    """A field with the metadata every consumer of the schema relies on.
+
+    ``secret`` masks the value wherever it is shown. ``security`` marks a knob whose lenient
+    fallback could weaken security: every problem with it (a malformed or empty value, a near-miss
+    name) is an error in every mode.
+    """
+    extra = {"unit": unit, "category": category, "secret": secret, "security": security}
     return Field(default, description=description, json_schema_extra=extra, **bounds)
 
 
@@ -50,10 +55,13 @@ class WorkerLoopKnobs(BaseModel):
         "event before going on (a GIL throttle meant to expire early).",
         unit="ms", ge=0.0, le=MAX_WAIT_MS)
     max_consecutive_spec_steps: int = _loop(
-        1024, "Speculative steps in a row before the worker takes a fresh batch from the "
-        "scheduler. 0 turns speculation off (a serial loop) and warns at startup.", ge=0, le=MAX_COUNT)
+        1024, "Speculative steps in a row before the engine takes a fresh batch from the "
+        "scheduler. A speculative step is the overlapped next step (N+1 planned while N runs), not "
+        "speculative decoding. 0 turns the overlap off (a serial loop) and warns at startup.",
+        ge=0, le=MAX_COUNT)
     spec_peek_for_fairness: bool = _loop(
-        True, "Yield to the scheduler early when other work (waiting or preempted requests) is ready.")
+        True, "Yield to the scheduler early when other work (a waiting or preempted request) "
+        "could be admitted now.")
     pre_plan_spec: bool = _loop(
         True, "Build step N+1's input tensors and block tables on a separate planning thread; "
         "off builds them inline.")
@@ -78,7 +86,8 @@ class ServerKnobs(BaseModel):
     port: int = _server(8000, "Port the HTTP server binds to.", ge=1, le=65535)
     api_key: SecretStr | None = _server(
         None, "When set, every request except /health needs 'Authorization: Bearer <key>'. "
-        "Unset disables authentication.", secret=True)
+        "Unset disables authentication. A security setting: any problem with it is an error.",
+        secret=True, security=True)
     max_concurrent_requests: int = _server(
         256, "Requests in flight beyond this get an immediate 503 (health, models and metrics "
         "endpoints are not counted).", unit="requests", ge=1, le=MAX_COUNT)
@@ -93,6 +102,10 @@ class ServerKnobs(BaseModel):
     startup_timeout_s: float = _server(
         600.0, "How long the conductor waits for every worker to finish loading.",
         unit="s", gt=0.0, le=MAX_WAIT_S)
+    stream_interval: int = _server(
+        1, "Tokens per streamed chunk: a choice's SSE event (or NDJSON line) goes out once it has "
+        "this many new tokens, and when it finishes. 1 streams every token.", unit="tokens",
+        ge=1, le=MAX_COUNT)
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
@@ -104,6 +117,10 @@ class EngineKnobs(BaseModel):
         "HF-format directory (config.json, *.safetensors, tokenizer files).")
     cache_dir: Path = _engine(
         Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
+    verify_cache: bool = _engine(
+        False, "At start, hash the converted built-in model and compare it with the hashes "
+        "recorded at conversion (file sizes are always checked; hashes also after an unfinished "
+        "conversion). A mismatch converts the model again.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
         "auto", "Weight and activation dtype. auto = float32 on CPU, bfloat16 on CUDA.")
     device: Literal["auto", "cpu", "cuda"] = _engine(
@@ -127,17 +144,25 @@ class EngineKnobs(BaseModel):
         2.0, "KV-cache budget on CPU when MSTAR_NUM_KV_BLOCKS is unset.", unit="GiB",
         gt=0.0, le=1e6)
     enable_prefix_caching: bool = _engine(True, "Reuse KV-cache blocks of identical prompt prefixes.")
+    attention_backend: Literal["auto", "torch", "triton"] = _engine(
+        "auto", "Attention kernels: torch (SDPA over gathered pages) or triton (paged kernels reading "
+        "the cache in place; needs CUDA and the triton package). auto = triton on CUDA, else torch.")
     cuda_graph: bool = _engine(
-        True, "Capture decode steps as CUDA graphs (ignored on CPU). Reserved: there is no "
-        "CUDA-graph path yet, so the value is validated but has no effect.")
-    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = _engine(
-        [1, 2, 4, 8, 16, 32, 64, 128, 256],
-        "Batch sizes to capture CUDA graphs for, a comma list. Reserved, like MSTAR_CUDA_GRAPH.",
-        unit="sequences")
+        True, "Capture the decode forward as CUDA graphs at start-up, one per size in "
+        "MSTAR_CUDA_GRAPH_BATCH_SIZES; a decode batch pads up to the next captured size, larger "
+        "batches and prefills run eagerly. On by default on CUDA; no effect on CPU.")
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = _engine(
+        None, "Decode batch sizes to capture CUDA graphs for, a comma list; sizes above "
+        "MSTAR_MAX_NUM_SEQS are dropped. Unset = 1, 2, 4, 8, then steps of 8 to 64 and of 16 "
+        "beyond, up to MSTAR_MAX_NUM_SEQS. No effect on CPU.", unit="sequences")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")
     num_workers: int = _engine(1, "Worker processes (replicas, one engine each).", ge=1, le=256)
+    torch_num_threads: int = _engine(
+        0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
+        "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
+        le=1024)
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
 
 

@@ -6,7 +6,6 @@ overrides passed in code (``LLM(max_num_seqs=8)``). Every effective value record
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from mstar.settings.catalog import BY_ENV, BY_NAME, KNOBS, Knob
-from mstar.settings.env_file import SettingsUsageError, read_env_file
-from mstar.settings.parse import UNSET, Rejected, coerce
-from mstar.settings.schema import ENV_PREFIX, WorkerSettings
+from mstar.settings.env_file import SettingsUsageError, SyntaxProblem, read_env_file
+from mstar.settings.names import classify_unknown
+from mstar.settings.parse import UNSET, Rejected, coerce, shown_text
+from mstar.settings.schema import WorkerSettings
 
 ENVIRONMENT = "environment"
 COMMAND_LINE = "command line"
@@ -43,23 +43,29 @@ class Source:
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with the configuration; a warning, or an error in strict mode."""
+    """One thing wrong with the configuration: a warning, or an error in strict mode.
+
+    ``error`` marks a problem that is an error in every mode (one touching a security knob).
+    """
 
     variable: str
     reason: str
     location: str
     value: str | None = None
     used: Any = None
+    error: bool = False
 
     def message(self) -> str:
         if self.value is None:
             return f"{self.location}: {self.variable}: {self.reason}"
+        if self.error:  # nothing is used: the command stops
+            return f"{self.location}: {self.variable}={self.value!r} {self.reason}"
         return (f"{self.location}: {self.variable}={self.value!r} {self.reason}; "
                 f"using {self.used!r}")
 
 
 class SettingsError(Exception):
-    """Strict mode found problems; all of them are listed."""
+    """Strict mode found problems, or a security knob has one; all problems are listed."""
 
     def __init__(self, problems: Iterable[Problem]):
         self.problems = tuple(problems)
@@ -88,11 +94,20 @@ def display_value(knob: Knob, value: Any) -> Any:
     return value
 
 
-def _suggest(name: str) -> str:
-    # Compare without the shared prefix, which would make every name look alike.
-    known = [env[len(ENV_PREFIX):] for env in BY_ENV]
-    close = difflib.get_close_matches(name[len(ENV_PREFIX):], known, n=1, cutoff=0.6)
-    return f"unknown setting; did you mean {ENV_PREFIX}{close[0]}?" if close else "unknown setting"
+def _unknown(name: str, location: str) -> Problem | None:
+    unknown = classify_unknown(name)
+    if unknown is None:
+        return None
+    return Problem(ascii(name)[1:-1], unknown.reason, location, error=unknown.error)
+
+
+def _syntax(problem: SyntaxProblem) -> Problem:
+    """An env-file line that was not used; an error if it may have been meant for a security knob."""
+    meant = classify_unknown(problem.key or "")
+    if meant is not None and meant.error:
+        return Problem(meant.meant.env, f"{problem.reason}; {meant.meant.env} is a security "
+                       "setting, so this is an error", problem.location, error=True)
+    return Problem("env file", problem.reason, problem.location)
 
 
 def _layers(env_files: Iterable[Path], environ: Mapping[str, str], cli: Mapping[str, Any],
@@ -100,17 +115,17 @@ def _layers(env_files: Iterable[Path], environ: Mapping[str, str], cli: Mapping[
     """Yield (knob, raw value, origin) in precedence order, reporting unknown names."""
     for path in env_files:
         entries, syntax = read_env_file(Path(path))
-        problems.extend(Problem("env file", s.reason, s.location) for s in syntax)
+        problems.extend(_syntax(s) for s in syntax)
         for entry in entries:
             if entry.key in BY_ENV:
                 yield BY_ENV[entry.key], entry.value, entry.location
-            elif entry.key.startswith(ENV_PREFIX):
-                problems.append(Problem(entry.key, _suggest(entry.key), entry.location))
+            elif problem := _unknown(entry.key, entry.location):
+                problems.append(problem)
     for key, value in sorted(environ.items()):
         if key in BY_ENV:
             yield BY_ENV[key], value, ENVIRONMENT
-        elif key.startswith(ENV_PREFIX):
-            problems.append(Problem(key, _suggest(key), ENVIRONMENT))
+        elif problem := _unknown(key, ENVIRONMENT):
+            problems.append(problem)
     for origin, values in ((COMMAND_LINE, cli), (OVERRIDE, overrides)):
         for name, value in values.items():
             if name not in BY_NAME:
@@ -120,24 +135,25 @@ def _layers(env_files: Iterable[Path], environ: Mapping[str, str], cli: Mapping[
 
 def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterable[Path] = (),
                   strict: bool | None = None, environ: Mapping[str, str] | None = None,
-                  cli: Mapping[str, Any] | None = None, report: bool = True) -> LoadedSettings:
+                  cli: Mapping[str, Any] | None = None) -> LoadedSettings:
     """Build the frozen settings from every source, once, before anything heavy starts.
 
     Problems warn and fall back; with ``strict`` (or MSTAR_CONFIG_STRICTNESS=strict) they raise
-    ``SettingsError`` listing all of them. ``report`` configures logging from the result and logs
-    every problem and notice.
+    ``SettingsError`` listing all of them, as does any problem with a security knob. Nothing is
+    logged or configured here: the entry point reports the result.
     """
     environ = os.environ if environ is None else environ
     problems: list[Problem] = []
     values: dict[str, Any] = {}
     sources = {k.name: Source(DEFAULT) for k in KNOBS}
     for knob, raw, origin in _layers(env_files, environ, cli or {}, overrides or {}, problems):
-        shown = MASK if knob.secret else str(raw)
+        shown = shown_text(knob, raw, MASK)
         try:
             value, reason = coerce(knob, raw)
         except Rejected as exc:
             used = values.get(knob.name, knob.default)
-            problems.append(Problem(knob.env, str(exc), origin, shown, display_value(knob, used)))
+            problems.append(Problem(knob.env, str(exc), origin, shown, display_value(knob, used),
+                                    error=knob.security))
             sources[knob.name] = Source(origin, shown, "fallback")
             continue
         if value is UNSET:
@@ -145,17 +161,14 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterabl
         values[knob.name] = value
         sources[knob.name] = Source(origin, shown, "clamped") if reason else Source(origin)
         if reason:
-            problems.append(Problem(knob.env, reason, origin, shown, display_value(knob, value)))
+            problems.append(Problem(knob.env, reason, origin, shown, display_value(knob, value),
+                                    error=knob.security))
     settings = WorkerSettings(**values)
     loaded = LoadedSettings(settings, sources, tuple(problems), _notices(settings))
     if strict is None:
         strict = settings.config_strictness == "strict"
-    if strict and problems:
+    if problems and (strict or any(p.error for p in problems)):
         raise SettingsError(problems)
-    if report:
-        from mstar.logging_setup import configure_logging, log_settings_report
-        configure_logging(settings.log_level, settings.log_format)
-        log_settings_report(loaded)
     return loaded
 
 
@@ -163,6 +176,7 @@ def _notices(settings: WorkerSettings) -> tuple[str, ...]:
     """Valid but noteworthy choices, said once at startup."""
     notices = []
     if settings.max_consecutive_spec_steps == 0:
-        notices.append("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0: speculative scheduling is off; "
-                       "the worker runs a serial loop")
+        notices.append("MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0: speculative scheduling (the overlapped "
+                       "next step) is off; "
+                       "the engine runs a serial loop")
     return tuple(notices)

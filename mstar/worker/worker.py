@@ -105,7 +105,8 @@ class Worker:
     def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""
         engine = self.engine
-        stats = (engine.num_running(), engine.num_waiting(), round(engine.kv_cache_usage(), 4))
+        stats = (engine.num_running(), engine.num_waiting(), round(engine.kv_cache_usage(), 4),
+                 engine.num_preemptions())
         if stats == self._last_stats:
             return
         now = time.monotonic()
