@@ -104,6 +104,11 @@ def _family_config(family: str, common: dict):
     if family == "phi3":
         rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
         return tf.Phi3Config(**common, rope_parameters=rope, tie_word_embeddings=False)
+    if family == "phi3_longrope":  # 512 / 128: an attention factor of sqrt(1 + ln 4 / ln 128)
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                "short_factor": [1.0, 1.05, 1.1, 1.2], "long_factor": [1.5, 2.0, 4.0, 8.0]}
+        return tf.Phi3Config(**common, rope_parameters=rope, original_max_position_embeddings=128,
+                             tie_word_embeddings=False)
     if family == "olmo2":
         return tf.Olmo2Config(**common, tie_word_embeddings=False)
     if family == "smollm3":

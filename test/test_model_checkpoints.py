@@ -38,9 +38,9 @@ def test_sharded_checkpoint_with_index_loads_only_its_shards(tiny_model_dir, tmp
 
 
 @pytest.mark.parametrize(("family", "field", "value", "message"), [
-    ("phi3", "rope_scaling", {"rope_type": "longrope", "short_factor": [1.0] * 8,
-                              "long_factor": [2.0] * 8, "original_max_position_embeddings": 64},
-     "unsupported rope_scaling type 'longrope': mstar supports 'default', 'linear' and 'llama3'"),
+    ("mistral", "rope_scaling", {"rope_type": "yarn", "factor": 2.0,
+                                 "original_max_position_embeddings": 64},
+     "unsupported rope_scaling type 'yarn': mstar supports 'default', 'linear' and 'llama3'"),
     ("gemma3", "hidden_activation", "relu",
      "unsupported hidden_activation 'relu'; supported: gelu_pytorch_tanh, gelu"),
 ])

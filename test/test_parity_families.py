@@ -97,6 +97,16 @@ def test_overlapped_loop_on_and_off_match(family, tiny_model_dir, make_engine, r
         assert (engine.loop.counters.speculative_steps > 0) == bool(cap)
 
 
+@pytest.mark.parametrize("chunking", [{}, {"max_num_batched_tokens": 7}])
+def test_phi3_longrope_matches(chunking, tiny_model_dir, make_engine, run, prompts, reference):
+    """Sequences within original_max_position_embeddings: short factors and the attention factor
+    (past it mstar and transformers differ by design, see LongRopeEmbedding)."""
+    engine = make_engine(tiny_model_dir("phi3_longrope"), kv_block_size=4, num_kv_blocks=128,
+                         **chunking)
+    results = run(engine, _greedy(prompts))
+    assert _tokens(results, len(prompts)) == reference("phi3_longrope")
+
+
 def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engine, run, prompts,
                                                        reference, greedy_reference):
     """Qwen3.5: prefix caching is off (test_serve_hybrid checks the logged reason); slots are

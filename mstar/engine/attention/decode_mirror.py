@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mstar.engine.attention.masks import decode_mask
+
 # Tokens of room added per row at a (re)allocation, so reallocations happen rarely.
 HEADROOM_TOKENS = 128
 ROW_ALIGN = 8
@@ -43,7 +45,8 @@ class MirrorStep:
     join_span: int  # tokens gathered per joiner (a whole number of blocks)
     row_of_batch: torch.Tensor  # [nd]: decode row i of the batch lives in this row
     batch_of_row: torch.Tensor  # [num_rows]: inverse permutation
-    lens: torch.Tensor  # [num_rows]: each row's context length (the backend masks past it)
+    mask: torch.Tensor  # [num_rows, 1, 1, span] additive: -inf past each row's context
+    lens: torch.Tensor  # [num_rows]: each row's context (windowed layers mask from it)
 
 
 class DecodeMirror:
@@ -61,7 +64,8 @@ class DecodeMirror:
         self.buffers.clear()
 
     def plan(self, keys: list[int], ctx: list[int], block_tables: torch.Tensor,
-             slots: torch.Tensor, block_size: int, cache_slots: int) -> MirrorStep | None:
+             slots: torch.Tensor, block_size: int, cache_slots: int,
+             dtype: torch.dtype) -> MirrorStep | None:
         """This step's instructions, or None when the mirror would exceed its memory share."""
         device = slots.device
         span = max(ctx)
@@ -107,6 +111,7 @@ class DecodeMirror:
                                     dtype=torch.int64)
         append_pos = torch.tensor([r * self.capacity + self.lens[r] - 1 for r in appenders],
                                   device=device, dtype=torch.int64)
+        lens = torch.tensor(self.lens, device=device)
         rob = torch.tensor(row_of_batch, device=device, dtype=torch.int64)
         return MirrorStep(
             num_rows=len(new_keys), span=span,
@@ -116,7 +121,7 @@ class DecodeMirror:
             append_slots=slots.index_select(0, append_batch) if appenders else None,
             join_start=n_keep, join_blocks=join_blocks, join_span=join_span,
             row_of_batch=rob, batch_of_row=torch.argsort(rob),
-            lens=torch.tensor(self.lens, device=device),
+            mask=decode_mask(lens, span, None, dtype), lens=lens,
         )
 
     def update(self, step: MirrorStep, kv_cache: torch.Tensor) -> torch.Tensor:

@@ -85,10 +85,11 @@ class TorchAttentionMetadata:
         nd = self.num_decodes
         self.mirror_step = mirror.plan(
             inputs.seq_keys[:nd], inputs.context_lens_list[:nd], inputs.block_tables[:nd],
-            self.slot_mapping[:nd], inputs.block_size, self.backend.cache_slots)
+            self.slot_mapping[:nd], inputs.block_size, self.backend.cache_slots, inputs.dtype)
         step, dtype = self.mirror_step, inputs.dtype
         if step is not None:
-            self.mirror_masks = MasksByWindow(lambda w: decode_mask(step.lens, step.span, w, dtype))
+            self.mirror_masks = MasksByWindow(
+                lambda w: step.mask if w is None else decode_mask(step.lens, step.span, w, dtype))
 
     def attend(self, q, k, v, kv_cache, window: int | None = None,
                scale: float | None = None) -> torch.Tensor:
