@@ -33,6 +33,9 @@ class GemmaMLP(nn.Module):
 class Gemma3DecoderLayer(nn.Module):
     def __init__(self, config, layer_type: str) -> None:
         super().__init__()
+        if getattr(config, "use_bidirectional_attention", False):
+            raise ValueError("unsupported use_bidirectional_attention=True (an embedding model); "
+                             "supported: False")
         bias = bool(getattr(config, "attention_bias", False))
         self.layer_type = layer_type
         attn = self.self_attn = Attention(config, bias, bias, qk_norm=True)

@@ -128,6 +128,8 @@ class LlamaForCausalLM(nn.Module):
         "up_proj": ("gate_up_proj", 1),
     }
 
+    # Checkpoint tensors the model does not run (e.g. a multi-token-prediction head).
+    unused_checkpoint_prefixes: tuple[str, ...] = ()
     # The decoder layer class (a family with another norm placement swaps it).
     decoder_layer_cls: type = DecoderLayer
 

@@ -66,7 +66,7 @@ def load_weights(model, model_dir: Path) -> None:
     names = [(h, n) for h in handles for n in h.keys()]  # noqa: SIM118 (not iterable)
     show = len(names) >= _PROGRESS_MIN_TENSORS or len(files) > 1
     for handle, name in tqdm(names, desc="loading weights", disable=not show, leave=False):
-        if "rotary_emb.inv_freq" in name:
+        if "rotary_emb.inv_freq" in name or name.startswith(model.unused_checkpoint_prefixes):
             continue
         if name == "lm_head.weight" and model.tie_word_embeddings:
             continue

@@ -80,6 +80,8 @@ class Qwen3_5Model(nn.Module):
 
 
 class Qwen3_5ForCausalLM(LlamaForCausalLM):
+    unused_checkpoint_prefixes = ("mtp.",)  # the multi-token-prediction head (not served)
+
     def build_model(self, config) -> nn.Module:
         return Qwen3_5Model(config)
 
