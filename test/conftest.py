@@ -82,6 +82,50 @@ def _config(family: str, vocab_size: int, eos: int, bos: int):
         return Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=True)
     if family == "qwen3":
         return Qwen3Config(**common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)
+    return _family_config(family, common)
+
+
+# Sliding windows are smaller than prompt + generation, so the window changes the outputs.
+_WINDOW = 8
+
+
+def _family_config(family: str, common: dict):
+    """Tiny configs of the families beyond Llama/Qwen2/Qwen3 (see test_parity_families)."""
+    import transformers as tf
+
+    if family == "mistral":
+        return tf.MistralConfig(**common, sliding_window=_WINDOW, tie_word_embeddings=False)
+    if family == "gemma3":
+        return tf.Gemma3TextConfig(
+            **common, head_dim=16, query_pre_attn_scalar=24, sliding_window=_WINDOW,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            final_logit_softcapping=30.0, tie_word_embeddings=True,
+        )
+    if family == "phi3":
+        rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+        return tf.Phi3Config(**common, rope_parameters=rope, tie_word_embeddings=False)
+    if family == "phi3_longrope":  # 512 / 128: an attention factor of sqrt(1 + ln 4 / ln 128)
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                "short_factor": [1.0, 1.05, 1.1, 1.2], "long_factor": [1.5, 2.0, 4.0, 8.0]}
+        return tf.Phi3Config(**common, rope_parameters=rope, original_max_position_embeddings=128,
+                             tie_word_embeddings=False)
+    if family == "olmo2":
+        return tf.Olmo2Config(**common, tie_word_embeddings=False)
+    if family == "smollm3":
+        return tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1], tie_word_embeddings=True)
+    if family == "qwen3_moe":
+        return tf.Qwen3MoeConfig(
+            **common, head_dim=16, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, norm_topk_prob=True, mlp_only_layers=[2],
+            tie_word_embeddings=False,
+        )
+    if family == "qwen3_5":  # Gated DeltaNet layers, then a gated full-attention layer
+        return tf.Qwen3_5TextConfig(
+            **common | {"num_hidden_layers": 4}, head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            layer_types=["linear_attention", "full_attention", "linear_attention",
+                         "full_attention"], tie_word_embeddings=False,
+        )
     raise ValueError(family)
 
 
@@ -106,6 +150,28 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer):
         return made[family]
 
     return make
+
+
+def transformers_greedy(model_dir: Path, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+    """The oracle: transformers greedy generate, fp32 on CPU, each prompt alone (no padding)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    outs = []
+    for ids in prompts:
+        with torch.inference_mode():
+            gen = model.generate(
+                torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                do_sample=False, max_new_tokens=max_new, pad_token_id=0,
+            )
+        outs.append(gen[0, len(ids):].tolist())
+    return outs
+
+
+@pytest.fixture(scope="session")
+def greedy_reference():
+    return transformers_greedy
 
 
 @pytest.fixture(scope="session")

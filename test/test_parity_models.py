@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from mstar.engine.sampling_params import SamplingParams
 
@@ -26,22 +24,10 @@ def prompts(tiny_tokenizer):
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_model_dir, prompts):
+def reference(tiny_model_dir, prompts, greedy_reference):
     """transformers greedy generate, each prompt alone, fp32."""
-    refs = {}
-    for family in FAMILIES:
-        path = tiny_model_dir(family)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        outs = []
-        for ids in prompts:
-            with torch.inference_mode():
-                gen = model.generate(
-                    torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                    do_sample=False, max_new_tokens=MAX_NEW, pad_token_id=0,
-                )
-            outs.append(gen[0, len(ids):].tolist())
-        refs[family] = outs
-    return refs
+    return {family: greedy_reference(tiny_model_dir(family), prompts, MAX_NEW)
+            for family in FAMILIES}
 
 
 def _greedy(prompts, max_tokens=MAX_NEW):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from mstar.engine.sequence import Sequence
+from mstar.engine.state_cache import StateSlots
 
 
 class Block:
@@ -29,8 +30,10 @@ class BlockManager:
     the same prefix can reuse them until they are handed out for something else.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool,
+                 state_slots: StateSlots | None = None) -> None:
         self.num_blocks = num_blocks
+        self.state_slots = state_slots  # hybrid models: a recurrent-state slot per sequence
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
@@ -81,6 +84,10 @@ class BlockManager:
         hits_in_free = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         if need_fresh + hits_in_free > self.num_free_blocks:
             return None
+        if self.state_slots is not None:
+            seq.state_slot = self.state_slots.take()
+            if seq.state_slot is None:
+                return None
         for block_id in hits:
             block = self.blocks[block_id]
             if block.ref_count == 0:
@@ -133,3 +140,6 @@ class BlockManager:
         seq.block_table = []
         seq.num_hashed_blocks = 0
         seq.num_computed_tokens = 0
+        if seq.state_slot is not None:
+            self.state_slots.release(seq.state_slot)
+            seq.state_slot = None

@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from mstar.engine.attention import AttentionInputs
+from mstar.engine.state_cache import state_layers
 
 log = structlog.get_logger(__name__)
 
@@ -171,9 +172,13 @@ class DecodeGraphRunner:
 def decode_graphs_for(settings, model, backend, backend_name: str, device: torch.device,
                       dtype: torch.dtype, max_model_len: int) -> DecodeGraphRunner | None:
     """The model runner's decode graphs (logits of every row), not yet captured; None when graphs
-    are off, not on CUDA, not on the triton backend, or no size is left to capture."""
+    are off, not on CUDA, not on the triton backend, or no size is left to capture; also for
+    hybrid models, whose recurrent-state layout the static inputs do not carry."""
     sizes = capture_batch_sizes(settings)
     if not sizes or not use_cuda_graphs(settings, device, backend_name):
+        return None
+    if state_layers(model):
+        log.info("cuda_graphs_off", reason="the model has recurrent-state (linear-attention) layers")
         return None
     block_size = settings.kv_block_size
     static = StaticDecodeInputs(sizes[-1], -(-max_model_len // block_size), block_size, dtype, device)

@@ -14,15 +14,23 @@ def block_bytes(num_layers: int, block_size: int, num_kv_heads: int, head_dim: i
     return 2 * num_layers * block_size * num_kv_heads * head_dim * elem
 
 
-def num_blocks_for(settings, device: torch.device, bytes_per_block: int, max_model_len: int) -> int:
-    """Explicit ``num_kv_blocks``, else a memory budget, capped at what the seq cap can use."""
-    if settings.num_kv_blocks is not None:
-        return settings.num_kv_blocks
+def attention_layers(model) -> list:
+    """The layers that keep K/V in the paged cache (hybrid models also have recurrent ones)."""
+    return [layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn")]
+
+
+def memory_budget(settings, device: torch.device) -> float:
+    """Bytes the caches (KV, and recurrent state for hybrid models) may use together."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        budget = free * settings.kv_cache_memory_fraction
-    else:
-        budget = settings.cpu_kv_cache_gb * (1 << 30)
+        return free * settings.kv_cache_memory_fraction
+    return settings.cpu_kv_cache_gb * (1 << 30)
+
+
+def num_blocks_for(settings, bytes_per_block: int, max_model_len: int, budget: float) -> int:
+    """Explicit ``num_kv_blocks``, else ``budget``, capped at what the seq cap can use."""
+    if settings.num_kv_blocks is not None:
+        return settings.num_kv_blocks
     blocks_per_seq = -(-max_model_len // settings.kv_block_size)
     num = min(int(budget // bytes_per_block), settings.max_num_seqs * blocks_per_seq)
     if num < 1:
@@ -39,12 +47,12 @@ def allocate_kv_cache(model, backend, num_blocks: int, block_size: int, device: 
 
     Zeroed because padded key slots are masked, and a masked NaN would still poison SDPA.
     """
-    layers = model.model.layers
-    attn = layers[0].self_attn
+    layers = attention_layers(model)
+    attn = layers[0]
     shape = backend.kv_cache_shape(num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
     cache = torch.zeros(len(layers), *shape, device=device, dtype=dtype)
     for i, layer in enumerate(layers):
-        layer.self_attn.kv_cache = cache[i]
+        layer.kv_cache = cache[i]
     log.info("kv_cache_allocated", num_blocks=num_blocks, block_size=block_size,
              gib=round(cache.numel() * cache.element_size() / (1 << 30), 3))
     return cache

@@ -18,6 +18,7 @@ from mstar.engine.outputs import RequestOutput, StepResult, TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.scheduler import ScheduledBatch, Scheduler
 from mstar.engine.sequence import Sequence
+from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
 from mstar.models.resolve import resolve_model_dir
 
@@ -64,8 +65,11 @@ class LLMEngine:
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
                                         self.max_model_len)
         self.model_runner.warmup()
-        self.block_manager = BlockManager(self.model_runner.num_blocks, settings.kv_block_size,
-                                          settings.enable_prefix_caching)
+        self.block_manager = BlockManager(
+            self.model_runner.num_blocks, settings.kv_block_size,
+            self._prefix_caching(settings.enable_prefix_caching),
+            StateSlots(self.model_runner.num_state_slots) if self.model_runner.num_state_slots
+            else None)
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
                                    settings.max_num_batched_tokens)
         self.seqs: dict[str, Sequence] = {}
@@ -78,6 +82,14 @@ class LLMEngine:
                  dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
                  seconds=round(time.perf_counter() - start, 2))
+
+    def _prefix_caching(self, enabled: bool) -> bool:
+        """Off for hybrid models: cached K/V blocks do not restore a recurrent state."""
+        if enabled and self.model_runner.num_state_slots:
+            log.info("prefix_caching_off", reason="the model has recurrent-state (linear-attention) "
+                     "layers; a cached KV prefix does not restore their state")
+            return False
+        return enabled
 
     def _eos_ids(self, model_dir) -> set[int]:
         ids = set()

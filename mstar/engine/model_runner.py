@@ -6,13 +6,26 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.attention import AttentionInputs, choose_attention_backend, get_backend
+from mstar.engine.attention import (
+    AttentionInputs,
+    choose_attention_backend,
+    get_backend,
+    model_attention_features,
+)
 from mstar.engine.compilation import compile_model
-from mstar.engine.kv_cache import allocate_kv_cache, block_bytes, num_blocks_for
+from mstar.engine.kv_cache import (
+    allocate_kv_cache,
+    attention_layers,
+    block_bytes,
+    memory_budget,
+    num_blocks_for,
+)
 from mstar.engine.outputs import StepResult
 from mstar.engine.sampler import Sampler, SamplingMetadata
 from mstar.engine.scheduler import ScheduledBatch
+from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_bytes
 from mstar.models.loader import load_model
+from mstar.models.state_layout import StateLayout
 
 
 @dataclass
@@ -35,11 +48,19 @@ class ModelRunner:
         self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile)
         if settings.compile:
             compile_model(self.model, settings.recompile_limit)
-        attn = self.model.model.layers[0].self_attn
-        per_block = block_bytes(len(self.model.model.layers), self.block_size,
-                                attn.num_kv_heads, attn.head_dim, dtype)
-        self.num_blocks = num_blocks_for(settings, device, per_block, max_model_len)
-        self.attn_backend = get_backend(choose_attention_backend(settings, device))
+        # Hybrid models: recurrent-state slots come out of the cache budget before the KV cache.
+        budget = memory_budget(settings, device)
+        per_slot = slot_bytes(self.model, dtype)
+        self.num_state_slots = num_slots_for(settings, per_slot, budget)
+        if self.num_state_slots:
+            allocate_state_cache(self.model, self.num_state_slots, device, dtype)
+        attn_layers = attention_layers(self.model)
+        per_block = block_bytes(len(attn_layers), self.block_size,
+                                attn_layers[0].num_kv_heads, attn_layers[0].head_dim, dtype)
+        self.num_blocks = num_blocks_for(settings, per_block, max_model_len,
+                                         budget - self.num_state_slots * per_slot)
+        self.attn_backend = get_backend(choose_attention_backend(
+            settings, device, model_attention_features(self.model)))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
         self.sampler = Sampler()
@@ -89,6 +110,7 @@ class ModelRunner:
             block_size=bs,
             dtype=self.dtype,
             seq_keys=[s.seq_no for s in batch.seqs],
+            state_layout=self._state_layout(batch, num_decodes) if self.num_state_slots else None,
         )
         return ModelInput(
             batch=batch,
@@ -99,6 +121,20 @@ class ModelRunner:
             sampling=self._sampling_metadata(sampled) if sampled else None,
             input_index=None if batch.input_rows is None else self._tensor(batch.input_rows),
         )
+
+    def _state_layout(self, batch: ScheduledBatch, num_decodes: int) -> StateLayout:
+        """Each sequence's state slot; a span starting at token 0 starts from a zero state."""
+        slots = [seq.state_slot for seq in batch.seqs]
+        spans, row = [], num_decodes
+        for i in range(num_decodes, len(batch)):
+            n = batch.num_new_tokens[i]
+            spans.append((row, n, slots[i], batch.starts[i] == 0))
+            row += n
+        starts_fresh = [start == 0 for start in batch.starts[:num_decodes]]
+        keep = None
+        if any(starts_fresh):  # one-token prompts: their slot still holds a previous owner's state
+            keep = self._tensor([[[0.0 if f else 1.0]] for f in starts_fresh], self.dtype)
+        return StateLayout(num_decodes, self._tensor(slots[:num_decodes]), keep, spans)
 
     @staticmethod
     def _sampling_metadata(seqs) -> SamplingMetadata:
@@ -129,6 +165,9 @@ class ModelRunner:
                 block_size=n,
                 dtype=self.dtype,
                 seq_keys=[-1],
+                # Slot 0 is still free; the prefill starts from a zero state, the decode continues.
+                state_layout=StateLayout(int(q == 1), self._tensor([0] * int(q == 1)), None,
+                                         [] if q == 1 else [(0, q, 0, True)]),
             )
             attn_metadata = self.attn_backend.build(inputs)
             attn_metadata.begin_forward()

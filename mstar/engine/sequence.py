@@ -46,6 +46,7 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
         self.block_table: list[int] = []
         self.num_hashed_blocks = 0
+        self.state_slot: int | None = None  # recurrent-state slot (hybrid models), while admitted
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -34,12 +34,14 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(head_dim: int, rope: dict) -> torch.Tensor:
-    """Inverse frequencies for the rope types we support (default and llama3)."""
+    """Inverse frequencies for the rope types we support (default, linear and llama3)."""
     theta = float(rope.get("rope_theta", 10000.0))
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type == "default":
         return inv_freq
+    if rope_type == "linear":
+        return inv_freq / rope["factor"]
     if rope_type == "llama3":
         factor = rope["factor"]
         low, high = rope["low_freq_factor"], rope["high_freq_factor"]
@@ -52,7 +54,8 @@ def rope_inv_freq(head_dim: int, rope: dict) -> torch.Tensor:
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return torch.where(medium, smoothed, scaled)
     raise ValueError(
-        f"unsupported rope_scaling type {rope_type!r}: mstar supports 'default' and 'llama3'"
+        f"unsupported rope_scaling type {rope_type!r}: mstar supports 'default', 'linear' "
+        "and 'llama3'"
     )
 
 

@@ -26,6 +26,11 @@ class Attention(nn.Module):
         if qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        # Per-layer variations a family sets after construction: a sliding window (tokens a
+        # query sees, itself included), a score scale other than 1/sqrt(head_dim), no rope.
+        self.sliding_window: int | None = None
+        self.scale: float | None = None
+        self.use_rope = True
         # This layer's slice of the engine's KV cache (layout owned by the attention backend),
         # set after allocation.
         self.kv_cache = torch.empty(0)
@@ -38,10 +43,20 @@ class Attention(nn.Module):
         if self.qk_norm:
             q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
             qk = torch.cat([self.q_norm(q), self.k_norm(k)], dim=1)
-        # q and k heads share one rope call.
-        q, k = apply_rope(qk, cos, sin).split([self.num_heads, self.num_kv_heads], dim=1)
-        out = attn_metadata.attend(q, k, v, self.kv_cache)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return self.o_proj(self.attend(qk, v, cos, sin, attn_metadata))
+
+    def attend(self, qk, v, cos, sin, attn_metadata) -> torch.Tensor:
+        """Rope (q and k heads share one call) and paged attention: [tokens, q_size]."""
+        if self.use_rope:
+            rotary_dim = cos.shape[-1]  # partial rotary: only the leading dims rotate
+            if rotary_dim == self.head_dim:
+                qk = apply_rope(qk, cos, sin)
+            else:
+                rot, rest = qk.split([rotary_dim, self.head_dim - rotary_dim], dim=-1)
+                qk = torch.cat([apply_rope(rot, cos, sin), rest], dim=-1)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+        out = attn_metadata.attend(q, k, v, self.kv_cache, self.sliding_window, self.scale)
+        return out.reshape(-1, self.q_size)
 
 
 class MLP(nn.Module):
@@ -78,11 +93,12 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> None:
+    def __init__(self, config, qkv_bias: bool, o_bias: bool, qk_norm: bool,
+                 layer_cls: type = DecoderLayer) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(config, qkv_bias, o_bias, qk_norm) for _ in range(config.num_hidden_layers)
+            layer_cls(config, qkv_bias, o_bias, qk_norm) for _ in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         head_dim = self.layers[0].self_attn.head_dim
@@ -112,15 +128,24 @@ class LlamaForCausalLM(nn.Module):
         "up_proj": ("gate_up_proj", 1),
     }
 
+    # Checkpoint tensors the model does not run (e.g. a multi-token-prediction head).
+    unused_checkpoint_prefixes: tuple[str, ...] = ()
+    # The decoder layer class (a family with another norm placement swaps it).
+    decoder_layer_cls: type = DecoderLayer
+
     def __init__(self, config) -> None:
         super().__init__()
         self.config = config
-        qkv_bias, o_bias, qk_norm = self.attention_options(config)
-        self.model = LlamaModel(config, qkv_bias, o_bias, qk_norm)
+        self.model = self.build_model(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if self.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def build_model(self, config) -> nn.Module:
+        """The decoder stack (a family with another stack overrides this)."""
+        qkv_bias, o_bias, qk_norm = self.attention_options(config)
+        return LlamaModel(config, qkv_bias, o_bias, qk_norm, self.decoder_layer_cls)
 
     @staticmethod
     def attention_options(config) -> tuple[bool, bool, bool]:

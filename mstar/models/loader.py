@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -45,10 +46,21 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     return model
 
 
-def load_weights(model, model_dir: Path) -> None:
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    """The shards named by ``model.safetensors.index.json`` if present, else every
+    ``*.safetensors`` (a directory may also hold other exports, e.g. a consolidated file)."""
+    index = Path(model_dir) / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [Path(model_dir) / name for name in shards]
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+    return files
+
+
+def load_weights(model, model_dir: Path) -> None:
+    files = checkpoint_files(model_dir)
     params = dict(model.named_parameters(remove_duplicate=False))
     missing = _expected_checkpoint_names(model, params)
     handles = [safe_open(str(f), framework="pt") for f in files]
@@ -59,7 +71,7 @@ def load_weights(model, model_dir: Path) -> None:
     # processes, so a thread lock is enough (set before the first bar, even a disabled one).
     tqdm.set_lock(threading.RLock())
     for handle, name in tqdm(names, desc="loading weights", disable=not show, leave=False):
-        if "rotary_emb.inv_freq" in name:
+        if "rotary_emb.inv_freq" in name or name.startswith(model.unused_checkpoint_prefixes):
             continue
         if name == "lm_head.weight" and model.tie_word_embeddings:
             continue

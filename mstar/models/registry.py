@@ -8,6 +8,13 @@ _MODELS = {
     "LlamaForCausalLM": ("mstar.models.llama", "LlamaForCausalLM"),
     "Qwen2ForCausalLM": ("mstar.models.qwen2", "Qwen2ForCausalLM"),
     "Qwen3ForCausalLM": ("mstar.models.qwen3", "Qwen3ForCausalLM"),
+    "Qwen3MoeForCausalLM": ("mstar.models.qwen3_moe", "Qwen3MoeForCausalLM"),
+    "MistralForCausalLM": ("mstar.models.mistral", "MistralForCausalLM"),
+    "Gemma3ForCausalLM": ("mstar.models.gemma3", "Gemma3ForCausalLM"),
+    "Phi3ForCausalLM": ("mstar.models.phi3", "Phi3ForCausalLM"),
+    "Olmo2ForCausalLM": ("mstar.models.olmo2", "Olmo2ForCausalLM"),
+    "SmolLM3ForCausalLM": ("mstar.models.smollm3", "SmolLM3ForCausalLM"),
+    "Qwen3_5ForCausalLM": ("mstar.models.qwen3_5", "Qwen3_5ForCausalLM"),
 }
 
 

@@ -29,16 +29,38 @@ def get_backend(name: str):
     return getattr(importlib.import_module(module), cls)()
 
 
-def choose_attention_backend(settings, device: torch.device) -> str:
+# What models may ask of ``attend`` beyond plain causal attention, per backend.
+_FEATURES = {"torch": {"sliding_window", "scale"}, "triton": set()}
+
+
+def model_attention_features(model) -> set[str]:
+    """Per-layer attention variations the model uses (a sliding window, a non-default scale)."""
+    found = set()
+    for layer in model.model.layers:
+        attn = getattr(layer, "self_attn", None)
+        if attn is not None and attn.sliding_window is not None:
+            found.add("sliding_window")
+        if attn is not None and attn.scale is not None:
+            found.add("scale")
+    return found
+
+
+def choose_attention_backend(settings, device: torch.device, needs: set[str] = frozenset()) -> str:
     """The backend for MSTAR_ATTENTION_BACKEND on ``device``: auto = triton on CUDA, else torch.
 
     ``triton`` without the triton package is a start-up error, and so is ``triton`` on CPU unless
     Triton's interpreter is on (TRITON_INTERPRET=1: correct but far too slow to serve; for tests).
+    ``needs`` (``model_attention_features``): auto picks torch when triton lacks one; an explicit
+    backend that lacks one is a start-up error.
     """
     choice = settings.attention_backend
     on_cuda = device.type == "cuda"
+    if choice != "auto" and needs - _FEATURES[choice]:
+        raise ValueError(f"MSTAR_ATTENTION_BACKEND={choice} does not support this model's "
+                         f"{', '.join(sorted(needs - _FEATURES[choice]))}; use auto or torch")
     if choice == "auto":
-        return "triton" if on_cuda and triton_available() else "torch"
+        triton_ok = on_cuda and triton_available() and not needs - _FEATURES["triton"]
+        return "triton" if triton_ok else "torch"
     if choice == "triton" and not triton_available():
         raise ValueError("MSTAR_ATTENTION_BACKEND=triton needs the triton package (pip install triton)")
     if choice == "triton" and not on_cuda and not triton_interpreting():
@@ -47,4 +69,5 @@ def choose_attention_backend(settings, device: torch.device) -> str:
     return choice
 
 
-__all__ = ["AttentionInputs", "choose_attention_backend", "get_backend"]
+__all__ = ["AttentionInputs", "choose_attention_backend", "get_backend",
+           "model_attention_features"]

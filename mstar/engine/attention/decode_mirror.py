@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mstar.engine.attention.masks import decode_mask
+
 # Tokens of room added per row at a (re)allocation, so reallocations happen rarely.
 HEADROOM_TOKENS = 128
 ROW_ALIGN = 8
@@ -44,6 +46,7 @@ class MirrorStep:
     row_of_batch: torch.Tensor  # [nd]: decode row i of the batch lives in this row
     batch_of_row: torch.Tensor  # [num_rows]: inverse permutation
     mask: torch.Tensor  # [num_rows, 1, 1, span] additive: -inf past each row's context
+    lens: torch.Tensor  # [num_rows]: each row's context (windowed layers mask from it)
 
 
 class DecodeMirror:
@@ -109,9 +112,6 @@ class DecodeMirror:
         append_pos = torch.tensor([r * self.capacity + self.lens[r] - 1 for r in appenders],
                                   device=device, dtype=torch.int64)
         lens = torch.tensor(self.lens, device=device)
-        masked = torch.arange(span, device=device)[None, :] >= lens[:, None]
-        mask = torch.zeros(masked.shape, dtype=dtype, device=device)
-        mask.masked_fill_(masked, float("-inf"))
         rob = torch.tensor(row_of_batch, device=device, dtype=torch.int64)
         return MirrorStep(
             num_rows=len(new_keys), span=span,
@@ -121,7 +121,7 @@ class DecodeMirror:
             append_slots=slots.index_select(0, append_batch) if appenders else None,
             join_start=n_keep, join_blocks=join_blocks, join_span=join_span,
             row_of_batch=rob, batch_of_row=torch.argsort(rob),
-            mask=mask.view(len(new_keys), 1, 1, span),
+            mask=decode_mask(lens, span, None, dtype), lens=lens,
         )
 
     def update(self, step: MirrorStep, kv_cache: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mstar.models.state_layout import StateLayout
+
 
 @dataclass
 class AttentionInputs:
@@ -24,3 +26,4 @@ class AttentionInputs:
     block_size: int
     dtype: torch.dtype  # activation dtype (for float masks)
     seq_keys: list[int]  # unique per sequence, so a backend can reuse work across steps
+    state_layout: StateLayout | None = None  # hybrid models: recurrent-state slots per sequence

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from mstar.engine.attention.decode_mirror import DecodeMirror, MirrorStep
 from mstar.engine.attention.inputs import AttentionInputs
+from mstar.engine.attention.masks import MasksByWindow, decode_mask, prefill_mask
 
 
 class TorchAttentionBackend:
@@ -48,6 +49,7 @@ class TorchAttentionMetadata:
     def __init__(self, backend: TorchAttentionBackend, inputs: AttentionInputs) -> None:
         self.backend = backend
         self.slot_mapping = inputs.slot_mapping
+        self.state_layout = inputs.state_layout  # read by recurrent (linear-attention) layers
         device = self.slot_mapping.device
         nd = inputs.num_decodes
         self.num_decodes = nd
@@ -55,27 +57,21 @@ class TorchAttentionMetadata:
         if nd:
             max_blocks = -(-max(inputs.context_lens_list[:nd]) // bs)
             self.decode_blocks = inputs.block_tables[:nd, :max_blocks].reshape(-1)
-            keys = torch.arange(max_blocks * bs, device=device)
-            masked = keys >= inputs.context_lens[:nd, None]
-            # Additive float mask: cheaper than a boolean one in the CPU SDPA kernel.
-            self.decode_mask = torch.zeros(masked.shape, dtype=inputs.dtype, device=device)
-            self.decode_mask.masked_fill_(masked, float("-inf"))
-            self.decode_mask = self.decode_mask.view(nd, 1, 1, -1)
             self.decode_span = max_blocks * bs
+            lens, span, dtype = inputs.context_lens[:nd], self.decode_span, inputs.dtype
+            self.decode_masks = MasksByWindow(lambda w: decode_mask(lens, span, w, dtype))
         self.mirror_step: MirrorStep | None = None
+        self.mirror_masks: MasksByWindow | None = None
         self._mirror_inputs = inputs if device.type == "cpu" else None
-        # Prefill chunks: (token start, query len, context len, block ids, mask or None).
+        # Prefill chunks: (token start, query len, context len, block ids).
         self.prefills = []
         start = nd
         for i in range(nd, len(inputs.query_lens)):
             q_len, ctx = inputs.query_lens[i], inputs.context_lens_list[i]
-            blocks = inputs.block_tables[i, : -(-ctx // bs)]
-            mask = None
-            if ctx != q_len:  # attends to cached earlier tokens too: causal with an offset
-                q_pos = torch.arange(ctx - q_len, ctx, device=device)
-                mask = torch.arange(ctx, device=device)[None, :] <= q_pos[:, None]
-            self.prefills.append((start, q_len, ctx, blocks, mask))
+            self.prefills.append((start, q_len, ctx, inputs.block_tables[i, : -(-ctx // bs)]))
             start += q_len
+        self.prefill_masks = MasksByWindow(lambda w: [
+            prefill_mask(q_len, ctx, w, device) for _, q_len, ctx, _ in self.prefills])
 
     def begin_forward(self) -> None:
         """Called right before the forward, in execution order (metadata may be built ahead)."""
@@ -90,34 +86,44 @@ class TorchAttentionMetadata:
         self.mirror_step = mirror.plan(
             inputs.seq_keys[:nd], inputs.context_lens_list[:nd], inputs.block_tables[:nd],
             self.slot_mapping[:nd], inputs.block_size, self.backend.cache_slots, inputs.dtype)
+        step, dtype = self.mirror_step, inputs.dtype
+        if step is not None:
+            self.mirror_masks = MasksByWindow(
+                lambda w: step.mask if w is None else decode_mask(step.lens, step.span, w, dtype))
 
-    def attend(self, q, k, v, kv_cache) -> torch.Tensor:
-        """q: [T, Hq, D]; k, v: [T, Hkv, D]; kv_cache: this layer's cache (see the backend)."""
+    def attend(self, q, k, v, kv_cache, window: int | None = None,
+               scale: float | None = None) -> torch.Tensor:
+        """q: [T, Hq, D]; k, v: [T, Hkv, D]; kv_cache: this layer's cache (see the backend).
+
+        ``window``: each query sees only the last ``window`` positions (itself included);
+        ``scale``: score scale (default 1/sqrt(D)).
+        """
         _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
         flat = kv_cache.view(2, num_kv_heads, num_blocks * block_size, head_dim)
         flat[0].index_copy_(1, self.slot_mapping, k.transpose(0, 1))
         flat[1].index_copy_(1, self.slot_mapping, v.transpose(0, 1))
         nd = self.num_decodes
         if not self.prefills:
-            return self._decode(q, kv_cache)
+            return self._decode(q, kv_cache, window, scale)
         out = torch.empty_like(q)
         if nd:
-            out[:nd] = self._decode(q[:nd], kv_cache)
-        for start, q_len, ctx, blocks, mask in self.prefills:
+            out[:nd] = self._decode(q[:nd], kv_cache, window, scale)
+        masks = self.prefill_masks.get(window)
+        for (start, q_len, ctx, blocks), mask in zip(self.prefills, masks, strict=True):
             qi = q[start : start + q_len].transpose(0, 1)
-            if mask is None:
+            if ctx == q_len:  # no cached earlier tokens: this chunk's own K/V
                 ki = k[start : start + q_len].transpose(0, 1)
                 vi = v[start : start + q_len].transpose(0, 1)
             else:
                 kv = kv_cache.index_select(2, blocks).view(2, num_kv_heads, -1, head_dim)
                 ki, vi = kv[0, :, :ctx], kv[1, :, :ctx]
             oi = F.scaled_dot_product_attention(
-                qi, ki, vi, attn_mask=mask, is_causal=mask is None, enable_gqa=True
+                qi, ki, vi, attn_mask=mask, is_causal=mask is None, enable_gqa=True, scale=scale
             )
             out[start : start + q_len] = oi.transpose(0, 1)
         return out
 
-    def _decode(self, q, kv_cache) -> torch.Tensor:
+    def _decode(self, q, kv_cache, window: int | None, scale: float | None) -> torch.Tensor:
         """All decoding sequences at once: one SDPA with a mask over their dense K/V.
 
         Query heads sharing a KV head are laid out as that head's query rows, so GQA
@@ -128,14 +134,14 @@ class TorchAttentionMetadata:
         step = self.mirror_step
         if step is None:
             kv = self._gather(kv_cache).view(2, num_kv_heads, nd, self.decode_span, head_dim)
-            mask = self.decode_mask
+            mask = self.decode_masks.get(window)
         else:
             kv = self.backend.mirror.update(step, kv_cache)
             q = q.index_select(0, step.batch_of_row)
-            mask = step.mask
+            mask = self.mirror_masks.get(window)
         kv = kv.transpose(1, 2)
         qg = q.view(nd, num_kv_heads, num_heads // num_kv_heads, head_dim)
-        o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=mask).reshape(
+        o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=mask, scale=scale).reshape(
             nd, num_heads, head_dim)
         return o if step is None else o.index_select(0, step.row_of_batch)
 

@@ -34,6 +34,7 @@ class TritonAttentionMetadata:
     def __init__(self, inputs: AttentionInputs) -> None:
         nd = self.num_decodes = inputs.num_decodes
         self.slot_mapping = inputs.slot_mapping
+        self.state_layout = inputs.state_layout  # read by recurrent (linear-attention) layers
         self.block_tables = inputs.block_tables
         self.context_lens = inputs.context_lens
         q_lens = inputs.query_lens[nd:]
@@ -47,8 +48,10 @@ class TritonAttentionMetadata:
     def begin_forward(self) -> None:
         """Nothing is carried across steps."""
 
-    def attend(self, q, k, v, kv_cache) -> torch.Tensor:
-        """q: [T, Hq, D]; k, v: [T, Hkv, D]; kv_cache: this layer's cache."""
+    def attend(self, q, k, v, kv_cache, window: int | None = None,
+               scale: float | None = None) -> torch.Tensor:
+        """q: [T, Hq, D]; k, v: [T, Hkv, D]; kv_cache: this layer's cache. No sliding window
+        or custom scale (``choose_attention_backend`` keeps such models on the torch backend)."""
         store_kv(k, v, kv_cache, self.slot_mapping)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         nd = self.num_decodes
