@@ -156,7 +156,7 @@ def test_offline_llm_overlapped_equals_serial(family, tiny_model_dir, prompts, r
     results = {}
     for cap in (0, 1024):
         llm = LLM(str(tiny_model_dir(family)), device="cpu", dtype="float32", kv_block_size=4,
-                  num_kv_blocks=64, max_consecutive_spec_steps=cap, log_level="warning")
+                  num_kv_blocks=64, max_consecutive_spec_steps=cap)
         results[cap] = [r.token_ids for r in llm.generate(
             [{"prompt_token_ids": p} for p in prompts], params)]
         counters = llm.engine.loop.counters

@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from mstar.engine import step_loop
 from mstar.engine.sampling_params import SamplingParams
 from mstar.ipc import messages as m
+from mstar.logging_setup import configure_logging
 from mstar.settings import WorkerSettings
 from mstar.worker.worker import Worker
 
@@ -189,6 +190,7 @@ def test_launch_wait_uses_the_configured_timeout(settings_for, monkeypatch):
 
 
 def test_phase_timing_logs_every_n_iterations(settings_for):
+    configure_logging("info")  # an earlier test may have left the level at warning
     with capture_logs() as logs:
         serve_all(settings_for(phase_timing=4))
     events = [e for e in logs if e["event"] == "phase_timing"]
