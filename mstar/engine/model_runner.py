@@ -30,7 +30,8 @@ class ModelRunner:
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
-        self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile)
+        self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
+                                quantization=settings.quantization, cache_dir=settings.cache_dir)
         if settings.compile:
             compile_model(self.model, settings.recompile_limit)
         attn = self.model.model.layers[0].self_attn

@@ -35,6 +35,10 @@ def resolve_model_dir(settings: WorkerSettings) -> Path:
         from mstar.models.builtin import ensure_builtin_model
 
         return ensure_builtin_model(settings.cache_dir)
+    if settings.model.endswith(".gguf"):
+        from mstar.models.gguf_loader import gguf_model_dir
+
+        return gguf_model_dir(Path(settings.model), settings.cache_dir)
     return validate_model_dir(Path(settings.model).expanduser())
 
 

@@ -101,7 +101,7 @@ class ServerKnobs(BaseModel):
 class EngineKnobs(BaseModel):
     model: str = _engine(
         BUILTIN_MODEL, f"Model to serve: '{BUILTIN_MODEL}' (the built-in model) or a local "
-        "HF-format directory (config.json, *.safetensors, tokenizer files).")
+        "HF-format directory (config.json, *.safetensors, tokenizer files) or a .gguf file.")
     cache_dir: Path = _engine(
         Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
@@ -134,6 +134,10 @@ class EngineKnobs(BaseModel):
         [1, 2, 4, 8, 16, 32, 64, 128, 256],
         "Batch sizes to capture CUDA graphs for, a comma list. Reserved, like MSTAR_CUDA_GRAPH.",
         unit="sequences")
+    quantization: Literal["none", "int8", "q4"] = _engine(
+        "none", "Weight-only quantization of the linear layers (CPU): int8 = per output channel, "
+        "q4 = 4-bit groups of 32 with a scale and a minimum (GGUF Q4_1). The LM head is int8 in "
+        "both. With the built-in model, q4 serves its shipped Q4_1 GGUF directly.")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")

@@ -1,0 +1,199 @@
+// Weight-only quantized linear layers for CPU: y = x @ dequantize(W)^T, x and y float32.
+//
+// Each thread takes a tile of output rows, dequantizes them into a small float32 scratch that
+// stays in L1/L2, then runs a register-blocked FMA micro-kernel over every row of x. The weights
+// are read from memory once per call, whatever the batch size.
+//
+// q4: GGUF Q4_1 blocks of 20 bytes per 32 weights: fp16 scale d, fp16 minimum m, 16 bytes of
+//     nibbles (byte j holds weight j in its low nibble and weight j + 16 in its high nibble);
+//     weight = q * d + m.
+// int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define MSTAR_AVX2 1
+#endif
+
+namespace {
+
+constexpr int64_t kQ4Block = 32;
+constexpr int64_t kQ4BlockBytes = 20;
+constexpr int64_t kRowTile = 8;  // output rows dequantized together
+constexpr int kMT = 6;           // micro-kernel: rows of x ...
+constexpr int kNT = 2;           // ... times rows of W
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+#ifdef MSTAR_AVX2
+  return _cvtsh_ss(bits);
+#else
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+#endif
+}
+
+void dequant_q4_row(const uint8_t* row, int64_t K, float* out) {
+  for (int64_t b = 0; b < K / kQ4Block; ++b) {
+    const uint8_t* block = row + b * kQ4BlockBytes;
+    const float d = half_to_float(block), m = half_to_float(block + 2);
+    const uint8_t* qs = block + 4;
+    float* o = out + b * kQ4Block;
+#ifdef MSTAR_AVX2
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(bytes, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    auto put = [&](float* dst, __m128i q8) {
+      _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8)), vd, vm));
+    };
+    put(o, lo);
+    put(o + 8, _mm_srli_si128(lo, 8));
+    put(o + 16, hi);
+    put(o + 24, _mm_srli_si128(hi, 8));
+#else
+    for (int j = 0; j < 16; ++j) {
+      o[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+      o[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+#endif
+  }
+}
+
+void dequant_int8_row(const int8_t* row, const float* scales, int64_t K, int64_t group, float* out) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    const float s = scales[g];
+    const int8_t* q = row + g * group;
+    float* o = out + g * group;
+    int64_t k = 0;
+#ifdef MSTAR_AVX2
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; k + 8 <= group; k += 8) {
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k));
+      _mm256_storeu_ps(o + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), vs));
+    }
+#endif
+    for (; k < group; ++k) o[k] = static_cast<float>(q[k]) * s;
+  }
+}
+
+#ifdef MSTAR_AVX2
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// out[m, n] = dot(x[m, :], w[n, :]) for an MT x NT tile; K is a multiple of 8.
+template <int MT, int NT>
+void micro_kernel(const float* x, int64_t ldx, const float* w, int64_t K, float* out, int64_t ldo) {
+#ifdef MSTAR_AVX2
+  __m256 acc[MT][NT];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; k += 8) {
+    __m256 wv[NT];
+    for (int j = 0; j < NT; ++j) wv[j] = _mm256_loadu_ps(w + j * K + k);
+    for (int i = 0; i < MT; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = hsum(acc[i][j]);
+#else
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) {
+      float s = 0.f;
+      for (int64_t k = 0; k < K; ++k) s += x[i * ldx + k] * w[j * K + k];
+      out[i * ldo + j] = s;
+    }
+#endif
+}
+
+template <int NT>
+void rows_kernel(const float* x, int64_t M, int64_t K, const float* w, float* out, int64_t ldo) {
+  int64_t m = 0;
+  for (; m + kMT <= M; m += kMT) micro_kernel<kMT, NT>(x + m * K, K, w, K, out + m * ldo, ldo);
+  for (; m < M; ++m) micro_kernel<1, NT>(x + m * K, K, w, K, out + m * ldo, ldo);
+}
+
+// Shared driver: `dequant(n, dst)` writes output row n of W as K floats.
+template <typename Dequant>
+at::Tensor tiled_linear(const at::Tensor& x, int64_t N, Dequant dequant) {
+  const int64_t M = x.size(0), K = x.size(1);
+  at::Tensor out = at::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t tiles = (N + kRowTile - 1) / kRowTile;
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(kRowTile * K);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t n0 = t * kRowTile, rows = std::min(kRowTile, N - n0);
+      for (int64_t r = 0; r < rows; ++r) dequant(n0 + r, scratch.data() + r * K);
+      int64_t r = 0;
+      for (; r + kNT <= rows; r += kNT)
+        rows_kernel<kNT>(xp, M, K, scratch.data() + r * K, op + n0 + r, N);
+      for (; r < rows; ++r) rows_kernel<1>(xp, M, K, scratch.data() + r * K, op + n0 + r, N);
+    }
+  });
+  return out;
+}
+
+void check_input(const at::Tensor& x, int64_t K) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 2,
+              "x must be a 2-d float32 CPU tensor");
+  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " features, the weight ", K);
+}
+
+at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t K) {
+  TORCH_CHECK(K % kQ4Block == 0, "q4 needs in_features divisible by 32");
+  TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous() &&
+                  blocks.size(1) == K / kQ4Block * kQ4BlockBytes,
+              "q4 blocks must be contiguous uint8 [N, K / 32 * 20]");
+  at::Tensor x = x_in.contiguous();
+  check_input(x, K);
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  const int64_t row_bytes = blocks.size(1);
+  return tiled_linear(x, blocks.size(0),
+                      [&](int64_t n, float* dst) { dequant_q4_row(bp + n * row_bytes, K, dst); });
+}
+
+at::Tensor int8_linear(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& scales) {
+  TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.is_contiguous(),
+              "int8 weight must be contiguous int8 [N, K]");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  TORCH_CHECK(K % 8 == 0, "int8 needs in_features divisible by 8");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 && scales.is_contiguous() &&
+                  scales.size(0) == N && K % scales.size(1) == 0,
+              "int8 scales must be contiguous float32 [N, G] with G dividing in_features");
+  at::Tensor x = x_in.contiguous();
+  check_input(x, K);
+  const int8_t* wp = weight.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  const int64_t groups = scales.size(1), group = K / groups;
+  return tiled_linear(x, N, [&](int64_t n, float* dst) {
+    dequant_int8_row(wp + n * K, sp + n * groups, K, group, dst);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mstar_quant, m) {
+  m.def("q4_linear(Tensor x, Tensor blocks, int in_features) -> Tensor");
+  m.def("int8_linear(Tensor x, Tensor weight, Tensor scales) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
+  m.impl("q4_linear", &q4_linear);
+  m.impl("int8_linear", &int8_linear);
+}
