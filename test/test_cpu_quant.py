@@ -162,3 +162,28 @@ def _assign_dequantized(ref, model, name: str, weight: torch.Tensor) -> None:
         layer.mlp.up_proj.weight.copy_(up)
     else:
         layer.get_submodule(name.split(".", 3)[3]).weight.copy_(weight)
+
+
+# Perplexity may grow at most this much over fp32 (the quality gate). The built-in
+# model's fp32 weights are its dequantized Q4_1 GGUF, so q4 (served from that GGUF) must match.
+GATE = {("bfloat16", "none"): 0.01, ("float32", "int8"): 0.01, ("float32", "q4"): 0.01}
+GATE_TOKENS = 512
+
+
+def test_quality_gate_on_the_builtin_model(builtin_cache_dir):
+    from benchmark.quality import agreement, docs_token_ids, score_text
+    from mstar.engine.llm_engine import LLMEngine
+    from mstar.settings import WorkerSettings
+
+    def score(dtype: str, quantization: str):
+        engine = LLMEngine(WorkerSettings(cache_dir=builtin_cache_dir, device="cpu", dtype=dtype,
+                                          quantization=quantization, max_model_len=512,
+                                          num_kv_blocks=20))
+        return score_text(engine, docs_token_ids(engine.tokenizer, GATE_TOKENS), window=256)
+
+    fp32 = score("float32", "none")
+    assert 5 < fp32.perplexity < 500  # a working model on English technical prose
+    for (dtype, quantization), bound in GATE.items():
+        got = score(dtype, quantization)
+        assert got.perplexity <= fp32.perplexity * (1 + bound), (dtype, quantization)
+        assert agreement(got, fp32) >= 0.9, (dtype, quantization)

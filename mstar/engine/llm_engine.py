@@ -17,6 +17,7 @@ from mstar.engine.outputs import RequestOutput
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.scheduler import ScheduledBatch, Scheduler
 from mstar.engine.sequence import Sequence
+from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.resolve import resolve_model_dir
 
 log = structlog.get_logger(__name__)
@@ -30,7 +31,7 @@ def resolve_device_dtype(settings) -> tuple[torch.device, torch.dtype]:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if settings.dtype == "auto":
-        return device, torch.bfloat16 if device.type == "cuda" else torch.float32
+        return device, torch.bfloat16 if device.type == "cuda" else cpu_auto_dtype()
     return device, _DTYPES[settings.dtype]
 
 

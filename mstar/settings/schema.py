@@ -105,7 +105,8 @@ class EngineKnobs(BaseModel):
     cache_dir: Path = _engine(
         Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
-        "auto", "Weight and activation dtype. auto = float32 on CPU, bfloat16 on CUDA.")
+        "auto", "Weight and activation dtype. auto = bfloat16 on CUDA and on CPUs with native bf16 "
+        "(avx512_bf16 or AMX), else float32.")
     device: Literal["auto", "cpu", "cuda"] = _engine(
         "auto", "Device to run on. auto = cuda when available, else cpu.")
     max_model_len: int | None = _engine(
