@@ -20,7 +20,8 @@ from mstar.models.quant.formats import (
 from mstar.models.quant.linear import QuantLinear
 from mstar.models.quant.native import native_kernels
 
-SHAPES = [(1, 19, 64), (3, 8, 96), (7, 33, 128), (13, 40, 64)]  # (M, N, K): tails on every axis
+# (M, N, K): both kernel paths (M < 4 and M >= 4) with tails on every axis
+SHAPES = [(1, 19, 64), (3, 8, 96), (4, 16, 32), (7, 33, 128), (13, 40, 64)]
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,10 @@ def test_kernel_matches_dequantize_then_fp32(native, use_native, kind, m, n, k):
     else:
         q = Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
     bias = torch.randn(n)
-    x = torch.randn(2, m, k)
+    x = torch.randn(1, m, k)
     got = QuantLinear(q, bias, use_native)(x)
     want = torch.nn.functional.linear(x.double(), dequantize(q).double(), bias.double()).float()
-    assert got.shape == (2, m, n)
+    assert got.shape == (1, m, n)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
@@ -170,15 +171,22 @@ GATE = {("bfloat16", "none"): 0.01, ("float32", "int8"): 0.01, ("float32", "q4")
 GATE_TOKENS = 512
 
 
-def test_quality_gate_on_the_builtin_model(builtin_cache_dir):
+def test_quality_gate_on_the_builtin_model(builtin_cache_dir, run):
     from benchmark.quality import agreement, docs_token_ids, score_text
     from mstar.engine.llm_engine import LLMEngine
     from mstar.settings import WorkerSettings
+
+    question = [{"role": "user", "content": "What is the capital of France?"}]
 
     def score(dtype: str, quantization: str):
         engine = LLMEngine(WorkerSettings(cache_dir=builtin_cache_dir, device="cpu", dtype=dtype,
                                           quantization=quantization, max_model_len=512,
                                           num_kv_blocks=20))
+        # Decoding one sequence takes the small-batch kernels, which the prefill scoring does not.
+        prompt = engine.tokenizer.apply_chat_template(question, add_generation_prompt=True,
+                                                      tokenize=True, return_dict=False)
+        answer = run(engine, {"q": (list(prompt), SamplingParams(temperature=0, max_tokens=12))})
+        assert "Paris" in answer["q"]["text"], (dtype, quantization)
         return score_text(engine, docs_token_ids(engine.tokenizer, GATE_TOKENS), window=256)
 
     fp32 = score("float32", "none")
