@@ -102,6 +102,23 @@ def test_unreadable_gguf_model_is_a_model_error(tmp_path):
         resolve_model_dir(WorkerSettings(model=str(tmp_path / "broken.gguf"), cache_dir=tmp_path))
 
 
+def test_gguf_file_as_model_is_served_at_its_shipped_precision(tmp_path, run):
+    from mstar.engine.llm_engine import LLMEngine
+    from mstar.models.builtin import builtin_gguf_path
+    from mstar.settings import WorkerSettings
+
+    engine = LLMEngine(WorkerSettings(model=str(builtin_gguf_path()), cache_dir=tmp_path,
+                                      device="cpu", dtype="float32", max_model_len=256,
+                                      num_kv_blocks=16))
+    layer = engine.model_runner.model.model.layers[0]
+    assert isinstance(layer.mlp.down_proj, QuantLinear)  # Q4_1 blocks, no float32 copy
+    prompt = engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True, tokenize=True, return_dict=False)
+    answer = run(engine, {"q": (list(prompt), SamplingParams(temperature=0, max_tokens=12))})
+    assert "Paris" in answer["q"]["text"]
+
+
 def test_builtin_gguf_q4_weights_equal_the_fp32_conversion(builtin_cache_dir, tmp_path):
     """--quantization q4 on the built-in model reads its Q4_1 GGUF, the same weights as fp32."""
     from mstar.models.builtin import ensure_builtin_model

@@ -42,15 +42,19 @@ def gguf_model_dir(path: Path, cache_dir: Path) -> Path:
     if (target / SOURCE_FILE).is_file():
         return target
     from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+        if not config.architectures:  # GGUF metadata names the family, not the class
+            config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]]
         config.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(tmp)
         (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path)}), encoding="utf-8")
-        os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
+        if not target.exists():  # else another process made it meanwhile; ours is dropped below
+            os.replace(tmp, target)
     except Exception as error:
         raise ModelError(f"cannot read GGUF model {str(path)!r}: {error}") from error
     finally:
