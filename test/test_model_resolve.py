@@ -67,9 +67,9 @@ def test_missing_path_is_named(tmp_path):
 
 
 def test_file_instead_of_directory(tmp_path):
-    (tmp_path / "weights.gguf").write_bytes(b"")
-    with pytest.raises(ModelError, match=r"weights\.gguf' is not a directory"):
-        _resolve(tmp_path / "weights.gguf")
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ModelError, match=r"weights\.bin' is not a directory"):
+        _resolve(tmp_path / "weights.bin")
 
 
 def test_directory_without_config(tmp_path):

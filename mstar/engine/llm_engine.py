@@ -20,6 +20,7 @@ from mstar.engine.scheduler import ScheduledBatch, Scheduler
 from mstar.engine.sequence import Sequence
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
+from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.resolve import resolve_model_dir
 
 log = structlog.get_logger(__name__)
@@ -33,7 +34,7 @@ def resolve_device_dtype(settings) -> tuple[torch.device, torch.dtype]:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if settings.dtype == "auto":
-        return device, torch.bfloat16 if device.type == "cuda" else torch.float32
+        return device, torch.bfloat16 if device.type == "cuda" else cpu_auto_dtype()
     return device, _DTYPES[settings.dtype]
 
 

@@ -45,7 +45,8 @@ class ModelRunner:
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
-        self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile)
+        self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
+                                quantization=settings.quantization, cache_dir=settings.cache_dir)
         if settings.compile:
             compile_model(self.model, settings.recompile_limit)
         # Hybrid models: recurrent-state slots come out of the cache budget before the KV cache.

@@ -1,7 +1,12 @@
-"""oneDNN-prepacked linear layers for fp32 on CPU.
+"""oneDNN-prepacked linear layers for fp32 (and bf16 where the CPU has native bf16) on CPU.
 
 Prepacked weights let oneDNN skip per-call reordering; on small decode batches this
 runs the projections and the LM head 1.4-2.5x faster than the default BLAS path.
+
+bf16 is only fast with native bf16 instructions (avx512_bf16 or AMX): on an AVX2-only CPU
+oneDNN cannot pack bf16 and plain bf16 matmuls are emulated, several times slower than fp32
+at decode batch sizes (benchmark/cpu_kernels.py). So MSTAR_DTYPE=auto picks bf16 on CPU only
+where it is native; its perplexity is within the quality gate (docs/engine.rst).
 """
 
 from __future__ import annotations
@@ -29,8 +34,21 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
 
+def native_bf16() -> bool:
+    """True when this CPU runs bf16 matmuls natively (avx512_bf16 or AMX) and oneDNN is there."""
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return native and torch.backends.mkldnn.is_available()
+
+
+def cpu_auto_dtype() -> torch.dtype:
+    """The dtype MSTAR_DTYPE=auto means on CPU."""
+    return torch.bfloat16 if native_bf16() else torch.float32
+
+
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
 
 
 def pack_linears(model: nn.Module) -> None:

@@ -13,6 +13,10 @@ from safetensors import safe_open
 from tqdm import tqdm
 
 from mstar.models.cpu_linear import can_pack, pack_linears
+from mstar.models.gguf_loader import gguf_source, read_gguf
+from mstar.models.quant.apply import install_quantized, quantize_dense
+from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
+from mstar.models.quant.native import native_kernels
 from mstar.models.registry import get_model_class
 
 log = structlog.get_logger(__name__)
@@ -22,10 +26,13 @@ _PROGRESS_MIN_TENSORS = 200
 
 
 def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype,
-               prepack: bool = True):
+               prepack: bool = True, quantization: str = "none",
+               cache_dir: Path = Path("~/.cache/mstar")):
     """Instantiate without initialising weights (meta device), then fill from the checkpoint.
 
     ``prepack`` repacks linear weights for oneDNN on CPU; torch.compile cannot lower those.
+    ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
+    keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build.
     """
     start = time.perf_counter()
     cls = get_model_class(config)
@@ -35,10 +42,19 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     model.to(dtype)
     if model.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    load_weights(model, model_dir)
+    source = gguf_source(model_dir, quantization)
+    quantized = {}
+    if source is None:
+        load_weights(model, model_dir)
+    else:
+        quantized = load_gguf_weights(model, source)
+    if quantization != "none":
+        quantized |= quantize_dense(model, quantization, skip=set(quantized))
     # Computed in float32, stored in the model dtype, as transformers does.
     model.model.rotary_emb.init_cache(device, dtype)
     model.eval().requires_grad_(False)
+    if quantized:
+        install_quantized(model, quantized, device.type == "cpu" and native_kernels(cache_dir))
     if prepack and can_pack(device, dtype):
         pack_linears(model)
     log.info("model_loaded", path=str(model_dir), arch=cls.__name__,
@@ -75,21 +91,54 @@ def load_weights(model, model_dir: Path) -> None:
             continue
         if name == "lm_head.weight" and model.tie_word_embeddings:
             continue
-        tensor = handle.get_tensor(name)
-        target, offset, size = _resolve(model, name)
-        if target not in params:
-            raise KeyError(f"checkpoint tensor {name!r} has no matching model parameter")
-        param = params[target]
-        dest = param.data if size is None else param.data.narrow(0, offset, size)
-        if dest.shape != tensor.shape:
-            raise ValueError(f"shape mismatch for {name}: checkpoint {tuple(tensor.shape)}, "
-                             f"model {tuple(dest.shape)}")
-        dest.copy_(tensor)
+        _copy(model, params, name, handle.get_tensor(name))
         missing.discard(name)
     if model.tie_word_embeddings:
         missing.discard("lm_head.weight")
     if missing:
         raise ValueError(f"checkpoint in {model_dir} lacks weights for: {sorted(missing)[:5]}")
+
+
+def load_gguf_weights(model, path: Path) -> dict[str, QuantWeight]:
+    """Dense tensors into the parameters; Q4/Q8 linears (fused shards stacked) returned by module."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    names = _expected_checkpoint_names(model, params)
+    if model.tie_word_embeddings:
+        names.discard("lm_head.weight")
+    dense, quant = read_gguf(path, names, model.config)
+    for name, tensor in dense.items():
+        _copy(model, params, name, tensor)
+    embed = quant.pop("model.embed_tokens.weight", None)
+    if embed is not None and model.tie_word_embeddings:
+        quant["lm_head.weight"] = embed
+    elif embed is not None:  # an untied embedding is only gathered: keep it dense
+        _copy(model, params, "model.embed_tokens.weight", dequantize(embed))
+    shards: dict[str, list[tuple[int, str]]] = {}
+    for name in quant:
+        target, offset, _ = _resolve(model, name)
+        shards.setdefault(target, []).append((offset, name))
+    modules = {}
+    for target, parts in shards.items():
+        ordered = [quant[name] for _, name in sorted(parts)]
+        rows = sum(part_rows(w) for w in ordered)
+        if rows == params[target].shape[0] and same_layout(ordered):
+            modules[target.removesuffix(".weight")] = concat_rows(ordered)
+        else:  # a fused layer with dense or differently quantized shards: load it dense
+            for _, name in parts:
+                _copy(model, params, name, dequantize(quant[name]))
+    return modules
+
+
+def _copy(model, params: dict, name: str, tensor: torch.Tensor) -> None:
+    target, offset, size = _resolve(model, name)
+    if target not in params:
+        raise KeyError(f"checkpoint tensor {name!r} has no matching model parameter")
+    param = params[target]
+    dest = param.data if size is None else param.data.narrow(0, offset, size)
+    if dest.shape != tensor.shape:
+        raise ValueError(f"shape mismatch for {name}: checkpoint {tuple(tensor.shape)}, "
+                         f"model {tuple(dest.shape)}")
+    dest.copy_(tensor)
 
 
 def _expected_checkpoint_names(model, params: dict) -> set[str]:

@@ -36,6 +36,10 @@ def resolve_model_dir(settings: WorkerSettings) -> Path:
         target = ensure_builtin_model(settings.cache_dir, verify=settings.verify_cache)
         check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
         return target
+    if settings.model.endswith(".gguf"):
+        from mstar.models.gguf_loader import gguf_model_dir
+
+        return gguf_model_dir(Path(settings.model), settings.cache_dir)
     return validate_model_dir(Path(settings.model).expanduser())
 
 

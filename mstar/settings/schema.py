@@ -114,7 +114,7 @@ class ServerKnobs(BaseModel):
 class EngineKnobs(BaseModel):
     model: str = _engine(
         BUILTIN_MODEL, f"Model to serve: '{BUILTIN_MODEL}' (the built-in model) or a local "
-        "HF-format directory (config.json, *.safetensors, tokenizer files).")
+        "HF-format directory (config.json, *.safetensors, tokenizer files) or a .gguf file.")
     cache_dir: Path = _engine(
         Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
     verify_cache: bool = _engine(
@@ -122,7 +122,8 @@ class EngineKnobs(BaseModel):
         "recorded at conversion (file sizes are always checked; hashes also after an unfinished "
         "conversion). A mismatch converts the model again.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
-        "auto", "Weight and activation dtype. auto = float32 on CPU, bfloat16 on CUDA.")
+        "auto", "Weight and activation dtype. auto = bfloat16 on CUDA and on CPUs with native bf16 "
+        "(avx512_bf16 or AMX), else float32.")
     device: Literal["auto", "cpu", "cuda"] = _engine(
         "auto", "Device to run on. auto = cuda when available, else cpu.")
     max_model_len: int | None = _engine(
@@ -157,6 +158,10 @@ class EngineKnobs(BaseModel):
         None, "Decode batch sizes to capture CUDA graphs for, a comma list; sizes above "
         "MSTAR_MAX_NUM_SEQS are dropped. Unset = 1, 2, 4, 8, then steps of 8 to 64 and of 16 "
         "beyond, up to MSTAR_MAX_NUM_SEQS. No effect on CPU.", unit="sequences")
+    quantization: Literal["none", "int8", "q4"] = _engine(
+        "none", "Weight-only quantization of the linear layers (CPU): int8 = per output channel, "
+        "q4 = 4-bit groups of 32 with a scale and a minimum (GGUF Q4_1). The LM head is int8 in "
+        "both. With the built-in model, q4 serves its shipped Q4_1 GGUF directly.")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")

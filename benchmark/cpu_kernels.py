@@ -1,0 +1,123 @@
+"""Micro-benchmark of CPU linear kernels at the built-in model's shapes, decode batch sizes 1/8/32.
+
+    .venv/bin/python -m benchmark.cpu_kernels [--threads 2] [--compile]
+
+Each candidate computes y = x @ W^T for every shape of SmolLM2-135M (hidden 576, intermediate
+1536, vocab 49152; 9 q heads and 3 kv heads of 64). To time weights the way a decode step sees them
+(streamed from memory, not hot in the 32 MB L3), each candidate cycles through enough copies of the
+weight to exceed --cold-mb of float32 data. Reported: the fastest of --repeats sweeps, in
+microseconds per call; the machine is shared, so compare columns of one run and prefer the minimum.
+With --threads 1 the time is the thread's CPU time (time.thread_time), which other processes on a
+busy machine do not inflate; with more threads it is wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from mstar.models.quant.formats import Q4Weight, dequantize_q4, quantize_int8, quantize_q4
+from mstar.models.quant.native import native_kernels
+from mstar.settings import WorkerSettings
+
+SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
+          "lm_head": (49152, 576)}
+BATCHES = (1, 8, 32)
+
+
+def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, object]]:
+    """name -> (fn(x, state), per-copy state built from w)."""
+    pack = torch.ops.mkldnn._reorder_linear_weight
+    out = {
+        "fp32_packed": (lambda x, s: torch.ops.mkldnn._linear_pointwise(x, s, None, "none", [], ""),
+                        pack(w, 32)),
+        "fp32_linear": (lambda x, s: F.linear(x, s), w.clone()),
+        "bf16_linear": (lambda x, s: F.linear(x.bfloat16(), s), w.bfloat16()),
+    }
+    try:
+        packed_bf16 = pack(w.bfloat16(), 32)
+        out["bf16_packed"] = (lambda x, s: torch.ops.mkldnn._linear_pointwise(
+            x.bfloat16(), s, None, "none", [], ""), packed_bf16)
+    except RuntimeError:
+        pass
+    q8 = quantize_int8(w)
+    out["aten_int8pack"] = (lambda x, s: torch.ops.aten._weight_int8pack_mm(x, s[0], s[1]),
+                            (q8.weight, q8.scales.view(-1)))
+    int4 = _int4_state(w)
+    if int4 is not None:
+        out["aten_int4pack"] = (lambda x, s: torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x, s[0], 32, s[1]), int4)
+    q4 = quantize_q4(w)
+    if native_kernels(WorkerSettings().cache_dir):
+        out["mstar_q4"] = (lambda x, s: torch.ops.mstar_quant.q4_linear(x, s, x.shape[1]), q4.blocks)
+        out["mstar_int8"] = (lambda x, s: torch.ops.mstar_quant.int8_linear(x, s[0], s[1]),
+                             (q8.weight, q8.scales))
+    if use_compile:
+        fused = torch.compile(lambda x, blocks: F.linear(x, dequantize_q4(Q4Weight(blocks, x.shape[1]))),
+                              dynamic=True)
+        out["compiled_q4"] = (lambda x, s: fused(x, s), q4.blocks)
+    return out
+
+
+def _int4_state(w: torch.Tensor):
+    """Weights for aten's int4 CPU kernel (groups of 32, asymmetric), or None if unsupported."""
+    n, k = w.shape
+    g = w.view(n, k // 32, 32)
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-8)
+    q = torch.round((g - lo) / scale).clamp(0, 15).to(torch.int32).view(n, k)
+    zero = lo + 8 * scale  # aten dequantizes (q - 8) * scale + zero
+    try:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 32)
+    except RuntimeError:
+        return None
+    scales_zeros = torch.stack([scale.squeeze(-1).t(), zero.squeeze(-1).t()], dim=-1).contiguous()
+    return packed, scales_zeros
+
+
+def time_candidate(fn: Callable, states: list, x: torch.Tensor, repeats: int) -> float:
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+    for s in states[:2]:
+        fn(x, s)
+    best = float("inf")
+    for _ in range(repeats):
+        start = clock()
+        for s in states:
+            fn(x, s)
+        best = min(best, (clock() - start) / len(states))
+    return best * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cold-mb", type=float, default=96.0)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd dequant+mm")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    clock = "CPU" if args.threads == 1 else "wall"
+    print(f"threads={args.threads}  {clock} microseconds per call, min of {args.repeats} sweeps")
+    for shape_name in args.shapes.split(","):
+        n, k = SHAPES[shape_name]
+        copies = max(1, int(args.cold_mb * 2**20 // (n * k * 4)))
+        weights = [torch.randn(n, k) * 0.02 for _ in range(copies)]
+        built = [candidates(w, args.compile) for w in weights]
+        names = list(built[0])
+        print(f"\n{shape_name} N={n} K={k} ({copies} copies)")
+        print(f"{'M':>4} " + " ".join(f"{name:>14}" for name in names))
+        for m in BATCHES:
+            x = torch.randn(m, k)
+            times = [time_candidate(built[0][name][0], [b[name][1] for b in built], x, args.repeats)
+                     for name in names]
+            print(f"{m:>4} " + " ".join(f"{t:>14.0f}" for t in times))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Weight-only quantized linear layers for CPU (MSTAR_QUANTIZATION)."""

@@ -1,0 +1,109 @@
+"""Weight-only quantized layouts and their exact dequantization (the reference every kernel matches).
+
+q4 is GGUF's Q4_1 byte layout, so a Q4_1 tensor of a GGUF file is used as is: per output row,
+blocks of 20 bytes for 32 weights (fp16 scale d, fp16 minimum m, 16 bytes of nibbles where byte j
+holds weight j in its low nibble and weight j + 16 in its high nibble); weight = q * d + m.
+
+int8 is int8 weights [N, K] with float32 scales [N, G] for groups of K / G weights: G = 1 is
+per-output-channel (what quantizing a dense checkpoint produces), K / 32 is GGUF's Q8_0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+Q4_BLOCK = 32
+Q4_BLOCK_BYTES = 20
+
+
+@dataclass
+class Q4Weight:
+    blocks: torch.Tensor  # uint8 [N, K / 32 * 20]
+    in_features: int
+
+
+@dataclass
+class Int8Weight:
+    weight: torch.Tensor  # int8 [N, K]
+    scales: torch.Tensor  # float32 [N, G]
+
+
+QuantWeight = Q4Weight | Int8Weight
+
+
+def quantize_q4(weight: torch.Tensor) -> Q4Weight:
+    """Q4_1 blocks of a dense [N, K] weight, rounded the way ggml's quantize_row_q4_1 rounds."""
+    n, k = weight.shape
+    w = weight.detach().float().reshape(n, k // Q4_BLOCK, Q4_BLOCK)
+    lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+    d = (hi - lo) / 15
+    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.floor((w - lo) * inv + 0.5).clamp_(0, 15).to(torch.uint8)
+    return q4_from_parts(d.half(), lo.half(), q)
+
+
+def q4_from_parts(d: torch.Tensor, m: torch.Tensor, q: torch.Tensor) -> Q4Weight:
+    """Pack fp16 d, m [N, B, 1] and 4-bit values q [N, B, 32] (uint8) into Q4_1 blocks."""
+    n, blocks, _ = q.shape
+    nibbles = q[..., :16] | (q[..., 16:] << 4)
+    packed = torch.cat([d.view(torch.uint8), m.view(torch.uint8), nibbles], dim=-1)
+    return Q4Weight(packed.reshape(n, blocks * Q4_BLOCK_BYTES).contiguous(), blocks * Q4_BLOCK)
+
+
+def dequantize_q4(w: Q4Weight) -> torch.Tensor:
+    n = w.blocks.shape[0]
+    blocks = w.blocks.view(n, -1, Q4_BLOCK_BYTES)
+    d = blocks[..., 0:2].contiguous().view(torch.float16).float()
+    m = blocks[..., 2:4].contiguous().view(torch.float16).float()
+    qs = blocks[..., 4:]
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).float()
+    return (q * d + m).reshape(n, w.in_features)
+
+
+def quantize_int8(weight: torch.Tensor) -> Int8Weight:
+    """Symmetric per-output-channel int8: scale = max |w| / 127 per row."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(-1, keepdim=True) / 127).clamp_(min=torch.finfo(torch.float32).tiny)
+    q = torch.round(w / scales).clamp_(-127, 127).to(torch.int8)
+    return Int8Weight(q.contiguous(), scales.contiguous())
+
+
+def dequantize_int8(w: Int8Weight) -> torch.Tensor:
+    n, k = w.weight.shape
+    groups = w.scales.shape[1]
+    q = w.weight.float().view(n, groups, k // groups)
+    return (q * w.scales.unsqueeze(-1)).reshape(n, k)
+
+
+def dequantize(w: QuantWeight) -> torch.Tensor:
+    return dequantize_q4(w) if isinstance(w, Q4Weight) else dequantize_int8(w)
+
+
+def select_rows(w: QuantWeight, index: torch.Tensor) -> QuantWeight:
+    """The rows ``index`` of a quantized weight (an embedding lookup in a tied LM head)."""
+    if isinstance(w, Q4Weight):
+        return Q4Weight(w.blocks.index_select(0, index), w.in_features)
+    return Int8Weight(w.weight.index_select(0, index), w.scales.index_select(0, index))
+
+
+def part_rows(w: QuantWeight) -> int:
+    return w.blocks.shape[0] if isinstance(w, Q4Weight) else w.weight.shape[0]
+
+
+def same_layout(parts: list[QuantWeight]) -> bool:
+    """True when ``parts`` can be stacked into one weight (same kind, same int8 grouping)."""
+    if all(isinstance(p, Q4Weight) for p in parts):
+        return True
+    return all(isinstance(p, Int8Weight) for p in parts) and \
+        len({p.scales.shape[1] for p in parts}) == 1
+
+
+def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
+    """Stack row-wise (fused q/k/v or gate/up); exact, the blocks are per row."""
+    if not same_layout(parts):
+        raise ValueError("cannot stack weights of different quantized layouts")
+    if isinstance(parts[0], Q4Weight):
+        return Q4Weight(torch.cat([p.blocks for p in parts]), parts[0].in_features)
+    return Int8Weight(torch.cat([p.weight for p in parts]), torch.cat([p.scales for p in parts]))

@@ -1,0 +1,54 @@
+"""Weight-only quantized layers: linears that run the native kernels, and the tied embedding."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mstar.models.quant.formats import Q4Weight, QuantWeight, dequantize, select_rows
+
+
+class QuantLinear(nn.Module):
+    """y = x @ dequantize(W)^T + b, computed in float32 and returned in x's dtype."""
+
+    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, native: bool) -> None:
+        super().__init__()
+        self.qweight = weight
+        self.native = native
+        if isinstance(weight, Q4Weight):
+            self.in_features, self.out_features = weight.in_features, weight.blocks.shape[0]
+        else:
+            self.out_features, self.in_features = weight.weight.shape
+        self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).float()
+        w = self.qweight
+        if not self.native:
+            out = F.linear(flat, dequantize(w))
+        elif isinstance(w, Q4Weight):
+            out = torch.ops.mstar_quant.q4_linear(flat, w.blocks, w.in_features)
+        else:
+            out = torch.ops.mstar_quant.int8_linear(flat, w.weight, w.scales)
+        if self.bias is not None:
+            out += self.bias
+        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        kind = "q4" if isinstance(self.qweight, Q4Weight) else "int8"
+        return f"{self.in_features} -> {self.out_features}, {kind}, native={self.native}"
+
+
+class QuantEmbedding(nn.Module):
+    """Token embedding read from a quantized (tied) LM-head weight: gathered rows, dequantized."""
+
+    def __init__(self, weight: QuantWeight, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.qweight = weight
+        self.dtype = dtype
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows = dequantize(select_rows(self.qweight, input_ids.reshape(-1)))
+        return rows.view(*input_ids.shape, -1).to(self.dtype)
+

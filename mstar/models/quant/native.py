@@ -1,0 +1,69 @@
+"""Builds the C++ quantized-linear kernels on first use and loads them as ``torch.ops.mstar_quant``.
+
+The build uses the machine's C++ compiler through ``torch.utils.cpp_extension`` with
+``-march=native`` (AVX2/FMA/F16C where the CPU has them), and is cached under
+``<cache_dir>/kernels/<hash>``, keyed by the source, the torch version and the CPU's flags. When no
+compiler is available or the build fails, one warning is logged and the quantized layers run their
+pure-torch path (dequantize, then a float32 matmul): correct, slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import platform
+from pathlib import Path
+
+import structlog
+import torch
+
+log = structlog.get_logger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels.cpp")
+LIBRARY = "mstar_quant"
+_CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+_state: dict[str, bool] = {}
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def build_dir(cache_dir: Path) -> Path:
+    key = hashlib.sha256(
+        SOURCE.read_bytes() + torch.__version__.encode() + _cpu_flags().encode() + str(_CFLAGS).encode()
+    ).hexdigest()[:16]
+    return Path(cache_dir).expanduser() / "kernels" / key
+
+
+def native_kernels(cache_dir: Path) -> bool:
+    """True when ``torch.ops.mstar_quant`` is usable; builds (once per process and cache) if needed."""
+    if "ok" not in _state:
+        _state["ok"] = _load(cache_dir)
+    return _state["ok"]
+
+
+def _load(cache_dir: Path) -> bool:
+    if hasattr(torch.ops, LIBRARY) and hasattr(getattr(torch.ops, LIBRARY), "q4_linear"):
+        return True
+    directory = build_dir(cache_dir)
+    try:
+        from torch.utils.cpp_extension import load
+
+        directory.mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            load(f"{LIBRARY}_kernels", [str(SOURCE)], extra_cflags=_CFLAGS,
+                 build_directory=str(directory), is_python_module=False, verbose=False)
+    except Exception as error:  # no compiler, no headers, a failed build: fall back to torch
+        log.warning("quant_kernels_unavailable", error=str(error).splitlines()[0][:300],
+                    fallback="dequantize + float32 matmul (slower)")
+        return False
+    log.info("quant_kernels_loaded", build_dir=str(directory))
+    return True
