@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -49,6 +50,15 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def running_server(model_dir: Path, log_path: Path, env: dict[str, str]) -> Iterator[Server]:
+    """Body of a module-scoped server fixture: start, wait until ready, always stop."""
+    srv = Server(model_dir, log_path, env)
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
 
 
 class Server:

@@ -19,7 +19,15 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from serve_helpers import IDLE_GAUGES, Server, alive, hard_timeout, wait_idle, wait_running  # noqa: F401
+from serve_helpers import (  # noqa: F401 - hard_timeout is an autouse fixture
+    IDLE_GAUGES,
+    Server,
+    alive,
+    hard_timeout,
+    running_server,
+    wait_idle,
+    wait_running,
+)
 
 API_KEY = "hardening-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -28,17 +36,13 @@ LONG = {"prompt": "x", "max_tokens": 300, "ignore_eos": True}  # fits the 384-to
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    srv = Server(tiny_model_dir("llama"), tmp_path_factory.mktemp("hardening") / "server.log", env={
+    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("hardening") / "server.log", {
         "MSTAR_API_KEY": API_KEY,
         "MSTAR_MAX_NUM_SEQS": "1",
         "MSTAR_NUM_KV_BLOCKS": "24",
         "MSTAR_REQUEST_TIMEOUT_S": "2",
         "MSTAR_SHUTDOWN_TIMEOUT_S": "0.5",
     })
-    try:
-        yield srv.wait_ready()
-    finally:
-        srv.stop()
 
 
 def _post(server: Server, body: dict, path: str = "/v1/completions", **kwargs) -> httpx.Response:

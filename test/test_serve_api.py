@@ -14,7 +14,7 @@ import time
 import httpx
 import openai
 import pytest
-from serve_helpers import Server, hard_timeout, wait_idle  # noqa: F401 (hard_timeout: autouse)
+from serve_helpers import Server, hard_timeout, running_server, wait_idle  # noqa: F401 (hard_timeout: autouse)
 
 API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -22,7 +22,7 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    srv = Server(tiny_model_dir("llama"), tmp_path_factory.mktemp("serve") / "server.log", env={
+    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("serve") / "server.log", {
         "MSTAR_API_KEY": API_KEY,
         "MSTAR_MAX_CONCURRENT_REQUESTS": "1",
         "MSTAR_MAX_BODY_MB": "1",
@@ -30,10 +30,6 @@ def server(tiny_model_dir, tmp_path_factory):
         "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "1e3",
         "MSTAR_LAUNCH_WAIT": "5",
     })
-    try:
-        yield srv.wait_ready()
-    finally:
-        srv.stop()
 
 
 @pytest.fixture()
