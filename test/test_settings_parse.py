@@ -35,6 +35,8 @@ VALID = {
     "MSTAR_MAX_CONCURRENT_REQUESTS": ("3", 3),
     "MSTAR_MAX_BODY_MB": ("0.5", 0.5),
     "MSTAR_STREAM_INTERVAL": ("4", 4),
+    "MSTAR_UNKNOWN_REQUEST_FIELDS": ("Reject", "reject"),
+    "MSTAR_TOOL_CALL_PARSER": ("hermes", "hermes"),
     "MSTAR_REQUEST_TIMEOUT_S": ("12", 12.0),
     "MSTAR_SHUTDOWN_TIMEOUT_S": ("0", 0.0),
     "MSTAR_STARTUP_TIMEOUT_S": ("60", 60.0),

@@ -6,11 +6,40 @@ naming the field wherever it enters.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 import msgspec
 
 MAX_LOGPROBS = 20
+MAX_PENALTY = 2.0  # presence/frequency penalties: OpenAI's range, -2 .. 2
+MAX_LOGIT_BIAS = 100.0  # logit_bias values: OpenAI's range, -100 .. 100
+
+StructuredKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
+
+
+class StructuredOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """A constraint on the output's text, compiled to a grammar in the engine (xgrammar).
+
+    ``spec`` is the JSON schema as JSON text (json_schema), the regex (regex) or the EBNF grammar
+    (grammar); it is empty for json_object (any JSON object) and choice (one of ``choices``).
+    """
+
+    kind: StructuredKind
+    spec: str = ""
+    choices: list[str] = []
+
+    def __post_init__(self) -> None:
+        if self.kind == "json_schema":
+            try:
+                json.loads(self.spec)
+            except ValueError as exc:
+                raise ValueError(f"invalid StructuredOutput.spec: not JSON ({exc})") from None
+        elif self.kind in ("regex", "grammar") and not self.spec:
+            raise ValueError(f"invalid StructuredOutput.spec: empty {self.kind}")
+        if self.kind == "choice" and not (self.choices and all(
+                isinstance(c, str) and c for c in self.choices)):
+            raise ValueError("invalid StructuredOutput.choices: must be non-empty strings")
 
 
 class SamplingParams(msgspec.Struct, kw_only=True):
@@ -27,6 +56,11 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
     logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = {}  # token id -> added to its logit before sampling
+    min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens are out
+    structured_output: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -65,6 +99,16 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
         ):
             raise bad("logprobs", f"must be None or an integer in [0, {MAX_LOGPROBS}]")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _is_num(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise bad(name, f"must be a number in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}]")
+        if not all(_is_int(t) and t >= 0 and _is_num(b) and -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS
+                   for t, b in self.logit_bias.items()):
+            raise bad("logit_bias", "must map token ids >= 0 to numbers in "
+                      f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise bad("min_tokens", "must be an integer in [0, max_tokens]")
 
     @property
     def greedy(self) -> bool:

@@ -106,6 +106,14 @@ class ServerKnobs(BaseModel):
         1, "Tokens per streamed chunk: a choice's SSE event (or NDJSON line) goes out once it has "
         "this many new tokens, and when it finishes. 1 streams every token.", unit="tokens",
         ge=1, le=MAX_COUNT)
+    unknown_request_fields: Literal["ignore", "warn", "reject"] = _server(
+        "warn", "What a request field the API does not know gets: ignore; warn (logged once per "
+        "field name, and listed in the response header X-Mstar-Ignored-Fields); or reject (a 400 "
+        "naming each one, with a suggestion). Known but unsupported fields are always a 400.")
+    tool_call_parser: Literal["auto", "hermes"] = _server(
+        "auto", "How tool calls are read from the model's output: hermes = "
+        "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates). auto = chosen from the "
+        "model's chat template (hermes when nothing else matches).")
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
