@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
@@ -52,6 +50,9 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 def fetch_config(url: str, api_key: str | None) -> dict[str, Any]:
     """The body of GET URL/v1/config; raises SettingsUsageError saying why it failed."""
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(url.rstrip("/") + "/v1/config")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
