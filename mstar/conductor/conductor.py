@@ -17,6 +17,7 @@ import zmq
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import start_child
+from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.sockets import pull_socket, push_socket, receive, send
 from mstar.worker.process import worker_main
 
@@ -141,9 +142,17 @@ class Conductor:
                         w = self.owner.pop(rid, None)
                         if w is not None:
                             w.outstanding.discard(rid)
+                elif isinstance(msg, m.ReloadSettings):
+                    self.reload(msg)
                 elif isinstance(msg, m.Shutdown):
                     log.info("conductor_stopping", reason=msg.reason)
                     return 0
+
+    def reload(self, msg: m.ReloadSettings) -> None:
+        """SIGHUP: take the reloadable knobs, then pass them on to every worker."""
+        self.settings = apply_reloaded(self.settings, msg, "conductor")
+        for w in self.workers:
+            send(w.channel, msg)
 
     def place(self, msg: m.AddRequest) -> None:
         """Least outstanding requests wins (ties go to the lowest index)."""

@@ -144,6 +144,11 @@ class LLMEngine:
     def shutdown(self) -> None:
         self.loop.shutdown()
 
+    def apply_settings(self, settings) -> None:
+        """A settings reload, between steps: only the step loop's knobs change at run time."""
+        self.settings = settings
+        self.loop.apply(settings)
+
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
 

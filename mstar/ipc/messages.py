@@ -9,7 +9,7 @@ the hot path.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -34,6 +34,14 @@ class AbortRequests(_Message):
 
 class Shutdown(_Message):
     reason: str = ""
+
+
+class ReloadSettings(_Message):
+    """SIGHUP: the reloadable knobs' new values (``mstar.settings.reload.reloadable_values``) and
+    the fingerprint of the settings they make, which every process then runs with."""
+
+    values: dict[str, Any]
+    fingerprint: str
 
 
 # worker -> conductor
@@ -90,7 +98,7 @@ class Fatal(_Message):
 
 
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
-    AddRequest, AbortRequests, Shutdown, SetupDone, RequestsDone, Outputs, RequestFailed,
+    AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, RequestsDone, Outputs, RequestFailed,
     WorkerStats, Ready, Fatal,
 ]
 

@@ -209,10 +209,12 @@ class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, EngineKnobs, Tr
         return (init_settings,)
 
     def fingerprint(self) -> str:
-        """A short hash of every effective value, to check that processes agree."""
+        """A short hash of every effective value, to check that processes agree.
+
+        Secrets count only as set or unset (the JSON dump masks them): the fingerprint is sent to
+        every client, and a hash of a key would let anyone test guesses of it offline.
+        """
         values = self.model_dump(mode="json")
-        if self.api_key is not None:
-            values["api_key"] = hashlib.sha256(self.api_key.get_secret_value().encode()).hexdigest()
         return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:16]
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from mstar.ipc import messages as m
+from mstar.ipc.settings_reload import apply_reloaded
 
 if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
@@ -75,6 +76,9 @@ class Worker:
             for rid in aborted:
                 self.engine.abort_request(rid)
             self.requests_done(aborted)
+        elif isinstance(msg, m.ReloadSettings):
+            self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
+            self.engine.apply_settings(self.settings)
         elif isinstance(msg, m.Shutdown):
             log.info("worker_stopping", worker=self.index)
             return False
