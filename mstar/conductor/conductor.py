@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import zmq
 
+from mstar.engine.distributed import check_deterministic_loop, group_rendezvous
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import start_child
@@ -42,12 +43,26 @@ def _how(exitcode: int | None) -> str:
 
 
 @dataclass
-class WorkerHandle:
-    index: int
+class RankProcess:
+    """One process of a replica (rank 0 alone unless the replica is a tensor-parallel group)."""
+
+    rank: int
     process: BaseProcess
+    setup: m.SetupDone | None = None
+
+
+@dataclass
+class WorkerHandle:
+    """One replica: placement and aborts see it as one worker, whatever its number of ranks."""
+
+    index: int
+    ranks: list[RankProcess]
     channel: zmq.Socket
     outstanding: set[str] = field(default_factory=set)
-    setup: m.SetupDone | None = None
+
+    def name(self, rank: RankProcess) -> str:
+        which = f" rank {rank.rank}" if len(self.ranks) > 1 else ""
+        return f"worker {self.index}{which} (pid {rank.process.pid})"
 
 
 class Conductor:
@@ -79,54 +94,71 @@ class Conductor:
             self.ctx.term()
 
     def start_workers(self) -> None:
+        try:
+            check_deterministic_loop(self.settings)
+        except ValueError as exc:
+            raise WorkerDied(str(exc)) from None
         for i, address in enumerate(self.endpoints.workers):
-            proc = start_child(worker_main, (self.settings, i, self.endpoints), f"mstar-worker-{i}",
-                               daemon=True)
-            log.info("worker_started", worker=i, pid=proc.pid)
-            self.poller.register(proc.sentinel, zmq.POLLIN)
-            self.workers.append(WorkerHandle(i, proc, push_socket(self.ctx, address)))
+            ranks = []
+            for rank, rendezvous in enumerate(group_rendezvous(self.settings, i)):
+                proc = start_child(worker_main, (self.settings, i, self.endpoints, rendezvous),
+                                   f"mstar-worker-{i}" + (f"-rank-{rank}" if rank else ""),
+                                   daemon=True)
+                log.info("worker_started", worker=i, pid=proc.pid, rank=rank)
+                self.poller.register(proc.sentinel, zmq.POLLIN)
+                ranks.append(RankProcess(rank, proc))
+            self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address)))
 
     def poll(self, timeout_ms: int) -> list[Any]:
-        """Messages from the inbox; raises WorkerDied as soon as a worker process exits."""
+        """Messages from the inbox; raises WorkerDied as soon as a worker process exits (naming
+        every rank found dead, the ones killed by a signal first)."""
         events = dict(self.poller.poll(timeout_ms))
+        dead = []
         for w in self.workers:
-            if w.process.sentinel in events:
-                w.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
-                code = w.process.exitcode
-                log.error("worker_died", worker=w.index, pid=w.process.pid, exitcode=code,
-                          pending=len(w.outstanding))
-                raise WorkerDied(f"worker {w.index} (pid {w.process.pid}) {_how(code)}")
+            for r in w.ranks:
+                if r.process.sentinel in events:
+                    r.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
+                    code = r.process.exitcode
+                    log.error("worker_died", worker=w.index, pid=r.process.pid, exitcode=code,
+                              rank=r.rank, pending=len(w.outstanding))
+                    dead.append((code is None or code >= 0, f"{w.name(r)} {_how(code)}"))
+        if dead:
+            raise WorkerDied("; ".join(text for _, text in sorted(dead)))
         return receive(self.inbox, 0) if self.inbox in events else []
+
+    def ranks(self) -> list[tuple[WorkerHandle, RankProcess]]:
+        return [(w, r) for w in self.workers for r in w.ranks]
 
     def wait_for_setup(self) -> bool:
         """Wait for every worker's SETUP_DONE; False if asked to shut down meanwhile."""
         deadline = time.monotonic() + self.settings.startup_timeout_s
-        while any(w.setup is None for w in self.workers):
+        while any(r.setup is None for _, r in self.ranks()):
             left = deadline - time.monotonic()
             if left <= 0:
-                waiting = [w.index for w in self.workers if w.setup is None]
-                raise WorkerDied(f"workers {waiting} not ready after startup_timeout_s="
+                waiting = [w.name(r) for w, r in self.ranks() if r.setup is None]
+                raise WorkerDied(f"{', '.join(waiting)} not ready after startup_timeout_s="
                                  f"{self.settings.startup_timeout_s}")
             for msg in self.poll(int(min(left, POLL_MS / 1000) * 1000) + 1):
                 if isinstance(msg, m.Shutdown):
                     return False
                 if isinstance(msg, m.SetupDone):
-                    self.workers[msg.worker].setup = msg
+                    self.workers[msg.worker].ranks[msg.rank].setup = msg
         self.check_fingerprints()
-        first = self.workers[0].setup
+        first = self.workers[0].ranks[0].setup
         send(self.to_api, m.Ready(
             model_name=first.model_name, max_model_len=first.max_model_len,
-            num_workers=len(self.workers), worker_pids=[w.process.pid for w in self.workers]))
-        log.info("workers_ready", num_workers=len(self.workers), model=first.model_name)
+            num_workers=len(self.workers), worker_pids=[r.process.pid for _, r in self.ranks()]))
+        log.info("workers_ready", num_workers=len(self.workers), model=first.model_name,
+                 tensor_parallel_size=self.settings.tensor_parallel_size)
         return True
 
     def check_fingerprints(self) -> None:
-        """Every replica must run with exactly the conductor's settings."""
+        """Every rank of every replica must run with exactly the conductor's settings."""
         expected = self.settings.fingerprint()
-        for w in self.workers:
-            if w.setup.fingerprint != expected:
+        for w, r in self.ranks():
+            if r.setup.fingerprint != expected:
                 raise WorkerDied(
-                    f"worker {w.index} runs with settings fingerprint {w.setup.fingerprint}, "
+                    f"{w.name(r)} runs with settings fingerprint {r.setup.fingerprint}, "
                     f"the conductor with {expected}: refusing to start")
 
     def control_loop(self) -> int:
@@ -164,12 +196,12 @@ class Conductor:
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""
         for w in self.workers:
-            if w.process.is_alive():
+            if w.ranks[0].process.is_alive():
                 send(w.channel, m.Shutdown("conductor stopping"))
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for w in self.workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-            if w.process.is_alive():
-                log.warning("worker_killed", worker=w.index, pid=w.process.pid)
-                w.process.kill()
-                w.process.join(5)
+        for w, r in self.ranks():
+            r.process.join(max(0.0, deadline - time.monotonic()))
+            if r.process.is_alive():
+                log.warning("worker_killed", worker=w.index, pid=r.process.pid, rank=r.rank)
+                r.process.kill()
+                r.process.join(5)

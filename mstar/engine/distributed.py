@@ -57,6 +57,16 @@ def free_port(addr: str) -> int:
         return s.getsockname()[1]
 
 
+def group_rendezvous(settings, replica: int) -> list[Rendezvous | None]:
+    """One entry per rank of replica ``replica``: [None] when it is a single process."""
+    size = settings.tensor_parallel_size
+    if size == 1:
+        return [None]
+    addr = settings.dist_master_addr
+    port = settings.dist_master_port + replica if settings.dist_master_port else free_port(addr)
+    return [Rendezvous(addr, port, rank, size) for rank in range(size)]
+
+
 def check_deterministic_loop(settings) -> None:
     """The ranks' step loops must take the same decisions: a timed yield would not."""
     if settings.tensor_parallel_size > 1 and settings.spec_yield_hold_ms > 0:

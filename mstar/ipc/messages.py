@@ -46,6 +46,7 @@ class SetupDone(_Message):
     model_name: str
     max_model_len: int
     seconds: float
+    rank: int = 0  # the process's rank in its replica's tensor-parallel group
 
 
 class RequestsDone(_Message):
