@@ -1,16 +1,19 @@
 """`mstar serve` with a tensor-parallel replica (gloo on CPU): it answers, and a dead rank takes the
-whole group down with a 503 that names the rank, a non-zero exit and no processes left behind."""
+whole group down with a 503 that names the rank, a non-zero exit and no processes left behind.
+And two "hosts" on localhost: a conductor and a replica started by `mstar worker` over tcp."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import threading
 import time
 
 import httpx
 import pytest
-from serve_helpers import Server, alive, hard_timeout, wait_running  # noqa: F401
+from serve_helpers import Server, alive, free_port, hard_timeout, wait_running  # noqa: F401
 
 TP_ENV = {"MSTAR_TENSOR_PARALLEL_SIZE": "2", "MSTAR_TORCH_NUM_THREADS": "1",
           "MSTAR_MAX_NUM_SEQS": "4"}
@@ -63,3 +66,40 @@ def test_killing_one_rank_fails_requests_with_503_naming_it(tp_server):
     while [p for p in tp_server.children if alive(p)]:
         assert time.monotonic() < deadline, "processes outlived the server"
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tiny_model_dir, tmp_path_factory):
+    """`mstar serve` expecting one remote replica, and `mstar worker` (other env values) joining."""
+    root = tmp_path_factory.mktemp("hosts")
+    base = free_port() % 30000 + 30000
+    server = Server(tiny_model_dir("llama"), root / "conductor.log", {
+        "MSTAR_ZMQ_TRANSPORT": "tcp", "MSTAR_ZMQ_TCP_BASE_PORT": str(base),
+        "MSTAR_REMOTE_WORKERS": "1", "MSTAR_TORCH_NUM_THREADS": "1", "MSTAR_MAX_NUM_SEQS": "4"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
+    env |= {"MSTAR_DEVICE": "cpu", "MSTAR_MAX_NUM_SEQS": "9"}
+    log = open(root / "worker.log", "w")  # noqa: SIM115 - closed below
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "mstar", "worker", "--conductor", f"tcp://127.0.0.1:{base}",
+         "--replica", "0"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield server.wait_ready(), worker, root / "worker.log"
+    finally:
+        server.stop()
+        if worker.poll() is None:
+            worker.kill()
+        log.close()
+
+
+def test_worker_on_another_host_runs_with_the_conductors_settings(two_hosts):
+    server, worker, worker_log = two_hosts
+    assert "waiting_for_remote_worker" in server.log()
+    resp = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "ignore_eos": True})
+    assert resp.status_code == 200
+    assert resp.json()["usage"]["completion_tokens"] == 6
+    differ = [line for line in worker_log.read_text().splitlines()
+              if "settings_differ_from_conductor" in line]
+    assert differ and "max_num_seqs" in differ[0] and "'conductor': '4'" in differ[0]
+    server.stop()
+    assert worker.wait(30) == 0  # the conductor's shutdown reached it over tcp

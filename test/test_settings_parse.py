@@ -70,6 +70,7 @@ VALID = {
     "MSTAR_ZMQ_TCP_BASE_PORT": ("31000", 31000),
     "MSTAR_DIST_MASTER_ADDR": ("10.0.0.3", "10.0.0.3"),
     "MSTAR_DIST_MASTER_PORT": ("29600", 29600),
+    "MSTAR_REMOTE_WORKERS": ("1", 1),
     "MSTAR_SOCKET_DIR": ("/tmp/socks", Path("/tmp/socks")),
     "MSTAR_CONFIG_STRICTNESS": ("warn", "warn"),
 }

@@ -128,3 +128,12 @@ def test_family_without_tensor_parallelism_is_refused():
     config = Gemma3TextConfig(architectures=["Gemma3ForCausalLM"])
     with pytest.raises(ValueError, match="Gemma3ForCausalLM family does not support tensor"):
         check_divisible(config, 2)
+
+
+def test_replicas_and_ranks_go_to_distinct_devices_of_the_list():
+    from mstar.engine.placement import device_index, device_slot
+
+    slots = [device_slot(replica, rank, 2) for replica in range(2) for rank in range(2)]
+    assert [device_index([3, 1, 0, 2], 8, s) for s in slots] == [3, 1, 0, 2]
+    assert [device_index(None, 4, s) for s in slots] == [0, 1, 2, 3]
+    assert [device_index([5, 6], 8, s) for s in slots] == [5, 6, 5, 6]  # more ranks than devices

@@ -204,6 +204,10 @@ class TransportKnobs(BaseModel):
     dist_master_port: int = _transport(
         0, "Port of the rendezvous of replica 0; replica i uses this + i. 0 = a free port picked "
         "at start (one host only).", ge=0, le=65535)
+    remote_workers: int = _transport(
+        0, "How many of the MSTAR_NUM_WORKERS replicas join from other hosts (`mstar worker "
+        "--conductor tcp://HOST:PORT --replica I`) instead of being started by the conductor: "
+        "the last ones. Needs MSTAR_ZMQ_TRANSPORT=tcp.", ge=0, le=256)
     socket_dir: Path | None = _transport(
         None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
 
