@@ -11,6 +11,7 @@ from __future__ import annotations
 import structlog
 
 from mstar.api_server.state import ServerState
+from mstar.engine.distributed import check_deterministic_loop
 from mstar.ipc import messages as m
 from mstar.logging_setup import configure_logging, log_problems
 from mstar.settings import SettingsError, SettingsUsageError
@@ -38,6 +39,12 @@ def reload_server_settings(state: ServerState) -> None:
         return
     log_problems(fresh.problems)
     plan = plan_reload(running, fresh)
+    try:  # the start-up rules that span knobs hold for the running settings too
+        check_deterministic_loop(plan.running.settings)
+    except ValueError as exc:
+        log.error("settings_reload_rejected", reason=str(exc), env_files=files,
+                  fingerprint=state.settings.fingerprint())
+        return
     for change in plan.needs_restart:
         log.warning("setting_needs_restart", variable=change.env, running=change.old,
                     configured=change.new, source=change.new_source,

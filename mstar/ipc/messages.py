@@ -54,6 +54,24 @@ class SetupDone(_Message):
     model_name: str
     max_model_len: int
     seconds: float
+    rank: int = 0  # the process's rank in its replica's tensor-parallel group
+
+
+class Join(_Message):
+    """A replica started on another host (``mstar worker``) asks for the conductor's settings;
+    ``address`` is where its command socket listens."""
+
+    worker: int
+    pid: int
+    address: str
+    fingerprint: str
+
+
+# conductor -> worker
+class SettingsSync(_Message):
+    """The conductor's settings (JSON), which a joining replica runs with."""
+
+    settings_json: str
 
 
 class RequestsDone(_Message):
@@ -98,7 +116,8 @@ class Fatal(_Message):
 
 
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
-    AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, RequestsDone, Outputs, RequestFailed,
+    AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
+    RequestsDone, Outputs, RequestFailed,
     WorkerStats, Ready, Fatal,
 ]
 
