@@ -5,6 +5,7 @@ metrics reading, and a hard per-test timeout (import ``hard_timeout`` into a tes
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -24,6 +25,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_block(count: int) -> int:
+    """A base port with ``count`` free ports from it, below Linux's ephemeral range (32768+), so
+    that no client connection of another process can take one before the server binds it."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32768 - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no block of {count} free ports found")
 
 
 def descendants(pid: int) -> set[int]:

@@ -13,7 +13,7 @@ import time
 
 import httpx
 import pytest
-from serve_helpers import Server, alive, free_port, hard_timeout, wait_running  # noqa: F401
+from serve_helpers import Server, alive, free_port, free_port_block, hard_timeout, wait_running  # noqa: F401
 
 TP_ENV = {"MSTAR_TENSOR_PARALLEL_SIZE": "2", "MSTAR_TORCH_NUM_THREADS": "1",
           "MSTAR_MAX_NUM_SEQS": "4"}
@@ -72,7 +72,7 @@ def test_killing_one_rank_fails_requests_with_503_naming_it(tp_server):
 def two_hosts(tiny_model_dir, tmp_path_factory):
     """`mstar serve` expecting one remote replica, and `mstar worker` (other env values) joining."""
     root = tmp_path_factory.mktemp("hosts")
-    base = free_port() % 30000 + 30000
+    base = free_port_block(4)
     server = Server(tiny_model_dir("llama"), root / "conductor.log", {
         "MSTAR_ZMQ_TRANSPORT": "tcp", "MSTAR_ZMQ_TCP_BASE_PORT": str(base),
         "MSTAR_REMOTE_WORKERS": "1", "MSTAR_TORCH_NUM_THREADS": "1", "MSTAR_MAX_NUM_SEQS": "4"})

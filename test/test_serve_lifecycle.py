@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from serve_helpers import Server, alive, free_port, hard_timeout, wait_running  # noqa: F401
+from serve_helpers import Server, alive, free_port, free_port_block, hard_timeout, wait_running  # noqa: F401
 
 
 def test_bad_model_path_fails_fast_without_traceback(tmp_path):
@@ -36,7 +36,7 @@ def servers(tiny_model_dir, tmp_path_factory):
     fault = Server(model, root / "fault.log", env={
         "MSTAR_NUM_WORKERS": "2", "MSTAR_MAX_NUM_SEQS": "1", "MSTAR_ZMQ_TRANSPORT": "tcp",
         "MSTAR_REQUEST_TIMEOUT_S": "3",
-        "MSTAR_ZMQ_TCP_BASE_PORT": str(free_port() % 30000 + 30000)})
+        "MSTAR_ZMQ_TCP_BASE_PORT": str(free_port_block(4))})
     try:
         yield {"drain": drain.wait_ready(), "fault": fault.wait_ready(), "root": root}
     finally:
