@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mstar.api_server.metrics import Metrics
+from mstar.api_server.unknown_fields import UnknownFieldPolicy
 
 if TYPE_CHECKING:
     from mstar.api_server.engine_client import EngineClient
@@ -22,6 +23,10 @@ class ServerState:
     metrics: Metrics
     in_flight: int = 0
     draining: bool = False
+    unknown_fields: UnknownFieldPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.unknown_fields = UnknownFieldPolicy(self.settings.unknown_request_fields)
 
     def unavailable_reason(self) -> str | None:
         """Why new generation requests are refused right now, if they are."""
@@ -30,3 +35,12 @@ class ServerState:
         if self.draining:
             return "server is shutting down"
         return None
+
+    def served_names(self) -> list[str]:
+        """The names /v1/models lists: the served name, then MSTAR_SERVED_MODEL_NAMES."""
+        aliases = (self.settings.served_model_names or "").split(",")
+        return list(dict.fromkeys([self.model_name, *(a.strip() for a in aliases if a.strip())]))
+
+    def serves(self, model: str | None) -> bool:
+        """Whether a request's ``model`` names this model (absent: yes; MSTAR_MODEL works too)."""
+        return model is None or model in self.served_names() or model == self.settings.model
