@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from mstar.engine.outputs import RequestOutput, TokenLogprob
+from mstar.ipc import messages as m
 
 STUB_MODEL = "stub-model"
 STUB_TOKEN = 5
@@ -15,7 +16,11 @@ MAX_STUB_TOKENS = 3
 
 
 class StubEngine:
-    """Stands in for EngineClient; ``submitted`` keeps every (request id, prompt ids, params)."""
+    """Stands in for EngineClient; ``submitted`` keeps every (request id, prompt ids, params).
+
+    Each sub-request crosses the wire encoding a worker decodes (which validates it again), so a
+    request the API lets through that would fail in a worker fails here.
+    """
 
     def __init__(self) -> None:
         self.failure = None
@@ -25,6 +30,8 @@ class StubEngine:
     def submit(self, requests: list) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue()
         for rid, ids, params in requests:
+            sent = m.decode(m.encode(m.AddRequest(rid, ids, params)))
+            assert sent.params == params
             self.submitted.append((rid, ids, params))
             count = min(params.max_tokens, MAX_STUB_TOKENS)
             for k in range(count):

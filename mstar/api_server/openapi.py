@@ -35,8 +35,7 @@ def documented(ok: type[BaseModel], errors: tuple[int, ...], stream_media: str |
     """``responses=`` of a route: the success model (and stream media type), then its errors."""
     success: dict[str, Any] = {"model": ok}
     if stream_media is not None:
-        success["content"] = {stream_media: {"schema": {"type": "string"},
-                                             "description": "with stream: true"}}
+        success["content"] = {stream_media: {"schema": {"type": "string"}}}
     return {200: success, **error_responses(errors)}
 
 

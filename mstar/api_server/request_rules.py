@@ -26,7 +26,7 @@ def check_content_parts(req: ChatCompletionRequest) -> None:
         for j, part in enumerate(msg.content if isinstance(msg.content, list) else []):
             param = f"messages.{i}.content.{j}"
             if part.type != "text":
-                raise APIError(400, f"`{param}`: '{part.type}' content parts are not supported "
+                raise APIError(400, f"`{param}`: '{part.type[:40]}' content parts are not supported "
                                "(the model takes text only)", param)
             if part.text is None:
                 raise APIError(400, f"`{param}`: a text part needs 'text'", f"{param}.text")
