@@ -4,15 +4,30 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
 from mstar.api_server.protocol import MAX_INT32, SamplingFields, TokenId
 
 MAX_PROMPTS = 1024  # prompts in one batch request
 
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
-Prompt = (str | TokenIds | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
-          | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)])
+
+
+def _prompt_form(value: Any) -> str | None:
+    """Which form a prompt takes, told by its first item (so an error names the bad item)."""
+    if isinstance(value, str):
+        return "text"
+    if not isinstance(value, list):
+        return None
+    first = value[0] if value else 0
+    return {str: "texts", list: "id_lists"}.get(type(first), "ids")
+
+
+Prompt = Annotated[
+    Annotated[str, Tag("text")] | Annotated[TokenIds, Tag("ids")]
+    | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS), Tag("texts")]
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS), Tag("id_lists")],
+    Discriminator(_prompt_form)]
 
 
 class PromptFields(SamplingFields):
