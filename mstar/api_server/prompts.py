@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mstar.api_server.chat_protocol import ChatCompletionRequest
 from mstar.api_server.errors import APIError
-from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
 from mstar.api_server.state import ServerState
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_prompt_fits
@@ -24,8 +24,14 @@ async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> lis
     return await asyncio.to_thread(_chat_prompt_ids, state, req)
 
 
-async def completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
-    return await asyncio.to_thread(_completion_prompt_ids, state, req)
+async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int]]
+                                ) -> list[list[int]]:
+    """The token ids of each prompt of a batch (a 400 names ``prompt``, or ``prompt.k``)."""
+    def field(k: int) -> str:
+        return f"prompt.{k}" if len(prompts) > 1 else "prompt"
+
+    return await asyncio.to_thread(
+        lambda: [_completion_prompt_ids(state, p, field(k)) for k, p in enumerate(prompts)])
 
 
 def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
@@ -38,17 +44,15 @@ def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int
     return encode(state.tokenizer, text, False, state.max_model_len, "messages")
 
 
-def _completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
-    if isinstance(req.prompt, str):
-        ids = encode(state.tokenizer, req.prompt, True, state.max_model_len, "prompt")
-    else:
-        vocab = len(state.tokenizer)
-        bad = [t for t in req.prompt if not 0 <= t < vocab]
-        if bad:
-            raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", "prompt")
-        check_prompt_len(len(req.prompt), state.max_model_len, "prompt")
-        ids = list(req.prompt)
-    return ids
+def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: str) -> list[int]:
+    if isinstance(prompt, str):
+        return encode(state.tokenizer, prompt, True, state.max_model_len, param)
+    vocab = len(state.tokenizer)
+    bad = [t for t in prompt if not 0 <= t < vocab]
+    if bad:
+        raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param)
+    check_prompt_len(len(prompt), state.max_model_len, param)
+    return list(prompt)
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,
