@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from mstar.api_server.tools.schema import AssistantToolCall, ChatTool, ToolChoice
+
 SEED_LIMIT = 2**64  # seeds are 0 .. SEED_LIMIT - 1
 MAX_INT32 = 2**31 - 1
 
@@ -62,6 +64,8 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: the call this result answers
 
     def text(self) -> str:
         """The message text; list content keeps its text parts (images etc. are unsupported)."""
@@ -75,6 +79,9 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[ChatTool] | None = None  # see mstar/api_server/tools/
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -1,0 +1,89 @@
+"""What a chat request's tool fields mean for this request: which tools the template shows, which
+parser reads the output, and the grammar that forces a call.
+
+tool_choice ``auto`` (the default when tools are given): tools shown, calls parsed. ``none``: tools
+not shown, nothing parsed. ``required`` / a named function: as auto, and the output is constrained
+to one call (or several with parallel_tool_calls) of the allowed functions, arguments valid for
+their schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from mstar.api_server.errors import APIError
+from mstar.api_server.tools.calls import CallStream
+from mstar.api_server.tools.checks import check_tool_messages, check_tools
+from mstar.api_server.tools.registry import parser_name, stream_factory
+from mstar.engine.sampling_params import SamplingParams, StructuredOutput
+
+ANY_OBJECT: dict[str, Any] = {"type": "object"}  # the arguments of a function without parameters
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    shown_tools: list[dict] | None = None  # OpenAI tool objects for the template; None: none
+    new_parser: Callable[[], CallStream] | None = None  # None: the output is plain content
+    structured_output: StructuredOutput | None = None  # forces a call (required / named)
+    parallel: bool = True  # more than one call per reply
+
+
+NO_TOOLS = ToolPlan()
+
+
+def tool_plan(req: Any, parser_setting: str, chat_template: Any) -> ToolPlan:
+    """The plan of a ChatCompletionRequest; a 400 naming the field when its tool fields are wrong.
+
+    ``parser_setting`` is MSTAR_TOOL_CALL_PARSER; ``chat_template`` the tokenizer's.
+    """
+    check_tool_messages(req.messages)
+    tools = req.tools or []
+    check_tools(tools)
+    choice = req.tool_choice if req.tool_choice is not None else "auto"
+    if (choice == "required" or not isinstance(choice, str)) and not tools:
+        raise APIError(400, "tool_choice requires tools; none were given", "tool_choice")
+    if not tools or choice == "none":
+        return NO_TOOLS
+    return ToolPlan(
+        shown_tools=[t.model_dump(exclude_none=True) for t in tools],
+        new_parser=stream_factory(parser_name(parser_setting, chat_template)),
+        structured_output=_forced_call(tools, choice, req.parallel_tool_calls),
+        parallel=req.parallel_tool_calls)
+
+
+def _forced_call(tools: list[Any], choice: Any, parallel: bool) -> StructuredOutput | None:
+    if choice == "auto":
+        return None
+    if choice == "required":
+        allowed = list(enumerate(tools))
+    else:
+        allowed = [(i, t) for i, t in enumerate(tools) if t.function.name == choice.function.name]
+        if not allowed:
+            raise APIError(400, f"tool_choice names function {choice.function.name!r}, which is "
+                           "not in tools", "tool_choice")
+        parallel = False  # a named function is called once
+    from mstar.api_server.tools.grammar import ParametersError, forced_call_grammar
+
+    functions = [(t.function.name, t.function.parameters or ANY_OBJECT) for _, t in allowed]
+    try:
+        grammar = forced_call_grammar(functions, parallel)
+    except ParametersError as exc:
+        index = allowed[exc.position][0]
+        raise APIError(400, f"cannot constrain arguments to this schema: {exc}",
+                       f"tools.{index}.function.parameters") from None
+    return StructuredOutput(kind="grammar", spec=grammar)
+
+
+def with_forced_call(plan: ToolPlan, params: list[SamplingParams]) -> list[SamplingParams]:
+    """``params`` constrained to the plan's forced call; a 400 on ``tool_choice`` when a request
+    constrains its output twice (tool_choice with response_format or a guided_* field)."""
+    if plan.structured_output is None:
+        return params
+    if any(p.structured_output is not None for p in params):
+        raise APIError(400, "a tool_choice that forces a call cannot be combined with "
+                       "response_format or guided_* output constraints", "tool_choice")
+    return [msgspec.structs.replace(p, structured_output=plan.structured_output) for p in params]
