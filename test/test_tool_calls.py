@@ -147,6 +147,29 @@ def test_grammar_keeps_refs_of_the_parameters_schema():
     assert not accepts(grammar, '<tool_call>\n{"name": "f", "arguments": {"d": "x"}}\n</tool_call>')
 
 
+def test_a_strict_function_constrains_calls_in_auto_mode_and_leaves_text_free():
+    assert plan(tools=TOOLS).structured_output is None
+    strict = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "strict": True}}, TOOLS[1]]
+    grammar = plan(tools=strict).structured_output.spec
+    assert accepts(grammar, "It is sunny.")
+    assert accepts(grammar, f"Let me check. {CALL}")
+    assert not accepts(grammar, CALL.replace('"Paris"', "3"))
+    assert accepts(grammar, '<tool_call>\n{"name": "get_time", "arguments": {"any": 1}}\n</tool_call>')
+    assert not accepts(grammar, '<tool_call>\n{"name": "get_news", "arguments": {}}\n</tool_call>')
+
+
+def test_a_forced_call_and_another_output_constraint_are_a_400():
+    from mstar.api_server.tools.plan import with_forced_call
+    from mstar.engine.sampling_params import SamplingParams, StructuredOutput
+
+    constrained = SamplingParams(structured_output=StructuredOutput(kind="json_object"))
+    forced = plan(tools=TOOLS, tool_choice="required")
+    assert with_forced_call(forced, [SamplingParams()])[0].structured_output.kind == "grammar"
+    with pytest.raises(APIError) as err:
+        with_forced_call(forced, [constrained])
+    assert err.value.param == "tool_choice"
+
+
 @pytest.mark.parametrize("fields, param", [
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -23,7 +22,7 @@ from mstar.api_server.generation import (
 from mstar.api_server.prompts import chat_prompt_ids, completion_prompt_ids
 from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, tool_plan, with_forced_call
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, request_tool_plan, with_forced_call
 from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.engine.outputs import RequestOutput
 
@@ -34,7 +33,7 @@ router = APIRouter()
 async def chat_completions(request: Request) -> Any:
     state: ServerState = request.app.state.server
     req = await parse_body(request, ChatCompletionRequest)
-    tools = await asyncio.to_thread(tool_plan, req, state.settings.tool_call_parser,
+    tools = await request_tool_plan(req, state.settings.tool_call_parser,
                                     state.tokenizer.chat_template)
     prompt_ids = await chat_prompt_ids(state, req, tools.shown_tools)
     return await _respond(state, request, req, prompt_ids, chat=True, tools=tools)

@@ -4,11 +4,13 @@ parser reads the output, and the grammar that forces a call.
 tool_choice ``auto`` (the default when tools are given): tools shown, calls parsed. ``none``: tools
 not shown, nothing parsed. ``required`` / a named function: as auto, and the output is constrained
 to one call (or several with parallel_tool_calls) of the allowed functions, arguments valid for
-their schemas.
+their schemas. With a ``strict`` function, ``auto`` output is constrained too: text is free, but
+whatever follows a ``<tool_call>`` tag is a valid call.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,14 @@ class ToolPlan:
 NO_TOOLS = ToolPlan()
 
 
+async def request_tool_plan(req: Any, parser_setting: str, chat_template: Any) -> ToolPlan:
+    """``tool_plan``, in a worker thread when there are tools (schema checks and grammar building
+    take time in proportion to them), so the event loop never waits on them."""
+    if not req.tools:
+        return tool_plan(req, parser_setting, chat_template)
+    return await asyncio.to_thread(tool_plan, req, parser_setting, chat_template)
+
+
 def tool_plan(req: Any, parser_setting: str, chat_template: Any) -> ToolPlan:
     """The plan of a ChatCompletionRequest; a 400 naming the field when its tool fields are wrong.
 
@@ -51,39 +61,55 @@ def tool_plan(req: Any, parser_setting: str, chat_template: Any) -> ToolPlan:
     return ToolPlan(
         shown_tools=[t.model_dump(exclude_none=True) for t in tools],
         new_parser=stream_factory(parser_name(parser_setting, chat_template)),
-        structured_output=_forced_call(tools, choice, req.parallel_tool_calls),
+        structured_output=_constraint(tools, choice, req.parallel_tool_calls),
         parallel=req.parallel_tool_calls)
 
 
-def _forced_call(tools: list[Any], choice: Any, parallel: bool) -> StructuredOutput | None:
+def _constraint(tools: list[Any], choice: Any, parallel: bool) -> StructuredOutput | None:
+    """The grammar of a forced call (required / named), or of free text whose calls are checked
+    (auto with a strict function); None when the output is free."""
+    from mstar.api_server.tools import grammar
+
     if choice == "auto":
-        return None
-    if choice == "required":
+        if not any(t.function.strict for t in tools):
+            return None
         allowed = list(enumerate(tools))
+        build = grammar.calls_in_text_grammar
+    elif choice == "required":
+        allowed = list(enumerate(tools))
+        build = grammar.forced_call_grammar
     else:
         allowed = [(i, t) for i, t in enumerate(tools) if t.function.name == choice.function.name]
         if not allowed:
             raise APIError(400, f"tool_choice names function {choice.function.name!r}, which is "
                            "not in tools", "tool_choice")
         parallel = False  # a named function is called once
-    from mstar.api_server.tools.grammar import ParametersError, forced_call_grammar
-
-    functions = [(t.function.name, t.function.parameters or ANY_OBJECT) for _, t in allowed]
+        build = grammar.forced_call_grammar
+    functions = [(t.function.name, _arguments_schema(t, choice)) for _, t in allowed]
     try:
-        grammar = forced_call_grammar(functions, parallel)
-    except ParametersError as exc:
+        spec = build(functions, parallel)
+    except grammar.ParametersError as exc:
         index = allowed[exc.position][0]
         raise APIError(400, f"cannot constrain arguments to this schema: {exc}",
                        f"tools.{index}.function.parameters") from None
-    return StructuredOutput(kind="grammar", spec=grammar)
+    return StructuredOutput(kind="grammar", spec=spec)
+
+
+def _arguments_schema(tool: Any, choice: Any) -> dict:
+    """The schema a call's arguments are held to: the function's own, except in auto mode where
+    only ``strict`` functions are held to theirs (the others to any object)."""
+    if choice == "auto" and not tool.function.strict:
+        return ANY_OBJECT
+    return tool.function.parameters or ANY_OBJECT
 
 
 def with_forced_call(plan: ToolPlan, params: list[SamplingParams]) -> list[SamplingParams]:
-    """``params`` constrained to the plan's forced call; a 400 on ``tool_choice`` when a request
-    constrains its output twice (tool_choice with response_format or a guided_* field)."""
+    """``params`` constrained by the plan's grammar; a 400 on ``tool_choice`` when a request
+    constrains its output twice (calls and response_format or a guided_* field)."""
     if plan.structured_output is None:
         return params
     if any(p.structured_output is not None for p in params):
-        raise APIError(400, "a tool_choice that forces a call cannot be combined with "
-                       "response_format or guided_* output constraints", "tool_choice")
+        raise APIError(400, "constrained tool calls (tool_choice required or a named function, or "
+                       "a strict function) cannot be combined with response_format or guided_* "
+                       "output constraints", "tool_choice")
     return [msgspec.structs.replace(p, structured_output=plan.structured_output) for p in params]
