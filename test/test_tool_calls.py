@@ -47,6 +47,11 @@ def test_a_call_that_does_not_decode_stays_content(body):
     assert parse(text) == ParsedOutput(text, [])
 
 
+def test_a_raw_newline_in_a_string_is_escaped_in_the_arguments():
+    got = parse('<tool_call>{"name": "f", "arguments": {"s": "a\nb"}}</tool_call>')
+    assert got == ParsedOutput(None, [ToolCall("f", '{"s": "a\\nb"}')])
+
+
 def test_an_unfinished_call_or_tag_stays_content():
     assert parse("a <tool_call>{\"name\": \"f\"") == ParsedOutput("a <tool_call>{\"name\": \"f\"", [])
     assert parse("a <tool_ca") == ParsedOutput("a <tool_ca", [])

@@ -20,9 +20,11 @@ def call_text(name: str, arguments: dict) -> str:
 
 def decode(body: str) -> ToolCall | None:
     """The call in ``body``, or None when it is not a JSON object with a string ``name`` and an
-    object ``arguments`` (absent ``arguments`` means none)."""
+    object ``arguments`` (absent ``arguments`` means none). A raw newline or tab inside a string
+    (which strict JSON forbids, and some grammars let through) is taken, and escaped in the
+    returned arguments."""
     try:
-        obj = json.loads(body)
+        obj = json.loads(body, strict=False)  # raw control characters in strings are kept
     except ValueError:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
