@@ -4,9 +4,11 @@ to the engine. Calls are in hermes format, ``<tool_call>\\n{"name": "<name>", "a
 its ``parameters`` schema.
 
 * ``forced_call_grammar`` (tool_choice ``required`` or a named function): nothing but calls; one,
-  or with parallel_tool_calls one or more, one per line. xgrammar writes each schema's grammar
-  (compact JSON without free whitespace, so a small model cannot loop on spaces); the pieces are
-  joined with ``Grammar.concat``/``union`` and printed as EBNF.
+  or with parallel_tool_calls one or more, back to back (with a newline allowed between them, the
+  built-in model wrote call after call until max_tokens; without, it stops after its first).
+  xgrammar writes each schema's grammar (compact JSON without free whitespace, so a small model
+  cannot loop on spaces); the pieces are joined with ``Grammar.concat``/``union`` and printed as
+  EBNF.
 * ``calls_in_text_grammar`` (tool_choice ``auto`` with a ``strict`` function): any text, and
   whatever follows a ``<tool_call>`` tag is a valid call (xgrammar's triggered tags).
 """
@@ -61,7 +63,7 @@ def _forced(functions_json: str, parallel: bool) -> str:
         return one
     # Rename the single call's root so a new root can repeat it (nothing refers to a root).
     renamed = re.sub(r"^root ::=", f"{ONE_CALL_RULE} ::=", one, count=1, flags=re.M)
-    return f'root ::= {ONE_CALL_RULE} ("\\n" {ONE_CALL_RULE})*\n{renamed}'
+    return f"root ::= {ONE_CALL_RULE}+\n{renamed}"
 
 
 @functools.lru_cache(maxsize=256)
