@@ -50,16 +50,22 @@ def start_logging(loaded: LoadedSettings) -> None:
 
 def log_settings_report(loaded: LoadedSettings) -> None:
     """Log every configuration problem, every notice, then the values that differ from defaults."""
+    log_problems(loaded.problems)
     log = structlog.get_logger("mstar.settings")
-    for problem in loaded.problems:
+    for notice in loaded.notices:
+        log.warning("setting_notice", message=notice)
+    changed = {name: f"{value} ({source})" for name, value, source in loaded.changed()}
+    if changed:
+        log.info("settings_changed", **changed)
+
+
+def log_problems(problems: tuple) -> None:
+    """One warning per configuration problem (unknown names, rejected or clamped values)."""
+    log = structlog.get_logger("mstar.settings")
+    for problem in problems:
         if problem.value is None:
             log.warning("setting_problem", variable=problem.variable, reason=problem.reason,
                         source=problem.location)
         else:
             log.warning("setting_rejected", variable=problem.variable, value=problem.value,
                         used=problem.used, reason=problem.reason, source=problem.location)
-    for notice in loaded.notices:
-        log.warning("setting_notice", message=notice)
-    changed = {name: f"{value} ({source})" for name, value, source in loaded.changed()}
-    if changed:
-        log.info("settings_changed", **changed)

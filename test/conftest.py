@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The fake OpenAI server's fixtures (server, fake) for the benchmark runner's tests.
+pytest_plugins = ["fake_openai_server"]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

@@ -52,9 +52,10 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def running_server(model_dir: Path, log_path: Path, env: dict[str, str]) -> Iterator[Server]:
+def running_server(model_dir: Path, log_path: Path, env: dict[str, str],
+                   args: tuple[str, ...] = ()) -> Iterator[Server]:
     """Body of a module-scoped server fixture: start, wait until ready, always stop."""
-    srv = Server(model_dir, log_path, env)
+    srv = Server(model_dir, log_path, env, args)
     try:
         yield srv.wait_ready()
     finally:
@@ -64,7 +65,8 @@ def running_server(model_dir: Path, log_path: Path, env: dict[str, str]) -> Iter
 class Server:
     """`python -m mstar serve MODEL` in a subprocess, log captured to a file."""
 
-    def __init__(self, model_dir: Path, log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, model_dir: Path, log_path: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -75,7 +77,7 @@ class Server:
         full_env.update({"MSTAR_PORT": str(self.port), "MSTAR_DEVICE": "cpu",
                          "MSTAR_CPU_KV_CACHE_GB": "0.05", **(env or {})})
         self.log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "mstar", "serve", str(model_dir)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "mstar", "serve", str(model_dir), *args],
                                      env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
         self.children: set[int] = set()
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -138,7 +139,7 @@ def test_api_server_sigkill_leaves_no_processes_or_sockets(tiny_model_dir, tmp_p
 
 
 def test_conductor_refuses_workers_with_different_settings(tmp_path):
-    from mstar.conductor.conductor import Conductor, WorkerDied, WorkerHandle
+    from mstar.conductor.conductor import Conductor, RankProcess, WorkerDied, WorkerHandle
     from mstar.ipc import messages as m
     from mstar.ipc.endpoints import make_endpoints
     from mstar.settings import WorkerSettings
@@ -148,8 +149,9 @@ def test_conductor_refuses_workers_with_different_settings(tmp_path):
     try:
         for i, fingerprint in enumerate([settings.fingerprint(), "0123456789abcdef"]):
             setup = m.decode(m.encode(m.SetupDone(i, 100 + i, fingerprint, "tiny", 64, 0.1)))
-            conductor.workers.append(WorkerHandle(i, process=None, channel=None, setup=setup))
-        with pytest.raises(WorkerDied, match="worker 1 runs with settings fingerprint "
+            process = SimpleNamespace(pid=100 + i)
+            conductor.workers.append(WorkerHandle(i, [RankProcess(0, process, setup)], None))
+        with pytest.raises(WorkerDied, match=r"worker 1 \(pid 101\) runs with settings fingerprint "
                                              "0123456789abcdef.*refusing to start"):
             conductor.check_fingerprints()
     finally:

@@ -7,14 +7,14 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mstar.api_server import native_routes, openai_routes
+from mstar.api_server import config_routes, native_routes, openai_routes
 from mstar.api_server.errors import error_body, install_error_handlers
 from mstar.api_server.formatting import now
 from mstar.api_server.middleware import LimitsMiddleware
 from mstar.api_server.state import ServerState
 from mstar.api_server.unhandled import UnhandledErrorMiddleware
 
-ROUTERS = (openai_routes.router, native_routes.router)
+ROUTERS = (openai_routes.router, native_routes.router, config_routes.router)
 
 
 def build_app(state: ServerState) -> FastAPI:
@@ -41,6 +41,7 @@ def build_app(state: ServerState) -> FastAPI:
     async def metrics(request: Request) -> Response:
         state.metrics.update_workers(state.client.stats)
         state.metrics.in_flight.set(state.in_flight)
+        state.metrics.show_fingerprint(state.settings.fingerprint())
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [route for router in ROUTERS for route in router.routes]

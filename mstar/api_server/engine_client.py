@@ -136,6 +136,11 @@ class EngineClient:
         for rid in request_ids:
             self.queues.pop(rid, None)
 
+    def send_control(self, msg: m.Message) -> None:
+        """A control message for the conductor (which relays what concerns the workers)."""
+        if self.failure is None:
+            send(self.to_conductor, msg)
+
     def abort(self, request_ids: list[str]) -> None:
         """Abort requests in their worker, which frees their KV blocks at once."""
         if request_ids and self.failure is None:

@@ -50,8 +50,10 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def envelope(request_id: str, obj: str, model: str, created: int) -> dict[str, Any]:
-    return {"id": request_id, "object": obj, "created": created, "model": model}
+def envelope(request_id: str, obj: str, model: str, created: int,
+             system_fingerprint: str) -> dict[str, Any]:
+    return {"id": request_id, "object": obj, "created": created, "model": model,
+            "system_fingerprint": system_fingerprint}
 
 
 def now() -> int:

@@ -32,11 +32,19 @@ class Metrics:
         self.preemptions = Gauge("mstar_num_preemptions",
                                  "Requests preempted so far (KV cache full; recomputed later), "
                                  "summed over workers.", registry=r)
+        self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
+                                   "as system_fingerprint in responses); always 1.",
+                                   ["fingerprint"], registry=r)
         self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
                               buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("mstar_inter_token_latency_seconds",
                              "Time between streamed outputs of a request.",
                              buckets=_LATENCY_BUCKETS, registry=r)
+
+    def show_fingerprint(self, fingerprint: str) -> None:
+        """mstar_settings_info{fingerprint="..."} 1, for the settings running now."""
+        self.settings_info.clear()
+        self.settings_info.labels(fingerprint=fingerprint).set(1)
 
     def update_workers(self, stats: dict[int, WorkerStats]) -> None:
         values = list(stats.values())

@@ -1,8 +1,9 @@
 """Admission control in front of the routes (pure ASGI, so streaming responses pass untouched).
 
 Order: authentication (401), availability (503 while draining or after a fault), the in-flight cap
-(503), body size (413, from Content-Length and from the bytes actually received). Health, models and
-metrics bypass the cap; health also bypasses authentication.
+(503), body size (413, from Content-Length and from the bytes actually received). Health, models,
+metrics and config bypass the cap; health also bypasses authentication. Every response carries the
+settings fingerprint header.
 
 ``mstar_requests_total`` is labelled with the route template, and one shared ``unmatched`` label
 covers every path no route serves, so clients cannot grow the number of series.
@@ -19,8 +20,9 @@ from mstar.api_server.errors import send_error
 from mstar.api_server.state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
-UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
+UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics", "/v1/config"})
 UNMATCHED = "unmatched"
+FINGERPRINT_HEADER = b"x-mstar-settings-fingerprint"
 
 
 def bearer_token(authorization: bytes) -> bytes | None:
@@ -38,13 +40,23 @@ def route_label(routes: list[BaseRoute], scope: dict) -> str:
     return UNMATCHED
 
 
+def with_fingerprint(send: Any, fingerprint: bytes) -> Any:
+    """``send`` that adds the settings fingerprint header to the response."""
+
+    async def send_with_header(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (FINGERPRINT_HEADER, fingerprint)]}
+        await send(message)
+
+    return send_with_header
+
+
 class LimitsMiddleware:
     def __init__(self, app: Any, state: ServerState, routes: list[BaseRoute]):
         self.app = app
         self.state = state
         self.routes = routes
-        key = state.settings.api_key
-        self.api_key = key.get_secret_value().encode() if key else None
         self.max_body = int(state.settings.max_body_mb * 1024 * 1024)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -53,9 +65,11 @@ class LimitsMiddleware:
             return
         path = scope["path"]
         headers = dict(scope["headers"])
-        if self.api_key is not None and path not in OPEN_PATHS:
+        send = with_fingerprint(send, self.state.settings.fingerprint().encode())
+        key = self.state.settings.api_key  # read per request: a reload may rotate it
+        if key is not None and path not in OPEN_PATHS:
             given = bearer_token(headers.get(b"authorization", b""))
-            if given is None or not hmac.compare_digest(given, self.api_key):
+            if given is None or not hmac.compare_digest(given, key.get_secret_value().encode()):
                 await send_error(send, 401, "missing or invalid API key "
                                  "(expected 'Authorization: Bearer <key>')")
                 return

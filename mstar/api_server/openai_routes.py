@@ -64,7 +64,7 @@ async def _respond(state: ServerState, request: Request, req: Any, prompt_ids: l
 def _final(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
            choices: list[fmt.Choice], chat: bool, tools: ToolPlan) -> dict:
     body = fmt.envelope(request_id, "chat.completion" if chat else "text_completion",
-                        state.model_name, fmt.now())
+                        state.model_name, fmt.now(), state.settings.fingerprint())
     items = []
     for i, c in enumerate(choices):
         logprobs = None
@@ -86,7 +86,7 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: lis
                   first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool,
                   tools: ToolPlan) -> AsyncIterator[bytes]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
-                        state.model_name, fmt.now())
+                        state.model_name, fmt.now(), state.settings.fingerprint())
     choices = [fmt.Choice() for _ in range(req.n)]
     streamed = [StreamedChoice(tools) for _ in range(req.n)]
     want_logprobs = req.num_logprobs() is not None

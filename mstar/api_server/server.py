@@ -4,7 +4,9 @@ worker is ready, serve HTTP, then drain and stop everything (or fail fast on a f
 Signals: the first SIGINT/SIGTERM starts a drain (new requests get 503, in-flight ones may finish
 for up to shutdown_timeout_s); a second one stops at once. Requests still running then are cut:
 each fails with a 503 (a stream ends with an error chunk and its terminator) and the log says how
-many. A worker fault fails pending requests with 503 and exits non-zero.
+many. A worker fault fails pending requests with 503 and exits non-zero. SIGHUP reloads the
+settings (``reload.py``): the env files given at start are read again and the reloadable knobs
+applied in every process.
 
 The HTTP socket is bound by the caller before the model is resolved (``listener.py``).
 """
@@ -33,7 +35,7 @@ from mstar.ipc.lifecycle import start_child
 if TYPE_CHECKING:
     import socket
 
-    from mstar.settings import WorkerSettings
+    from mstar.settings import LoadedSettings, WorkerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -60,8 +62,10 @@ def load_tokenizer(model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
-def serve(settings: WorkerSettings, model_dir: Path, sock: socket.socket) -> int:
+def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     """Run the whole serving stack on the listening ``sock``; the exit code of ``mstar serve``."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # not fatal while starting; handled once ready
+    settings = loaded.settings
     tokenizer = load_tokenizer(model_dir)
     socket_dir = create_socket_dir(settings)
     try:
@@ -71,7 +75,7 @@ def serve(settings: WorkerSettings, model_dir: Path, sock: socket.socket) -> int
         conductor = start_child(conductor_main, (settings, endpoints), "mstar-conductor")
         try:
             # uvloop: the event loop's own overhead is a share of every streamed token.
-            return uvloop.run(_serve(settings, tokenizer, endpoints, conductor, sock))
+            return uvloop.run(_serve(loaded, tokenizer, endpoints, conductor, sock))
         finally:
             conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
             if conductor.is_alive():
@@ -83,12 +87,14 @@ def serve(settings: WorkerSettings, model_dir: Path, sock: socket.socket) -> int
             shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, conductor: Any,
+async def _serve(loaded: LoadedSettings, tokenizer: Any, endpoints: Any, conductor: Any,
                  sock: socket.socket) -> int:
     from mstar.api_server.app import build_app
     from mstar.api_server.metrics import Metrics
+    from mstar.api_server.reload import reload_server_settings
     from mstar.api_server.state import ServerState
 
+    settings: WorkerSettings = loaded.settings
     loop = asyncio.get_running_loop()
     stop, force = asyncio.Event(), asyncio.Event()
 
@@ -112,7 +118,8 @@ async def _serve(settings: WorkerSettings, tokenizer: Any, endpoints: Any, condu
             return 0
         state = ServerState(settings=settings, tokenizer=tokenizer, client=client,
                             model_name=ready.model_name, max_model_len=ready.max_model_len,
-                            metrics=Metrics())
+                            metrics=Metrics(), loaded=loaded)
+        loop.add_signal_handler(signal.SIGHUP, reload_server_settings, state)
         config = uvicorn.Config(build_app(state), log_config=None, access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=2)
         server = _Server(config)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mstar.api_server.metrics import Metrics
 
 if TYPE_CHECKING:
     from mstar.api_server.engine_client import EngineClient
-    from mstar.settings import WorkerSettings
+    from mstar.settings import LoadedSettings, WorkerSettings
 
 
 @dataclass
@@ -22,6 +22,10 @@ class ServerState:
     metrics: Metrics
     in_flight: int = 0
     draining: bool = False
+    # The running settings with their sources (``settings`` is ``loaded.settings``) and the
+    # restart-only changes the last reload found; both change only in ``reload.apply_reload``.
+    loaded: LoadedSettings | None = None
+    pending_restart: dict[str, dict] = field(default_factory=dict)
 
     def unavailable_reason(self) -> str | None:
         """Why new generation requests are refused right now, if they are."""

@@ -1,20 +1,27 @@
-"""``mstar config show|validate|docs``: the settings, their sources and docs; nothing loaded."""
+"""``mstar config show|validate|diff|schema|template|docs``: the settings, their sources and
+docs; nothing loaded. ``--url`` reads a running server (see ``config_remote``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
+from mstar.cli import config_remote
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
-from mstar.settings.catalog import KNOBS, Knob
+from mstar.settings.catalog import BY_ENV
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
-from mstar.settings.docs import DOCS_PATH, bounds_text, check, render
-from mstar.settings.sources import LoadedSettings, display_value
+from mstar.settings.docs import bounds_text
+from mstar.settings.generated import stale_files, write_generated
+from mstar.settings.json_schema import render_schema
+from mstar.settings.records import settings_records
+from mstar.settings.template import render_template
 
 
 def add_parser(subparsers) -> None:
-    config = subparsers.add_parser("config", help="show, validate and document the settings")
+    config = subparsers.add_parser("config", help="show, validate, compare and document the "
+                                   "settings")
     actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     show = actions.add_parser("show", help="every knob with its value, source, default and meaning")
@@ -22,31 +29,30 @@ def add_parser(subparsers) -> None:
     show.add_argument("--json", action="store_true", help="print a JSON list of objects")
     show.add_argument("--changed", action="store_true",
                       help="only values that differ from the default")
+    config_remote.add_url_arguments(show, "a running server's settings (GET /v1/config)")
     show.set_defaults(func=run_show)
 
     validate = actions.add_parser("validate", help="check a configuration without loading anything")
     add_settings_arguments(validate, knob_flags=False)
+    validate.add_argument("--model", metavar="PATH|builtin",
+                          help="also check the settings against this model's config.json")
     validate.set_defaults(func=run_validate)
 
-    docs = actions.add_parser("docs", help=f"write {DOCS_PATH.name} from the schema")
+    config_remote.add_diff_parser(actions)
+
+    schema = actions.add_parser("schema", help="print a JSON Schema of every knob")
+    schema.set_defaults(func=lambda args: _print(render_schema()))
+    template = actions.add_parser("template", help="print a commented .env.example")
+    template.set_defaults(func=lambda args: _print(render_template()))
+
+    docs = actions.add_parser("docs", help="write the files generated from the schema (docs/)")
     docs.add_argument("--check", action="store_true", help="exit 1 and show the diff when stale")
     docs.set_defaults(func=run_docs)
 
 
-def _record(knob: Knob, loaded: LoadedSettings) -> dict:
-    return {
-        "name": knob.env,
-        "value": display_value(knob, getattr(loaded.settings, knob.name)),
-        "default": display_value(knob, knob.default),
-        "source": str(loaded.sources[knob.name]),
-        "unit": knob.unit,
-        "min": knob.minimum,
-        "max": knob.maximum,
-        "min_exclusive": knob.min_exclusive,
-        "choices": list(knob.choices) if knob.choices else None,
-        "category": knob.category,
-        "description": knob.description,
-    }
+def _print(text: str) -> int:
+    sys.stdout.write(text)
+    return 0
 
 
 def _text(value) -> str:
@@ -59,60 +65,87 @@ def _text(value) -> str:
     return str(value)
 
 
-def run_show(args: argparse.Namespace) -> int:
-    from mstar.logging_setup import start_logging
-
-    loaded = settings_from_args(args)
-    start_logging(loaded)  # the warnings go to stderr, the table to stdout
-    changed = {name for name, _, _ in loaded.changed()}
-    shown = [k for k in KNOBS if not args.changed or k.env in changed]
-    if args.json:
-        print(json.dumps([_record(k, loaded) for k in shown], indent=2))
-        return 0
+def print_table(records: list[dict]) -> None:
     category = None
-    for knob in shown:
-        rec = _record(knob, loaded)
+    for rec in records:
         if rec["category"] != category:
             category = rec["category"]
             print(f"\n[{category}]")
         unit = f" {rec['unit']}" if rec["unit"] and rec["value"] is not None else ""
-        limits = bounds_text(knob)
+        knob = BY_ENV.get(rec["name"])
+        limits = bounds_text(knob) if knob is not None else ""
         print(f"{rec['name']} = {_text(rec['value'])}{unit}")
         print(f"    source: {rec['source']}; default: {_text(rec['default'])}"
-              + (f"; allowed: {limits}" if limits else ""))
+              + (f"; allowed: {limits}" if limits else "")
+              + ("; reloadable" if rec.get("reloadable") else ""))
+        if rec.get("pending_restart"):
+            waiting = rec["pending_restart"]
+            print(f"    needs restart: {_text(waiting['value'])} from {waiting['source']}")
         print(f"    {rec['description']}")
+
+
+def run_show(args: argparse.Namespace) -> int:
+    if args.url:
+        records = config_remote.remote_records(args)
+        if records is None:
+            return 2
+    else:
+        from mstar.logging_setup import start_logging
+
+        loaded = settings_from_args(args)
+        start_logging(loaded)  # the warnings go to stderr, the table to stdout
+        records = settings_records(loaded)
+    if args.changed:
+        records = [r for r in records if r["value"] != r["default"]]
+    if args.json:
+        print(json.dumps(records, indent=2))
+    else:
+        print_table(records)
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
     try:
-        loaded = load_settings(env_files=args.env_file, strict=True if args.strict else None)
+        # Lenient here, strict below: every problem, the model's too, is printed at once.
+        loaded = load_settings(env_files=args.env_file, strict=False)
+        problems = list(loaded.problems)
+        if args.model:
+            from mstar.settings.preflight import config_path, preflight, read_shape
+
+            problems += preflight(loaded.settings, read_shape(config_path(args.model,
+                                                                          loaded.settings)))
     except SettingsUsageError as exc:
         print(f"mstar: error: {exc}", file=sys.stderr)
         return 2
     except SettingsError as exc:
         print(f"error: {exc}")
         return 1
-    for problem in loaded.problems:
-        print(f"warning: {problem.message()}")
+    strict = args.strict or loaded.settings.config_strictness == "strict"
+    errors = [p for p in problems if p.error or strict]
+    for problem in problems:
+        print(f"{'error' if problem in errors else 'warning'}: {problem.message()}")
     for notice in loaded.notices:
         print(f"notice: {notice}")
-    count = len(loaded.problems)
+    if errors:
+        print(f"configuration is not usable ({len(errors)} error(s))")
+        return 1
+    count = len(problems)
     print(f"configuration is usable ({count} warning{'s' if count != 1 else ''})")
     return 0
 
 
 def run_docs(args: argparse.Namespace) -> int:
     if args.check:
-        diff = check()
-        if diff:
+        stale = stale_files()
+        for diff in stale.values():
             sys.stdout.write(diff)
-            print(f"\n{DOCS_PATH} is stale; run 'mstar config docs' to regenerate it.",
+        for path in stale:
+            print(f"\n{path} is stale; run 'mstar config docs' to regenerate it.",
                   file=sys.stderr)
+        if stale:
             return 1
-        print(f"{DOCS_PATH} is up to date.")
+        print("the generated docs are up to date.")
         return 0
-    DOCS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    DOCS_PATH.write_text(render(), encoding="utf-8")
-    print(f"wrote {DOCS_PATH}")
+    for path in write_generated():
+        print(f"wrote {Path(path)}")
     return 0

@@ -15,7 +15,7 @@ from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 if TYPE_CHECKING:
     import socket
 
-    from mstar.settings import WorkerSettings
+    from mstar.settings import LoadedSettings
 
 
 def add_parser(subparsers) -> None:
@@ -48,12 +48,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     with sock:  # closed on every way out; uvicorn serves on it
-        return _resolve_and_serve(settings, sock, log)
+        return _resolve_and_serve(loaded, sock, log)
 
 
-def _resolve_and_serve(settings: WorkerSettings, sock: socket.socket, log: Any) -> int:
+def _resolve_and_serve(loaded: LoadedSettings, sock: socket.socket, log: Any) -> int:
     from mstar.models.resolve import ModelError, resolve_model_dir
 
+    settings = loaded.settings
     log.info("resolving_model", model=settings.model)
     try:
         model_dir = resolve_model_dir(settings)
@@ -65,7 +66,7 @@ def _resolve_and_serve(settings: WorkerSettings, sock: socket.socket, log: Any) 
     from mstar.api_server.server import serve
 
     try:
-        return serve(settings, model_dir, sock)
+        return serve(loaded, model_dir, sock)
     except KeyboardInterrupt:  # Ctrl-C before the server installed its own handlers
         log.info("interrupted")
         return 130

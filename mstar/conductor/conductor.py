@@ -1,28 +1,32 @@
 """The conductor: starts the worker replicas, places requests, relays aborts, watches liveness.
 
 It owns control only; token outputs go from workers straight to the API server. Liveness is
-exact and immediate: each worker's process sentinel is polled next to the zmq socket.
+exact and immediate: the process sentinel of each rank of each replica is polled next to the zmq
+socket. A tensor-parallel replica is one worker here (placement, aborts); its ranks each report
+SETUP_DONE and must all run with the conductor's settings fingerprint. Replicas on other hosts
+(MSTAR_REMOTE_WORKERS) join with JOIN and get the settings in return; their processes are not
+the conductor's, so their death is not watched here (see docs/distributed.rst).
 """
 
 from __future__ import annotations
 
-import signal
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import zmq
 
+from mstar.conductor.replica import RankProcess, WorkerHandle, describe_exit
+from mstar.engine.distributed import check_deterministic_loop, group_rendezvous
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import start_child
+from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.sockets import pull_socket, push_socket, receive, send
+from mstar.settings.wire import settings_to_json
 from mstar.worker.process import worker_main
 
 if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
-
     from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -35,19 +39,12 @@ class WorkerDied(Exception):
     pass
 
 
-def _how(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        return f"was killed by {signal.Signals(-exitcode).name}"
-    return f"died with exit code {exitcode}"
-
-
-@dataclass
-class WorkerHandle:
-    index: int
-    process: BaseProcess
-    channel: zmq.Socket
-    outstanding: set[str] = field(default_factory=set)
-    setup: m.SetupDone | None = None
+def check_remote_workers(settings: WorkerSettings) -> None:
+    if settings.remote_workers > settings.num_workers:
+        raise ValueError(f"remote_workers={settings.remote_workers} exceeds "
+                         f"num_workers={settings.num_workers}")
+    if settings.remote_workers and settings.zmq_transport != "tcp":
+        raise ValueError(f"remote_workers={settings.remote_workers} needs zmq_transport=tcp")
 
 
 class Conductor:
@@ -74,59 +71,100 @@ class Conductor:
             return 1
         finally:
             self.stop_workers()
-            for sock in (self.inbox, self.to_api, *(w.channel for w in self.workers)):
+            channels = [w.channel for w in self.workers if w.channel is not None]
+            for sock in (self.inbox, self.to_api, *channels):
                 sock.close()
             self.ctx.term()
 
     def start_workers(self) -> None:
+        try:
+            check_deterministic_loop(self.settings)
+            check_remote_workers(self.settings)
+        except ValueError as exc:
+            raise WorkerDied(str(exc)) from None
+        first_remote = self.settings.num_workers - self.settings.remote_workers
         for i, address in enumerate(self.endpoints.workers):
-            proc = start_child(worker_main, (self.settings, i, self.endpoints), f"mstar-worker-{i}",
-                               daemon=True)
-            log.info("worker_started", worker=i, pid=proc.pid)
-            self.poller.register(proc.sentinel, zmq.POLLIN)
-            self.workers.append(WorkerHandle(i, proc, push_socket(self.ctx, address)))
+            if i >= first_remote:
+                log.info("waiting_for_remote_worker", worker=i,
+                         command=f"mstar worker --conductor {self.endpoints.conductor} --replica {i}")
+                ranks = [RankProcess(r, None) for r in range(self.settings.tensor_parallel_size)]
+                self.workers.append(WorkerHandle(i, ranks, None))
+                continue
+            ranks = []
+            for rank, rendezvous in enumerate(group_rendezvous(self.settings, i)):
+                proc = start_child(worker_main, (self.settings, i, self.endpoints, rendezvous),
+                                   f"mstar-worker-{i}" + (f"-rank-{rank}" if rank else ""),
+                                   daemon=True)
+                log.info("worker_started", worker=i, pid=proc.pid, rank=rank)
+                self.poller.register(proc.sentinel, zmq.POLLIN)
+                ranks.append(RankProcess(rank, proc))
+            self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address)))
 
     def poll(self, timeout_ms: int) -> list[Any]:
-        """Messages from the inbox; raises WorkerDied as soon as a worker process exits."""
+        """Messages from the inbox; raises WorkerDied as soon as a worker process exits (naming
+        every rank found dead, the ones killed by a signal first)."""
         events = dict(self.poller.poll(timeout_ms))
+        dead = []
         for w in self.workers:
-            if w.process.sentinel in events:
-                w.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
-                code = w.process.exitcode
-                log.error("worker_died", worker=w.index, pid=w.process.pid, exitcode=code,
-                          pending=len(w.outstanding))
-                raise WorkerDied(f"worker {w.index} (pid {w.process.pid}) {_how(code)}")
+            for r in w.ranks:
+                if r.process is not None and r.process.sentinel in events:
+                    r.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
+                    code = r.process.exitcode
+                    log.error("worker_died", worker=w.index, pid=r.process.pid, exitcode=code,
+                              rank=r.rank, pending=len(w.outstanding))
+                    dead.append((code is None or code >= 0, f"{w.name(r)} {describe_exit(code)}"))
+        if dead:
+            raise WorkerDied("; ".join(text for _, text in sorted(dead)))
         return receive(self.inbox, 0) if self.inbox in events else []
+
+    def ranks(self) -> list[tuple[WorkerHandle, RankProcess]]:
+        return [(w, r) for w in self.workers for r in w.ranks]
 
     def wait_for_setup(self) -> bool:
         """Wait for every worker's SETUP_DONE; False if asked to shut down meanwhile."""
         deadline = time.monotonic() + self.settings.startup_timeout_s
-        while any(w.setup is None for w in self.workers):
+        while any(r.setup is None for _, r in self.ranks()):
             left = deadline - time.monotonic()
             if left <= 0:
-                waiting = [w.index for w in self.workers if w.setup is None]
-                raise WorkerDied(f"workers {waiting} not ready after startup_timeout_s="
+                waiting = [w.name(r) for w, r in self.ranks() if r.setup is None]
+                raise WorkerDied(f"{', '.join(waiting)} not ready after startup_timeout_s="
                                  f"{self.settings.startup_timeout_s}")
             for msg in self.poll(int(min(left, POLL_MS / 1000) * 1000) + 1):
                 if isinstance(msg, m.Shutdown):
                     return False
                 if isinstance(msg, m.SetupDone):
-                    self.workers[msg.worker].setup = msg
+                    self.workers[msg.worker].ranks[msg.rank].setup = msg
+                elif isinstance(msg, m.Join):
+                    self.join(msg)
         self.check_fingerprints()
-        first = self.workers[0].setup
+        first = self.workers[0].ranks[0].setup
         send(self.to_api, m.Ready(
             model_name=first.model_name, max_model_len=first.max_model_len,
-            num_workers=len(self.workers), worker_pids=[w.process.pid for w in self.workers]))
-        log.info("workers_ready", num_workers=len(self.workers), model=first.model_name)
+            num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()]))
+        log.info("workers_ready", num_workers=len(self.workers), model=first.model_name,
+                 tensor_parallel_size=self.settings.tensor_parallel_size)
         return True
 
+    def join(self, msg: m.Join) -> None:
+        """A replica on another host asks for the settings: it runs with the conductor's."""
+        if not 0 <= msg.worker < len(self.workers) or not self.workers[msg.worker].remote:
+            log.warning("join_refused", worker=msg.worker, address=msg.address,
+                        reason="not one of the MSTAR_REMOTE_WORKERS replicas")
+            return
+        w = self.workers[msg.worker]
+        if w.channel is None:
+            w.channel = push_socket(self.ctx, msg.address)
+            log.info("remote_worker_joined", worker=w.index, address=msg.address, pid=msg.pid,
+                     same_settings=msg.fingerprint == self.settings.fingerprint())
+        send(w.channel, m.SettingsSync(settings_to_json(self.settings)))
+
     def check_fingerprints(self) -> None:
-        """Every replica must run with exactly the conductor's settings."""
+        """Every rank of every replica must run with exactly the conductor's settings."""
         expected = self.settings.fingerprint()
-        for w in self.workers:
-            if w.setup.fingerprint != expected:
+        for w, r in self.ranks():
+            if r.setup.fingerprint != expected:
                 raise WorkerDied(
-                    f"worker {w.index} runs with settings fingerprint {w.setup.fingerprint}, "
+                    f"{w.name(r)} runs with settings fingerprint {r.setup.fingerprint}, "
                     f"the conductor with {expected}: refusing to start")
 
     def control_loop(self) -> int:
@@ -141,9 +179,17 @@ class Conductor:
                         w = self.owner.pop(rid, None)
                         if w is not None:
                             w.outstanding.discard(rid)
+                elif isinstance(msg, m.ReloadSettings):
+                    self.reload(msg)
                 elif isinstance(msg, m.Shutdown):
                     log.info("conductor_stopping", reason=msg.reason)
                     return 0
+
+    def reload(self, msg: m.ReloadSettings) -> None:
+        """SIGHUP: take the reloadable knobs, then pass them on to every worker."""
+        self.settings = apply_reloaded(self.settings, msg, "conductor")
+        for w in self.workers:
+            send(w.channel, msg)
 
     def place(self, msg: m.AddRequest) -> None:
         """Least outstanding requests wins (ties go to the lowest index)."""
@@ -164,12 +210,14 @@ class Conductor:
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""
         for w in self.workers:
-            if w.process.is_alive():
+            if w.channel is not None and (w.remote or w.ranks[0].process.is_alive()):
                 send(w.channel, m.Shutdown("conductor stopping"))
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for w in self.workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-            if w.process.is_alive():
-                log.warning("worker_killed", worker=w.index, pid=w.process.pid)
-                w.process.kill()
-                w.process.join(5)
+        for w, r in self.ranks():
+            if r.process is None:
+                continue
+            r.process.join(max(0.0, deadline - time.monotonic()))
+            if r.process.is_alive():
+                log.warning("worker_killed", worker=w.index, pid=r.process.pid, rank=r.rank)
+                r.process.kill()
+                r.process.join(5)

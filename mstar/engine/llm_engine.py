@@ -21,6 +21,7 @@ from mstar.engine.sequence import Sequence
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
 from mstar.models.cpu_linear import cpu_auto_dtype
+from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
 
 log = structlog.get_logger(__name__)
@@ -42,10 +43,12 @@ class LLMEngine:
     """Owns the model, the KV cache, the scheduler and the requests; ``step()`` runs the step loop
     (serial or overlapped, as the settings say) and returns the outputs of the step that finished.
 
-    ``timer_label`` tags phase-timing logs (the worker index when run by a worker).
+    ``timer_label`` tags phase-timing logs (the worker index when run by a worker). ``parallel``:
+    this process's rank in a tensor-parallel group (``mstar.engine.distributed``).
     """
 
-    def __init__(self, settings, timer_label: int = 0) -> None:
+    def __init__(self, settings, timer_label: int = 0,
+                 parallel: TensorParallel | None = None) -> None:
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
@@ -64,7 +67,7 @@ class LLMEngine:
             )
         self.eos_token_ids = self._eos_ids(model_dir)
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
-                                        self.max_model_len)
+                                        self.max_model_len, parallel)
         self.model_runner.warmup()
         self.block_manager = BlockManager(
             self.model_runner.num_blocks, settings.kv_block_size,
@@ -143,6 +146,11 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         self.loop.shutdown()
+
+    def apply_settings(self, settings) -> None:
+        """A settings reload, between steps: only the step loop's knobs change at run time."""
+        self.settings = settings
+        self.loop.apply(settings)
 
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)

@@ -25,6 +25,7 @@ from mstar.engine.sampler import Sampler, SamplingMetadata
 from mstar.engine.scheduler import ScheduledBatch
 from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_bytes
 from mstar.models.loader import load_model
+from mstar.models.parallel import TensorParallel
 from mstar.models.state_layout import StateLayout
 
 
@@ -41,12 +42,14 @@ class ModelInput:
 
 class ModelRunner:
     def __init__(self, settings, model_dir, hf_config, device: torch.device,
-                 dtype: torch.dtype, max_model_len: int) -> None:
+                 dtype: torch.dtype, max_model_len: int,
+                 parallel: TensorParallel | None = None) -> None:
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
         self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
-                                quantization=settings.quantization, cache_dir=settings.cache_dir)
+                                quantization=settings.quantization, cache_dir=settings.cache_dir,
+                                parallel=parallel)
         if settings.compile:
             compile_model(self.model, settings.recompile_limit)
         # Hybrid models: recurrent-state slots come out of the cache budget before the KV cache.

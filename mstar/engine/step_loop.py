@@ -17,7 +17,9 @@
     when blocks run out, and when N's outputs invalidate the plan (a sequence finished or was
     aborted): the plan is dropped and nothing of it is emitted.
 
-Every knob comes from the frozen settings the engine was built with.
+Every knob comes from the frozen settings the engine was built with; ``StepLoop.apply`` takes the
+loop knobs from new settings between steps (a reload), including switching between the serial and
+the overlapped loop: a step in flight finishes first.
 """
 
 from __future__ import annotations
@@ -58,29 +60,38 @@ class StepLoop:
         self.scheduler = scheduler
         self.runner = runner
         self.postprocess = postprocess
+        self.timer_label = timer_label
+        self.pre_plan = settings.pre_plan_spec
+        self.forward_pool: ThreadPoolExecutor | None = None
+        self.plan_pool: ThreadPoolExecutor | None = None
+        self.counters = LoopCounters()
+        self.timer: PhaseTimer | None = None
+        self.consecutive = 0
+        self.other_work_since: float | None = None
+        self.inflight: InFlight | None = None
+        self.apply(settings)
+
+    def apply(self, settings) -> None:
+        """Take the loop knobs from ``settings``: at start, and between steps on a reload."""
         self.cap = settings.max_consecutive_spec_steps
         self.peek_for_fairness = settings.spec_peek_for_fairness
         self.yield_hold_s = settings.spec_yield_hold_ms / 1000.0
         self.launch_wait_s = settings.launch_wait_ms / 1000.0
         self.step_sync = settings.engine_step_sync
-        overlapped = self.cap > 0
-        self.forward_pool = (ThreadPoolExecutor(1, thread_name_prefix="mstar-forward")
-                             if overlapped else None)
-        self.plan_pool = (ThreadPoolExecutor(1, thread_name_prefix="mstar-plan")
-                          if overlapped and settings.pre_plan_spec else None)
-        self.counters = LoopCounters()
-        self.timer = PhaseTimer(settings.phase_timing, timer_label,
-                                counters=lambda: asdict(self.counters))
-        self.consecutive = 0
-        self.other_work_since: float | None = None
-        self.inflight: InFlight | None = None
+        if self.timer is None or self.timer.every != settings.phase_timing:
+            self.timer = PhaseTimer(settings.phase_timing, self.timer_label,
+                                    counters=lambda: asdict(self.counters))
+        if self.cap > 0 and self.forward_pool is None:  # threads start with the first overlap
+            self.forward_pool = ThreadPoolExecutor(1, thread_name_prefix="mstar-forward")
+            if self.pre_plan:
+                self.plan_pool = ThreadPoolExecutor(1, thread_name_prefix="mstar-plan")
 
     @property
     def in_flight(self) -> bool:
         return self.inflight is not None
 
     def step(self) -> list[RequestOutput]:
-        if self.forward_pool is None:
+        if self.cap == 0 and self.inflight is None:
             return self._serial_step()
         return self._overlapped_step()
 
@@ -135,7 +146,7 @@ class StepLoop:
             self._launch(planned, speculative=True, input_ids=result.token_ids)
         with self.timer.phase("postprocess"):
             outputs = self.postprocess(step.batch, result)
-        if planned is None:
+        if planned is None and self.cap > 0:  # cap 0 (a reload): the loop turns serial
             self._launch_fresh()
         self._end_iteration(start, len(step.batch))
         return outputs

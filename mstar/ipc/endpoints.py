@@ -50,3 +50,11 @@ def make_endpoints(settings: WorkerSettings, socket_dir: Path | None) -> Endpoin
         workers=tuple(f"ipc://{socket_dir}/worker{i}" for i in range(n)),
         socket_dir=socket_dir,
     )
+
+
+def remote_endpoints(conductor: str, replica: int, own_address: str) -> Endpoints:
+    """The endpoints of a replica on another host: the conductor's address as given, the API
+    server's next to it (the tcp layout of ``make_endpoints``), its own command socket."""
+    host, port = conductor.removeprefix("tcp://").rsplit(":", 1)
+    workers = ("",) * replica + (own_address,)
+    return Endpoints(conductor=conductor, api=f"tcp://{host}:{int(port) + 1}", workers=workers)

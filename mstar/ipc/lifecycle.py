@@ -57,9 +57,11 @@ def die_with_parent(cleanup: Callable[[], None] | None = None, poll_s: float = 0
 
 def ignore_stop_signals() -> None:
     """Ctrl-C (and a service manager's SIGTERM) reach the whole process group; only the API server
-    decides how to stop, and it stops its children by message, or they die with it."""
+    decides how to stop, and it stops its children by message, or they die with it. SIGHUP too:
+    the API server reloads the settings and sends them to its children by message."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def start_child(target: Callable[..., None], args: tuple, name: str,

@@ -9,7 +9,7 @@ the hot path.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -36,6 +36,14 @@ class Shutdown(_Message):
     reason: str = ""
 
 
+class ReloadSettings(_Message):
+    """SIGHUP: the reloadable knobs' new values (``mstar.settings.reload.reloadable_values``) and
+    the fingerprint of the settings they make, which every process then runs with."""
+
+    values: dict[str, Any]
+    fingerprint: str
+
+
 # worker -> conductor
 class SetupDone(_Message):
     """The ready handshake: a worker's engine is loaded; the conductor checks the fingerprint."""
@@ -46,6 +54,24 @@ class SetupDone(_Message):
     model_name: str
     max_model_len: int
     seconds: float
+    rank: int = 0  # the process's rank in its replica's tensor-parallel group
+
+
+class Join(_Message):
+    """A replica started on another host (``mstar worker``) asks for the conductor's settings;
+    ``address`` is where its command socket listens."""
+
+    worker: int
+    pid: int
+    address: str
+    fingerprint: str
+
+
+# conductor -> worker
+class SettingsSync(_Message):
+    """The conductor's settings (JSON), which a joining replica runs with."""
+
+    settings_json: str
 
 
 class RequestsDone(_Message):
@@ -90,7 +116,8 @@ class Fatal(_Message):
 
 
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
-    AddRequest, AbortRequests, Shutdown, SetupDone, RequestsDone, Outputs, RequestFailed,
+    AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
+    RequestsDone, Outputs, RequestFailed,
     WorkerStats, Ready, Fatal,
 ]
 

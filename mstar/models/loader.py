@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from mstar.models.cpu_linear import can_pack, pack_linears
 from mstar.models.gguf_loader import gguf_source, read_gguf
+from mstar.models.parallel import TensorParallel, build_sharded, shard_tensor
 from mstar.models.quant.apply import install_quantized, quantize_dense
 from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
 from mstar.models.quant.native import native_kernels
@@ -27,22 +28,29 @@ _PROGRESS_MIN_TENSORS = 200
 
 def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype,
                prepack: bool = True, quantization: str = "none",
-               cache_dir: Path = Path("~/.cache/mstar")):
+               cache_dir: Path = Path("~/.cache/mstar"), parallel: TensorParallel | None = None):
     """Instantiate without initialising weights (meta device), then fill from the checkpoint.
 
     ``prepack`` repacks linear weights for oneDNN on CPU; torch.compile cannot lower those.
     ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
     keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build.
+    ``parallel`` (tensor parallelism over more than one rank) builds this rank's shard and loads
+    only its slices (``mstar.models.parallel``).
     """
     start = time.perf_counter()
     cls = get_model_class(config)
+    sharded = parallel is not None and parallel.size > 1
+    source = gguf_source(model_dir, quantization)
+    if sharded and (quantization != "none" or source is not None):
+        raise ValueError(f"tensor_parallel_size={parallel.size} needs an unquantized safetensors "
+                         f"checkpoint (quantization={quantization!r}"
+                         f"{', a GGUF source' if source is not None else ''})")
     with torch.device("meta"):
-        model = cls(config)
+        model = build_sharded(cls, config, parallel) if sharded else cls(config)
     model.to_empty(device=device)
     model.to(dtype)
     if model.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    source = gguf_source(model_dir, quantization)
     quantized = {}
     if source is None:
         load_weights(model, model_dir)
@@ -91,7 +99,9 @@ def load_weights(model, model_dir: Path) -> None:
             continue
         if name == "lm_head.weight" and model.tie_word_embeddings:
             continue
-        _copy(model, params, name, handle.get_tensor(name))
+        tensor = handle.get_tensor(name)
+        _copy(model, params, name, shard_tensor(model, name, tensor) if hasattr(model, "tp")
+              else tensor)
         missing.discard(name)
     if model.tie_word_embeddings:
         missing.discard("lm_head.weight")

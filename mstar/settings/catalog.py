@@ -16,6 +16,7 @@ from typing import Any
 import annotated_types
 from pydantic import SecretStr
 
+from mstar.settings.reloadable import RELOADABLE
 from mstar.settings.schema import (
     ConfigKnobs,
     EngineKnobs,
@@ -56,6 +57,7 @@ class Knob:
     choices: tuple[str, ...] | None
     secret: bool
     security: bool            # problems are errors in every mode (see schema.knob)
+    reloadable: bool          # applied on SIGHUP without a restart (see reloadable.py)
 
 
 def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool]:
@@ -95,7 +97,7 @@ def _describe(name: str) -> Knob:
                 description=field.description or "", category=extra["category"],
                 unit=extra["unit"], optional=optional, minimum=minimum, maximum=maximum,
                 min_exclusive=exclusive, choices=choices, secret=extra["secret"],
-                security=extra["security"])
+                security=extra["security"], reloadable=name in RELOADABLE)
 
 
 KNOBS: tuple[Knob, ...] = tuple(_describe(n) for g in GROUPS for n in g.model_fields)

@@ -62,6 +62,9 @@ How bad values are handled
 * **Strict mode** (``MSTAR_CONFIG_STRICTNESS=strict`` or ``--strict``): every problem above is an
   error; all of them are listed at once and the command exits with status 1 before anything loads.
 
+The **Reload** column marks the knobs a running server applies when it receives SIGHUP
+(re-reading its env files); every other change needs a restart. See :doc:`operations`.
+
 Warnings are structured log events (``setting_rejected`` with ``variable``, ``value``, ``used``,
 ``reason`` and ``source``; ``setting_problem`` for unknown names and env-file lines).
 
@@ -87,6 +90,15 @@ the command exits with status 2 and says why, before reading anything else.
 """
 
 
+def portable(value: object) -> object:
+    """A default as generated files show it: a path under the home directory as ``~/...``, so
+    that the files do not depend on who generates them."""
+    if isinstance(value, Path):
+        home = Path.home()
+        return "~/" + str(value.relative_to(home)) if value.is_relative_to(home) else str(value)
+    return value
+
+
 def _literal(value: object) -> str:
     if value is None:
         return "unset"
@@ -94,9 +106,7 @@ def _literal(value: object) -> str:
         return "on" if value else "off"
     if isinstance(value, list):
         return "``" + ",".join(str(v) for v in value) + "``"
-    if isinstance(value, Path) and value == Path("~/.cache/mstar").expanduser():
-        return "``~/.cache/mstar``"
-    return f"``{value}``"
+    return f"``{portable(value)}``"
 
 
 def bounds_text(knob: Knob) -> str:
@@ -110,7 +120,8 @@ def bounds_text(knob: Knob) -> str:
 
 def _row(knob: Knob) -> str:
     cells = [f"``{knob.env}``", _literal(knob.default), knob.unit or "",
-             bounds_text(knob), knob.description.replace("*", "\\*")]
+             bounds_text(knob), "yes" if knob.reloadable else "",
+             knob.description.replace("*", "\\*")]
     first, *rest = cells
     return "   * - " + first + "\n" + "".join(f"     - {c}".rstrip() + "\n" for c in rest)
 
@@ -121,15 +132,21 @@ def render() -> str:
     categories = list(dict.fromkeys(k.category for k in KNOBS))
     for category in categories:
         parts.append(f"\n{category}\n{'-' * len(category)}\n\n")
-        parts.append(".. list-table::\n   :header-rows: 1\n   :widths: 28 14 9 16 33\n\n"
-                     "   * - Variable\n     - Default\n     - Unit\n     - Bounds\n     - Meaning\n")
+        parts.append(".. list-table::\n   :header-rows: 1\n   :widths: 26 13 8 15 7 31\n\n"
+                     "   * - Variable\n     - Default\n     - Unit\n     - Bounds\n"
+                     "     - Reload\n     - Meaning\n")
         parts.extend(_row(k) for k in KNOBS if k.category == category)
     return "".join(parts)
 
 
 def check(path: Path = DOCS_PATH) -> str:
     """Return a unified diff between the file and the schema ('' when in sync)."""
+    return drift(path, render())
+
+
+def drift(path: Path, generated: str) -> str:
+    """A unified diff from the file's text to the generated text ('' when they agree)."""
     current = path.read_text(encoding="utf-8") if path.exists() else ""
     return "".join(difflib.unified_diff(
-        current.splitlines(keepends=True), render().splitlines(keepends=True),
+        current.splitlines(keepends=True), generated.splitlines(keepends=True),
         fromfile=str(path), tofile="generated from the schema"))

@@ -32,15 +32,15 @@ UNSET = object()
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 # ASCII only: \d would also accept '５' and '٨٠٨٠'.
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+INT_RE = re.compile(r"[+-]?[0-9]+")
+FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 # More significant digits than this exceed every bound; int() itself refuses past 4300 digits.
 _MAX_INT_DIGITS = 100
 _BEYOND_EVERY_BOUND = 10**_MAX_INT_DIGITS
 # Longest raw value repeated in a message.
 _SHOWN_CHARS = 60
 # A bearer token travels in an HTTP header: visible ASCII, no spaces.
-_SECRET_RE = re.compile(r"[\x21-\x7e]+")
+SECRET_RE = re.compile(r"[\x21-\x7e]+")
 
 
 class Rejected(ValueError):
@@ -48,7 +48,7 @@ class Rejected(ValueError):
 
 
 def _parse_int(text: str) -> int:
-    if not _INT_RE.fullmatch(text):
+    if not INT_RE.fullmatch(text):
         raise Rejected("not a whole number (plain ASCII digits; no '_', '0x' or exponent)")
     if len(text.lstrip("+-").lstrip("0")) > _MAX_INT_DIGITS:
         return -_BEYOND_EVERY_BOUND if text.startswith("-") else _BEYOND_EVERY_BOUND
@@ -56,7 +56,7 @@ def _parse_int(text: str) -> int:
 
 
 def _parse_float(text: str) -> float:
-    if not _FLOAT_RE.fullmatch(text):
+    if not FLOAT_RE.fullmatch(text):
         raise Rejected("not a finite decimal number (plain ASCII digits; no '_' or '0x')")
     return float(text)  # may overflow to +-inf, which the bounds then clamp
 
@@ -71,7 +71,7 @@ def _parse_path(text: str) -> Path:
 
 
 def _parse_secret(text: str) -> SecretStr:
-    if not _SECRET_RE.fullmatch(text):
+    if not SECRET_RE.fullmatch(text):
         raise Rejected("must be visible ASCII without spaces (it is sent in an HTTP header)")
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         raise Rejected("is wrapped in quotes, which would become part of the key")

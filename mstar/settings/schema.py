@@ -173,7 +173,18 @@ class EngineKnobs(BaseModel):
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")
-    num_workers: int = _engine(1, "Worker processes (replicas, one engine each).", ge=1, le=256)
+    num_workers: int = _engine(
+        1, "Engine replicas (each one a tensor-parallel group of MSTAR_TENSOR_PARALLEL_SIZE "
+        "processes); requests go to the replica with the fewest outstanding.", ge=1, le=256)
+    tensor_parallel_size: int = _engine(
+        1, "Processes (ranks) one replica's model is split across: attention heads, MLP width and "
+        "vocabulary are divided between them, over torch.distributed (NCCL on CUDA, gloo on CPU). "
+        "Must divide the model's attention heads; see docs/distributed.rst.",
+        unit="ranks", ge=1, le=64)
+    device_ids: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] | None = _engine(
+        None, "CUDA devices to place ranks on, a comma list: replica i's rank r goes to entry "
+        "i * MSTAR_TENSOR_PARALLEL_SIZE + r (wrapping around, with a warning, when there are "
+        "fewer entries than ranks). Unset = 0, 1, 2, ... No effect on CPU.")
     torch_num_threads: int = _engine(
         0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
         "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
@@ -187,6 +198,16 @@ class TransportKnobs(BaseModel):
     zmq_tcp_host: str = _transport("127.0.0.1", "Host for tcp transport.")
     zmq_tcp_base_port: int = _transport(
         29500, "First port for tcp transport; each socket takes the next one.", ge=1024, le=65000)
+    dist_master_addr: str = _transport(
+        "127.0.0.1", "Address of the torch.distributed rendezvous of a tensor-parallel group "
+        "(rank 0's host; every rank must reach it).")
+    dist_master_port: int = _transport(
+        0, "Port of the rendezvous of replica 0; replica i uses this + i. 0 = a free port picked "
+        "at start (one host only).", ge=0, le=65535)
+    remote_workers: int = _transport(
+        0, "How many of the MSTAR_NUM_WORKERS replicas join from other hosts (`mstar worker "
+        "--conductor tcp://HOST:PORT --replica I`) instead of being started by the conductor: "
+        "the last ones. Needs MSTAR_ZMQ_TRANSPORT=tcp.", ge=0, le=256)
     socket_dir: Path | None = _transport(
         None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
 
@@ -209,10 +230,12 @@ class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, EngineKnobs, Tr
         return (init_settings,)
 
     def fingerprint(self) -> str:
-        """A short hash of every effective value, to check that processes agree."""
+        """A short hash of every effective value, to check that processes agree.
+
+        Secrets count only as set or unset (the JSON dump masks them): the fingerprint is sent to
+        every client, and a hash of a key would let anyone test guesses of it offline.
+        """
         values = self.model_dump(mode="json")
-        if self.api_key is not None:
-            values["api_key"] = hashlib.sha256(self.api_key.get_secret_value().encode()).hexdigest()
         return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:16]
 
 

@@ -74,11 +74,24 @@ class SettingsError(Exception):
 
 
 @dataclass(frozen=True)
+class SettingsInputs:
+    """What the settings were built from, so that a reload (SIGHUP) can build them again: the env
+    files are re-read; the process environment is the snapshot taken at start (it cannot change)."""
+
+    env_files: tuple[Path, ...] = ()
+    environ: Mapping[str, str] = field(default_factory=dict)
+    cli: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    strict: bool | None = None
+
+
+@dataclass(frozen=True)
 class LoadedSettings:
     settings: WorkerSettings
     sources: Mapping[str, Source]
     problems: tuple[Problem, ...]
     notices: tuple[str, ...] = field(default=())
+    inputs: SettingsInputs = field(default_factory=SettingsInputs)
 
     def changed(self) -> list[tuple[str, Any, Source]]:
         """(env name, value, source) of every knob whose value differs from its default."""
@@ -142,11 +155,14 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterabl
     ``SettingsError`` listing all of them, as does any problem with a security knob. Nothing is
     logged or configured here: the entry point reports the result.
     """
-    environ = os.environ if environ is None else environ
+    environ = dict(os.environ if environ is None else environ)
+    inputs = SettingsInputs(tuple(Path(p) for p in env_files), environ, dict(cli or {}),
+                            dict(overrides or {}), strict)
     problems: list[Problem] = []
     values: dict[str, Any] = {}
     sources = {k.name: Source(DEFAULT) for k in KNOBS}
-    for knob, raw, origin in _layers(env_files, environ, cli or {}, overrides or {}, problems):
+    for knob, raw, origin in _layers(inputs.env_files, environ, inputs.cli, inputs.overrides,
+                                     problems):
         shown = shown_text(knob, raw, MASK)
         try:
             value, reason = coerce(knob, raw)
@@ -164,12 +180,18 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterabl
             problems.append(Problem(knob.env, reason, origin, shown, display_value(knob, value),
                                     error=knob.security))
     settings = WorkerSettings(**values)
-    loaded = LoadedSettings(settings, sources, tuple(problems), _notices(settings))
+    loaded = LoadedSettings(settings, sources, tuple(problems), _notices(settings), inputs)
     if strict is None:
         strict = settings.config_strictness == "strict"
     if problems and (strict or any(p.error for p in problems)):
         raise SettingsError(problems)
     return loaded
+
+
+def reload_settings(inputs: SettingsInputs, strict: bool) -> LoadedSettings:
+    """Build the settings again from the same inputs (env files re-read), same rules."""
+    return load_settings(overrides=inputs.overrides, env_files=inputs.env_files, strict=strict,
+                         environ=inputs.environ, cli=inputs.cli)
 
 
 def _notices(settings: WorkerSettings) -> tuple[str, ...]:

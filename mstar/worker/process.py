@@ -11,24 +11,34 @@ from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import enter_child
 
 if TYPE_CHECKING:
+    from mstar.engine.distributed import Rendezvous
     from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
 
 
-def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints) -> None:
+def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints,
+                rendezvous: Rendezvous | None = None) -> None:
+    """Replica ``index``; with ``rendezvous``, one rank of its tensor-parallel group."""
     enter_child(settings)
     if settings.py_switch_interval_sec is not None:
         sys.setswitchinterval(settings.py_switch_interval_sec)
 
-    from mstar.worker.channel import WorkerChannel
+    from mstar.engine.distributed import leave_group
+    from mstar.worker.rank import join_rank
     from mstar.worker.worker import Worker
 
-    channel = WorkerChannel(endpoints, index)
+    rank = 0 if rendezvous is None else rendezvous.rank
     try:
-        Worker(settings, index, channel).run()
+        channel, group = join_rank(settings, index, endpoints, rendezvous)
     except Exception:
-        log.exception("worker_failed", worker=index)
+        log.exception("worker_failed", worker=index, rank=rank)
+        sys.exit(1)
+    try:
+        Worker(settings, index, channel, None if group is None else group.model).run()
+    except Exception:
+        log.exception("worker_failed", worker=index, rank=rank)
         sys.exit(1)
     finally:
         channel.close()
+    leave_group()

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from mstar.ipc import messages as m
+from mstar.ipc.settings_reload import apply_reloaded
 
 if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
     from mstar.engine.outputs import RequestOutput
+    from mstar.models.parallel import TensorParallel
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel
 
@@ -29,10 +31,12 @@ STATS_INTERVAL_S = 0.1
 
 
 class Worker:
-    def __init__(self, settings: WorkerSettings, index: int, channel: WorkerChannel):
+    def __init__(self, settings: WorkerSettings, index: int, channel: WorkerChannel,
+                 parallel: TensorParallel | None = None):
         self.settings = settings
         self.index = index
         self.channel = channel
+        self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
         self.engine: LLMEngine | None = None  # built by run()
         self.live: set[str] = set()  # request ids this worker holds
         self._last_stats: tuple | None = None
@@ -57,13 +61,15 @@ class Worker:
         from mstar.engine.llm_engine import LLMEngine
 
         start = time.perf_counter()
-        engine = LLMEngine(self.settings, timer_label=self.index)
+        engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel)
         seconds = time.perf_counter() - start
-        log.info("worker_loaded", worker=self.index, pid=os.getpid(), seconds=round(seconds, 2))
+        rank = 0 if self.parallel is None else self.parallel.rank
+        log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
+                 seconds=round(seconds, 2))
         self.channel.send_to_conductor(m.SetupDone(
             worker=self.index, pid=os.getpid(), fingerprint=self.settings.fingerprint(),
             model_name=Path(engine.model_name).name, max_model_len=engine.max_model_len,
-            seconds=seconds))
+            seconds=seconds, rank=rank))
         return engine
 
     def handle(self, msg: m.Message) -> bool:
@@ -75,6 +81,9 @@ class Worker:
             for rid in aborted:
                 self.engine.abort_request(rid)
             self.requests_done(aborted)
+        elif isinstance(msg, m.ReloadSettings):
+            self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
+            self.engine.apply_settings(self.settings)
         elif isinstance(msg, m.Shutdown):
             log.info("worker_stopping", worker=self.index)
             return False

@@ -20,7 +20,7 @@ import torch
 
 log = structlog.get_logger(__name__)
 
-SOURCE = Path(__file__).with_name("kernels.cpp")
+SOURCES = Path(__file__).with_name("csrc")  # ops.cpp and the headers it includes
 LIBRARY = "mstar_quant"
 _CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 _state: dict[str, bool] = {}
@@ -38,7 +38,8 @@ def _cpu_flags() -> str:
 
 def build_dir(cache_dir: Path) -> Path:
     key = hashlib.sha256(
-        SOURCE.read_bytes() + torch.__version__.encode() + _cpu_flags().encode() + str(_CFLAGS).encode()
+        b"".join(path.read_bytes() for path in sorted(SOURCES.glob("*.[ch]*")))
+        + torch.__version__.encode() + _cpu_flags().encode() + str(_CFLAGS).encode()
     ).hexdigest()[:16]
     return Path(cache_dir).expanduser() / "kernels" / key
 
@@ -59,7 +60,7 @@ def _load(cache_dir: Path) -> bool:
 
         directory.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(io.StringIO()):
-            load(f"{LIBRARY}_kernels", [str(SOURCE)], extra_cflags=_CFLAGS,
+            load(f"{LIBRARY}_kernels", [str(SOURCES / "ops.cpp")], extra_cflags=_CFLAGS,
                  build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as error:  # no compiler, no headers, a failed build: fall back to torch
         log.warning("quant_kernels_unavailable", error=str(error).splitlines()[0][:300],

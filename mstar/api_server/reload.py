@@ -1,0 +1,70 @@
+"""SIGHUP in the API server: re-read the env files given at start, apply the reloadable changes
+here and (through the conductor) in every worker, and log one structured diff.
+
+The same lenient and strict rules as at start apply. A reload that fails them (strict mode with any
+problem, a security problem, an env file that cannot be read) is rejected whole: the old settings
+stay everywhere. Restart-only changes are not applied; each gets one "needs restart" warning.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from mstar.api_server.state import ServerState
+from mstar.engine.distributed import check_deterministic_loop
+from mstar.ipc import messages as m
+from mstar.logging_setup import configure_logging, log_problems
+from mstar.settings import SettingsError, SettingsUsageError
+from mstar.settings.reload import ReloadPlan, is_strict, plan_reload, reloadable_values
+from mstar.settings.sources import reload_settings
+
+log = structlog.get_logger("mstar.settings")
+
+
+def reload_server_settings(state: ServerState) -> None:
+    running = state.loaded
+    if running is None:
+        log.warning("settings_reload_ignored", reason="the server has no settings sources")
+        return
+    files = [str(p) for p in running.inputs.env_files]
+    try:
+        fresh = reload_settings(running.inputs, strict=is_strict(running))
+    except SettingsUsageError as exc:
+        log.error("settings_reload_rejected", reason=str(exc), env_files=files,
+                  fingerprint=state.settings.fingerprint())
+        return
+    except SettingsError as exc:
+        log.error("settings_reload_rejected", problems=[p.message() for p in exc.problems],
+                  env_files=files, fingerprint=state.settings.fingerprint())
+        return
+    log_problems(fresh.problems)
+    plan = plan_reload(running, fresh)
+    try:  # the start-up rules that span knobs hold for the running settings too
+        check_deterministic_loop(plan.running.settings)
+    except ValueError as exc:
+        log.error("settings_reload_rejected", reason=str(exc), env_files=files,
+                  fingerprint=state.settings.fingerprint())
+        return
+    for change in plan.needs_restart:
+        log.warning("setting_needs_restart", variable=change.env, running=change.old,
+                    configured=change.new, source=change.new_source,
+                    message="needs restart")
+    previous = state.settings.fingerprint()
+    apply_reload(state, plan)
+    log.info("settings_reloaded", env_files=files, fingerprint=state.settings.fingerprint(),
+             previous_fingerprint=previous,
+             changed={c.env: c.as_dict() for c in plan.applied},
+             needs_restart=[c.env for c in plan.needs_restart])
+
+
+def apply_reload(state: ServerState, plan: ReloadPlan) -> None:
+    """The one place the API server's settings change; the workers get them by message."""
+    settings = plan.running.settings
+    state.loaded = plan.running
+    state.settings = settings
+    state.pending_restart = {c.env: {"value": c.new, "source": c.new_source}
+                             for c in plan.needs_restart}
+    configure_logging(settings.log_level, settings.log_format)
+    if plan.applied:
+        state.client.send_control(m.ReloadSettings(reloadable_values(settings),
+                                                   settings.fingerprint()))

@@ -1,0 +1,56 @@
+"""What the conductor knows of each replica: its ranks' processes (or, for a replica on another
+host, only what it reported), their SETUP_DONE, and the requests it holds."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    import zmq
+
+    from mstar.ipc import messages as m
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"died with exit code {exitcode}"
+
+
+@dataclass
+class RankProcess:
+    """One process of a replica (rank 0 alone unless the replica is a tensor-parallel group);
+    ``process`` is None for a replica on another host."""
+
+    rank: int
+    process: BaseProcess | None
+    setup: m.SetupDone | None = None
+
+    @property
+    def pid(self) -> int | None:
+        if self.process is not None:
+            return self.process.pid
+        return None if self.setup is None else self.setup.pid
+
+
+@dataclass
+class WorkerHandle:
+    """One replica: placement and aborts see it as one worker, whatever its number of ranks.
+    ``channel`` (the conductor's PUSH to it) is None until a replica on another host joins."""
+
+    index: int
+    ranks: list[RankProcess]
+    channel: zmq.Socket | None
+    outstanding: set[str] = field(default_factory=set)
+
+    def name(self, rank: RankProcess) -> str:
+        which = f" rank {rank.rank}" if len(self.ranks) > 1 else ""
+        return f"worker {self.index}{which} (pid {rank.pid})"
+
+    @property
+    def remote(self) -> bool:
+        return self.ranks[0].process is None

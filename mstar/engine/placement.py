@@ -1,0 +1,38 @@
+"""Which CUDA device each rank of each replica runs on (MSTAR_DEVICE_IDS)."""
+
+from __future__ import annotations
+
+import structlog
+import torch
+
+log = structlog.get_logger(__name__)
+
+
+def device_slot(replica: int, rank: int, tensor_parallel_size: int) -> int:
+    """The rank's position in the device list: replica-major, so a group's ranks sit together."""
+    return replica * tensor_parallel_size + rank
+
+
+def device_index(device_ids: list[int] | None, num_devices: int, slot: int) -> int:
+    """Entry ``slot`` of the device list (default 0 .. num_devices-1), wrapping around."""
+    ids = list(device_ids) if device_ids else list(range(max(num_devices, 1)))
+    return ids[slot % len(ids)]
+
+
+def place_rank(settings, replica: int, rank: int) -> None:
+    """Make this process's CUDA device the one the settings give the rank (nothing on CPU)."""
+    if settings.device == "cpu" or not torch.cuda.is_available():
+        if settings.device_ids:
+            log.info("device_ids_ignored", reason="not running on CUDA", worker=replica, rank=rank)
+        return
+    count = torch.cuda.device_count()
+    slot = device_slot(replica, rank, settings.tensor_parallel_size)
+    index = device_index(settings.device_ids, count, slot)
+    available = len(settings.device_ids) if settings.device_ids else count
+    if slot >= available:
+        log.warning("devices_shared", worker=replica, rank=rank, device=index,
+                    reason=f"{slot + 1} ranks placed on {available} devices")
+    if index >= count:
+        raise ValueError(f"device_ids names cuda:{index}, but this host has {count} CUDA devices")
+    torch.cuda.set_device(index)
+    log.info("rank_placed", worker=replica, rank=rank, device=f"cuda:{index}")

@@ -1,0 +1,29 @@
+"""Every file generated from the schema, written by ``mstar config docs`` and checked by
+``mstar config docs --check`` in CI: the env-var reference, the JSON Schema, the .env template."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from mstar.settings.docs import DOCS_PATH, drift, render
+from mstar.settings.json_schema import render_schema
+from mstar.settings.template import render_template
+
+SCHEMA_PATH = DOCS_PATH.parent / "settings.schema.json"
+TEMPLATE_PATH = DOCS_PATH.parent / "env.example"
+GENERATED: dict[Path, Callable[[], str]] = {
+    DOCS_PATH: render, SCHEMA_PATH: render_schema, TEMPLATE_PATH: render_template}
+
+
+def stale_files() -> dict[Path, str]:
+    """path -> diff for each generated file that differs from the schema."""
+    diffs = {path: drift(path, make()) for path, make in GENERATED.items()}
+    return {path: diff for path, diff in diffs.items() if diff}
+
+
+def write_generated() -> list[Path]:
+    for path, make in GENERATED.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(make(), encoding="utf-8")
+    return list(GENERATED)
