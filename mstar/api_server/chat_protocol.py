@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mstar.api_server.protocol import MAX_INT32, NonEmptyStr, SamplingFields, StrictModel
+from mstar.api_server.tools.schema import AssistantToolCall, ChatTool, ToolChoice
 
 NOT_SUPPORTED = "Not supported: a 400 unless null."
 
@@ -25,10 +26,9 @@ class ContentPart(StrictModel):
 class ChatMessage(StrictModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[ContentPart] | None = None
-    # Tool calling (mstar/api_server/tools) types and uses these.
-    name: Any = None
-    tool_calls: Any = None
-    tool_call_id: Any = None
+    name: str | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: the call this result answers
 
     def text(self) -> str:
         """The message text: a string, or the text parts joined."""
@@ -42,10 +42,9 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20, description="Needs logprobs: true.")
-    # Tool calling (mstar/api_server/tools) types and uses these.
-    tools: Any = None
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None
+    tools: list[ChatTool] | None = None  # tool calling: see mstar/api_server/tools/
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
     # Ignored by design.
     metadata: dict[str, str] | None = Field(None, description="Ignored: nothing is stored.")
     service_tier: str | None = Field(None, description="Ignored: one tier.")

@@ -92,7 +92,7 @@ ROWS: list[dict[str, Any]] = [
          accepted={"logprobs": True}, refused={"logprobs": "yes"}),
     _row("top_logprobs", CHAT, "supported", "0 .. 20; needs ``logprobs: true``.",
          accepted={"logprobs": True, "top_logprobs": 2}, refused={"top_logprobs": 2}),
-    _row("tools", CHAT, "tool calling", "Passed to the chat template.",
+    _row("tools", CHAT, "tool calling", "Shown to the model: docs/tool_calling.rst.",
          accepted={"tools": [TOOL]}),
     _row("tool_choice", CHAT, "tool calling", "auto, none, required or a named function.",
          accepted={"tools": [TOOL], "tool_choice": "none"}),

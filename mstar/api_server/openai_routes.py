@@ -32,6 +32,8 @@ from mstar.api_server.request_rules import admit
 from mstar.api_server.response_models import ChatCompletionResponse, CompletionResponse
 from mstar.api_server.state import ServerState
 from mstar.api_server.structured import structured_output
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, output_constraint, request_tool_plan
+from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()
@@ -42,10 +44,12 @@ router = APIRouter()
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
-    structured = await structured_output(req)
-    prompts = [await chat_prompt_ids(state, req)]
+    tools = await request_tool_plan(req, state.settings.tool_call_parser,
+                                    state.tokenizer.chat_template)
+    structured = output_constraint(tools, await structured_output(req))
+    prompts = [await chat_prompt_ids(state, req, tools.shown_tools)]
     jobs = jobs_for(state, req, prompts, "messages", structured)
-    return await _respond(state, request, req, jobs, prompts, headers, chat=True)
+    return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)
 
 
 @router.post("/v1/completions", response_model=None,
@@ -69,22 +73,24 @@ def _echoes(state: ServerState, req: Any, prompts: list[list[int]]) -> list[str]
 
 
 async def _respond(state: ServerState, request: Request, req: Any, jobs: list[Job],
-                   prompts: list[list[int]], headers: dict[str, str], chat: bool) -> Any:
+                   prompts: list[list[int]], headers: dict[str, str], chat: bool,
+                   tools: ToolPlan = NO_TOOLS) -> Any:
     request_id = new_request_id("chatcmpl" if chat else "cmpl")
     echoes = _echoes(state, req, prompts)
     prompt_lens = [len(p) for p in prompts]
     if req.stream:
         outputs = run_requests(state, request_id, jobs)
         first = await first_output(outputs)
-        body = _stream(state, req, request_id, prompt_lens, first, outputs, chat, echoes)
+        body = _stream(state, req, request_id, prompt_lens, first, outputs, chat, echoes, tools)
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
     choices = await collect_choices(state, request_id, jobs, request.is_disconnected)
-    body = _final(state, req, request_id, prompt_lens, choices, chat, echoes)
+    body = _final(state, req, request_id, prompt_lens, choices, chat, echoes, tools)
     return JSONResponse(body, headers=headers)
 
 
 def _final(state: ServerState, req: Any, request_id: str, prompt_lens: list[int],
-           choices: list[fmt.Choice], chat: bool, echoes: list[str] | None) -> dict:
+           choices: list[fmt.Choice], chat: bool, echoes: list[str] | None,
+           tools: ToolPlan) -> dict:
     body = fmt.envelope(request_id, "chat.completion" if chat else "text_completion",
                         state.model_name, fmt.now(), state.settings.fingerprint())
     items = []
@@ -95,7 +101,7 @@ def _final(state: ServerState, req: Any, request_id: str, prompt_lens: list[int]
                         else fmt.completion_logprobs(state.tokenizer, c.logprobs, 0))
         item: dict[str, Any] = {"index": i, "logprobs": logprobs, "finish_reason": c.finish_reason}
         if chat:
-            item["message"] = {"role": "assistant", "content": c.text}
+            item["message"], item["finish_reason"] = final_message(tools, c.text, c.finish_reason)
         else:
             item["text"] = (echoes[i] if echoes else "") + c.text
         items.append(item)
@@ -117,11 +123,12 @@ def _opening_events(base: dict, n: int, chat: bool, echoes: list[str] | None
 
 async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: list[int],
                   first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool,
-                  echoes: list[str] | None) -> AsyncIterator[bytes]:
+                  echoes: list[str] | None, tools: ToolPlan) -> AsyncIterator[bytes]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
                         state.model_name, fmt.now(), state.settings.fingerprint())
     total = len(prompt_lens) * req.n
     choices = [fmt.Choice() for _ in range(total)]
+    streamed = [StreamedChoice(tools) for _ in range(total)]
     want_logprobs = req.num_logprobs() is not None
     offsets = [len(text) for text in echoes] if echoes else [0] * total
     for event in _opening_events(base, total, chat, echoes):
@@ -135,15 +142,16 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: li
                                         "finish_reason": fmt.finish_reason(out)}
                 entries = out.logprobs or []
                 if chat:
-                    item["delta"] = {"content": out.new_text}
                     if want_logprobs:
                         item["logprobs"] = fmt.chat_logprobs(state.tokenizer, entries)
-                else:
-                    item["text"] = out.new_text
-                    if want_logprobs:
-                        item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
-                                                                   offsets[i])
-                    offsets[i] += len(out.new_text)
+                    for chunk in streamed[i].chunks(item, out.new_text, out.finished):
+                        yield fmt.sse({**base, "choices": [chunk]})
+                    continue
+                item["text"] = out.new_text
+                if want_logprobs:
+                    item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
+                                                               offsets[i])
+                offsets[i] += len(out.new_text)
                 yield fmt.sse({**base, "choices": [item]})
         except APIError as exc:
             yield fmt.sse(exc.body())

@@ -16,12 +16,15 @@ from typing import Any
 from mstar.api_server.chat_protocol import ChatCompletionRequest
 from mstar.api_server.errors import APIError
 from mstar.api_server.state import ServerState
+from mstar.api_server.tools.template import template_inputs
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_prompt_fits
 
 
-async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
-    return await asyncio.to_thread(_chat_prompt_ids, state, req)
+async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
+                          tools: list[dict] | None = None) -> list[int]:
+    """``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``)."""
+    return await asyncio.to_thread(_chat_prompt_ids, state, req, tools)
 
 
 async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int]]
@@ -34,11 +37,12 @@ async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int
         lambda: [_completion_prompt_ids(state, p, field(k)) for k, p in enumerate(prompts)])
 
 
-def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
-    messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
+def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
+                     tools: list[dict] | None) -> list[int]:
+    messages, extra = template_inputs(req.messages, tools, state.tokenizer.chat_template)
     try:
         text = state.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                   add_generation_prompt=True)
+                                                   add_generation_prompt=True, **extra)
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
     return encode(state.tokenizer, text, False, state.max_model_len, "messages")
