@@ -1,8 +1,8 @@
 """`mstar serve` end to end: real processes on 127.0.0.1, the openai client, a tiny random model.
 
 One server (module scope) carries every knob these tests need at once: an API key, a cap of one
-request in flight, a 1 MiB body limit, and three problematic environment settings whose warnings
-must be logged before the model loads.
+request in flight, a 1 MiB body limit, two model-name aliases ("m", "tiny-llama"), and three
+problematic environment settings whose warnings must be logged before the model loads.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def server(tiny_model_dir, tmp_path_factory):
         "MSTAR_LAUNCH_WAIT_MS": "5ms",
         "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "1e3",
         "MSTAR_LAUNCH_WAIT": "5",
+        "MSTAR_SERVED_MODEL_NAMES": "m,tiny-llama",
     })
 
 

@@ -37,6 +37,7 @@ VALID = {
     "MSTAR_STREAM_INTERVAL": ("4", 4),
     "MSTAR_UNKNOWN_REQUEST_FIELDS": ("Reject", "reject"),
     "MSTAR_TOOL_CALL_PARSER": ("hermes", "hermes"),
+    "MSTAR_SERVED_MODEL_NAMES": ("gpt-4o-mini,default", "gpt-4o-mini,default"),
     "MSTAR_REQUEST_TIMEOUT_S": ("12", 12.0),
     "MSTAR_SHUTDOWN_TIMEOUT_S": ("0", 0.0),
     "MSTAR_STARTUP_TIMEOUT_S": ("60", 60.0),

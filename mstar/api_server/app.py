@@ -7,43 +7,52 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mstar.api_server import config_routes, native_routes, openai_routes
+from mstar.api_server import config_routes, native_routes, openai_routes, tokenize_routes
 from mstar.api_server.errors import error_body, install_error_handlers
 from mstar.api_server.formatting import now
 from mstar.api_server.middleware import LimitsMiddleware
+from mstar.api_server.openapi import documented, error_responses, install_openapi
+from mstar.api_server.response_models import HealthResponse, ModelList
 from mstar.api_server.state import ServerState
 from mstar.api_server.unhandled import UnhandledErrorMiddleware
 
-ROUTERS = (openai_routes.router, native_routes.router, config_routes.router)
+ROUTERS = (openai_routes.router, native_routes.router, tokenize_routes.router, config_routes.router)
+METRICS_DOC = {200: {"description": "Prometheus text format.",
+                     "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
 def build_app(state: ServerState) -> FastAPI:
-    app = FastAPI(title="mstar", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="mstar", version="1", docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json",
+                  description="OpenAI-compatible serving. Which request fields are supported, "
+                  "rejected or ignored: docs/openai_api.rst.")
     app.state.server = state
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
 
-    @app.get("/health")
+    @app.get("/health", response_model=None, responses=documented(HealthResponse, (503,)))
     async def health() -> Response:
         reason = state.unavailable_reason()
         if reason is not None:
             return JSONResponse(error_body(503, reason), status_code=503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/v1/models")
-    async def models() -> dict:
-        card = {"id": state.model_name, "object": "model", "created": now(), "owned_by": "mstar",
-                "max_model_len": state.max_model_len}
-        return {"object": "list", "data": [card]}
+    @app.get("/v1/models", response_model=None, responses=documented(ModelList, (401,)))
+    async def models() -> Response:
+        cards = [{"id": name, "object": "model", "created": now(), "owned_by": "mstar",
+                  "root": state.model_name, "max_model_len": state.max_model_len}
+                 for name in state.served_names()]
+        return JSONResponse({"object": "list", "data": cards})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_model=None, responses={**METRICS_DOC, **error_responses((401,))})
     async def metrics(request: Request) -> Response:
         state.metrics.update_workers(state.client.stats)
         state.metrics.in_flight.set(state.in_flight)
         state.metrics.show_fingerprint(state.settings.fingerprint())
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    install_openapi(app)
     routes = [route for router in ROUTERS for route in router.routes]
     routes += [route for route in app.routes if isinstance(route, APIRoute)]
     app.add_middleware(LimitsMiddleware, state=state, routes=routes)

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 ERROR_TYPES = {
@@ -27,19 +27,25 @@ ERROR_TYPES = {
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None):
+    """A failure with its HTTP status; ``param`` is the dotted path of the field to blame."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, kind: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.code = code
+        self.kind = kind
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.status, self.message, self.param)
+        return error_body(self.status, self.message, self.param, self.code, self.kind)
 
 
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    kind = ERROR_TYPES.get(status, "server_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None,
+               kind: str | None = None) -> dict[str, Any]:
+    kind = kind or ERROR_TYPES.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_bytes(status: int, message: str, param: str | None = None) -> bytes:
@@ -55,27 +61,41 @@ async def send_error(send: Any, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def validation_error(exc: RequestValidationError | ValidationError) -> APIError:
-    """The first problem as a 400 naming the field (``param``)."""
-    err = exc.errors()[0]
-    loc = [str(part) for part in err.get("loc", ()) if part != "body"]
-    if err.get("type") == "model_type" and not loc:
+def field_path(loc: tuple | list, body: Any) -> str | None:
+    """The dotted path of the field an error location points at, following the request body.
+
+    Pydantic puts union-branch labels ("str", "list[int]", "function-after[...]") into a
+    location; those are no keys of the body, so walking the body drops exactly them.
+    """
+    parts: list[str] = []
+    node = body
+    for i, part in enumerate(loc):
+        in_dict = isinstance(node, dict) and isinstance(part, str)
+        if in_dict and part in node or (
+                isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
+            node = node[part]
+        elif not (in_dict and i == len(loc) - 1):  # else: a missing field, named by the last part
+            continue
+        parts.append(str(part))
+    return ".".join(parts) or None
+
+
+def _most_specific(errors: list[dict]) -> dict:
+    """Of the errors of a union, the one that got deepest into the value (the branch meant)."""
+    return max(errors, key=lambda err: len(err.get("loc", ())))
+
+
+def validation_error(exc: RequestValidationError | ValidationError, body: Any) -> APIError:
+    """The most specific problem as a 400 naming the field (``param``, a dotted path)."""
+    err = _most_specific(list(exc.errors()))
+    loc = [part for part in err.get("loc", ()) if part != "body"]
+    if err.get("type") in ("model_type", "model_attributes_type", "dict_type") and not loc:
         return APIError(400, "request body must be a JSON object")
     if err.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON body: {err.get('msg', 'invalid JSON')}")
-    # Drop pydantic's union-branch names ("str", "list[int]") so param is the field path.
-    fields = [part for part in loc if not part.startswith(("str", "list[", "int", "float"))]
-    param = ".".join(fields) or None
+    param = field_path(loc, body)
     where = f"field '{param}'" if param else "request body"
     return APIError(400, f"invalid {where}: {err.get('msg', 'invalid value')}", param)
-
-
-async def parse_body(request: Request, model: type[BaseModel]) -> Any:
-    """Validate the JSON body whatever its Content-Type (curl -d sends form-urlencoded)."""
-    try:
-        return model.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise validation_error(exc) from None
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -85,7 +105,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        err = validation_error(exc)
+        err = validation_error(exc, exc.body)
         return JSONResponse(err.body(), status_code=400)
 
     @app.exception_handler(HTTPException)

@@ -113,7 +113,10 @@ class Choice:
             self.finish_reason = finish_reason(out)
 
 
-def total_usage(choices: list[Choice], prompt_len: int) -> dict[str, Any]:
-    """The prompt counts once; cached tokens are those of the choice that found the fewest."""
-    return usage(prompt_len, sum(len(c.token_ids) for c in choices),
-                 min(c.cached_tokens for c in choices))
+def total_usage(choices: list[Choice], prompt_lens: list[int]) -> dict[str, Any]:
+    """Each prompt counts once, whatever n; its cached tokens are those of its choice that found
+    the fewest (choices are prompt-major: n per prompt)."""
+    n = len(choices) // len(prompt_lens)
+    cached = sum(min(c.cached_tokens for c in choices[k * n:(k + 1) * n])
+                 for k in range(len(prompt_lens)))
+    return usage(sum(prompt_lens), sum(len(c.token_ids) for c in choices), cached)

@@ -8,6 +8,7 @@ applies request_timeout_s, turns worker faults into APIError, and aborts whateve
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,17 +23,30 @@ from mstar.api_server.state import ServerState
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_request_fits
 from mstar.engine.outputs import RequestOutput
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.sampling_params import SamplingParams, StructuredOutput
 
 DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there
+
+
+Job = tuple[list[int], SamplingParams]  # one choice: its prompt's token ids and how to sample
+
+
+def jobs_for(state: ServerState, req: Any, prompts: list[list[int]], prompt_field: str,
+             structured: StructuredOutput | None = None) -> list[Job]:
+    """Every choice of a request: prompt-major, n per prompt (choice index = prompt * n + i)."""
+    def field(k: int) -> str:
+        return f"{prompt_field}.{k}" if len(prompts) > 1 else prompt_field
+
+    return [(ids, params) for k, ids in enumerate(prompts)
+            for params in sampling_params(state, req, len(ids), field(k), structured)]
 
 
 def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def sampling_params(state: ServerState, req: Any, prompt_len: int,
-                    prompt_field: str = "prompt") -> list[SamplingParams]:
+def sampling_params(state: ServerState, req: Any, prompt_len: int, prompt_field: str = "prompt",
+                    structured: StructuredOutput | None = None) -> list[SamplingParams]:
     """One SamplingParams per choice (n), validated by the engine's own class and limit rule."""
     limit = state.max_model_len
     max_tokens = req.requested_max_tokens()
@@ -42,18 +56,34 @@ def sampling_params(state: ServerState, req: Any, prompt_len: int,
         check_request_fits(prompt_len, max_tokens, limit, prompt_field)
     except RequestRejected as exc:
         raise APIError(400, str(exc), exc.param) from exc
+    if req.min_tokens > max_tokens:
+        raise APIError(400, f"min_tokens ({req.min_tokens}) exceeds max_tokens ({max_tokens})",
+                       "min_tokens")
+    common = dict(
+        max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+        min_p=req.min_p, repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        logit_bias={int(k): v for k, v in (req.logit_bias or {}).items()},
+        min_tokens=req.min_tokens, stop_token_ids=list(req.stop_token_ids or []),
+        stop=req.stop_list(), ignore_eos=req.ignore_eos, logprobs=req.num_logprobs(),
+        structured_output=structured)
     out = []
     for i in range(req.n):
         try:
             params = SamplingParams(
-                max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                top_k=req.top_k, min_p=req.min_p, repetition_penalty=req.repetition_penalty,
-                seed=None if req.seed is None else (req.seed + i) % SEED_LIMIT,
-                stop=req.stop_list(), ignore_eos=req.ignore_eos, logprobs=req.num_logprobs())
-        except ValueError as exc:
-            raise APIError(400, str(exc)) from exc
+                **common, seed=None if req.seed is None else (req.seed + i) % SEED_LIMIT)
+        except ValueError as exc:  # the API's own checks are meant to make this unreachable
+            raise _field_error(exc) from exc
         out.append(params)
     return out
+
+
+def _field_error(exc: ValueError) -> APIError:
+    """SamplingParams' message, naming the request field rather than the engine's class."""
+    match = re.match(r"invalid SamplingParams\.(\w+)=.*?: (.*)$", str(exc), re.S)
+    if match is None:
+        return APIError(400, str(exc))
+    return APIError(400, f"invalid field '{match[1]}': {match[2]}", match[1])
 
 
 async def first_output(outputs: AsyncIterator) -> Any:
@@ -74,18 +104,18 @@ async def replay(first: tuple[int, RequestOutput], outputs: AsyncIterator
 
 
 async def run_requests(
-    state: ServerState, request_id: str, prompt_ids: list[int], params: list[SamplingParams],
+    state: ServerState, request_id: str, jobs: list[Job],
     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """Yield (choice index, engine output) until every choice finished."""
+    """Yield (choice index, engine output) until every choice (job) finished."""
     metrics = state.metrics
-    ids = [f"{request_id}-{i}" for i in range(len(params))]
+    ids = [f"{request_id}-{i}" for i in range(len(jobs))]
     index = {rid: i for i, rid in enumerate(ids)}
     started = time.perf_counter()
     last: dict[str, float] = {}
     unfinished = set(ids)
-    queue = state.client.submit([(rid, prompt_ids, p) for rid, p in zip(ids, params, strict=True)])
-    metrics.prompt_tokens.inc(len(prompt_ids) * len(ids))
+    queue = state.client.submit([(rid, ids_, p) for rid, (ids_, p) in zip(ids, jobs, strict=True)])
+    metrics.prompt_tokens.inc(sum(len(prompt_ids) for prompt_ids, _ in jobs))
     timeout = state.settings.request_timeout_s
     deadline = started + timeout
     next_check = started + DISCONNECT_CHECK_S
@@ -125,13 +155,11 @@ async def run_requests(
         state.client.abort(sorted(unfinished))
 
 
-async def collect_choices(state: ServerState, request_id: str, prompt_ids: list[int],
-                          params: list[SamplingParams],
+async def collect_choices(state: ServerState, request_id: str, jobs: list[Job],
                           is_disconnected: Callable[[], Awaitable[bool]]) -> list[fmt.Choice]:
     """Run every choice to the end for a non-streaming response."""
-    choices = [fmt.Choice() for _ in params]
-    async with aclosing(run_requests(state, request_id, prompt_ids, params,
-                                     is_disconnected)) as outputs:
+    choices = [fmt.Choice() for _ in jobs]
+    async with aclosing(run_requests(state, request_id, jobs, is_disconnected)) as outputs:
         async for i, out in outputs:
             choices[i].add(out)
     return choices

@@ -2,8 +2,8 @@
 
 Order: authentication (401), availability (503 while draining or after a fault), the in-flight cap
 (503), body size (413, from Content-Length and from the bytes actually received). Health, models,
-metrics and config bypass the cap; health also bypasses authentication. Every response carries the
-settings fingerprint header.
+metrics, config and the OpenAPI schema bypass the cap; health also bypasses authentication. Every
+response carries the settings fingerprint header.
 
 ``mstar_requests_total`` is labelled with the route template, and one shared ``unmatched`` label
 covers every path no route serves, so clients cannot grow the number of series.
@@ -20,7 +20,7 @@ from mstar.api_server.errors import send_error
 from mstar.api_server.state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
-UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics", "/v1/config"})
+UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics", "/v1/config", "/openapi.json"})
 UNMATCHED = "unmatched"
 FINGERPRINT_HEADER = b"x-mstar-settings-fingerprint"
 
@@ -29,6 +29,14 @@ def bearer_token(authorization: bytes) -> bytes | None:
     """The credentials of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
     scheme, _, token = authorization.strip().partition(b" ")
     return token.strip() if scheme.lower() == b"bearer" else None
+
+
+def as_json(scope: dict) -> dict:
+    """A POST body is JSON whatever its Content-Type says (curl -d sends form-urlencoded)."""
+    if scope.get("method") != "POST":
+        return scope
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
 
 
 def route_label(routes: list[BaseRoute], scope: dict) -> str:
@@ -86,7 +94,7 @@ class LimitsMiddleware:
             await send(message)
 
         try:
-            await self._admit(scope, headers, receive, counting_send)
+            await self._admit(as_json(scope), headers, receive, counting_send)
         finally:
             self.state.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
 

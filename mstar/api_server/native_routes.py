@@ -16,18 +16,22 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from mstar.api_server import formatting as fmt
-from mstar.api_server.errors import APIError, parse_body
+from mstar.api_server.completion_protocol import GenerateRequest
+from mstar.api_server.errors import APIError
 from mstar.api_server.generation import (
     collect_choices,
     first_output,
+    jobs_for,
     new_request_id,
     replay,
     run_requests,
-    sampling_params,
 )
+from mstar.api_server.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.prompts import completion_prompt_ids
-from mstar.api_server.protocol import GenerateRequest
+from mstar.api_server.request_rules import admit
+from mstar.api_server.response_models import GenerateResponse
 from mstar.api_server.state import ServerState
+from mstar.api_server.structured import structured_output
 from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()
@@ -44,22 +48,23 @@ def _line(i: int, out: RequestOutput) -> dict[str, Any]:
     return line
 
 
-@router.post("/generate")
-async def generate(request: Request) -> Any:
+@router.post("/generate", response_model=None,
+             responses=documented(GenerateResponse, GENERATION_ERRORS, "application/x-ndjson"))
+async def generate(req: GenerateRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    req = await parse_body(request, GenerateRequest)
-    prompt_ids = await completion_prompt_ids(state, req)
-    params = sampling_params(state, req, len(prompt_ids))
+    headers = admit(state, req, None)
+    structured = await structured_output(req)
+    prompts = await completion_prompt_ids(state, req.prompts())
+    jobs = jobs_for(state, req, prompts, "prompt", structured)
     request_id = new_request_id("gen")
     if not req.stream:
-        choices = await collect_choices(state, request_id, prompt_ids, params,
-                                        request.is_disconnected)
+        choices = await collect_choices(state, request_id, jobs, request.is_disconnected)
         return JSONResponse({
             "id": request_id, "model": state.model_name,
             "choices": [{"index": i, "text": c.text, "token_ids": c.token_ids,
                          "finish_reason": c.finish_reason} for i, c in enumerate(choices)],
-            "usage": fmt.total_usage(choices, len(prompt_ids))})
-    outputs = run_requests(state, request_id, prompt_ids, params)
+            "usage": fmt.total_usage(choices, [len(p) for p in prompts])}, headers=headers)
+    outputs = run_requests(state, request_id, jobs)
     first = await first_output(outputs)
 
     async def lines() -> AsyncIterator[bytes]:
@@ -70,4 +75,4 @@ async def generate(request: Request) -> Any:
             except APIError as exc:
                 yield fmt.json_line(exc.body())
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(lines(), media_type="application/x-ndjson", headers=headers)

@@ -1,4 +1,8 @@
-"""POST /v1/chat/completions and /v1/completions: OpenAI-compatible, streaming (SSE) or not."""
+"""POST /v1/chat/completions and /v1/completions: OpenAI-compatible, streaming (SSE) or not.
+
+A completions request may carry a batch of prompts: its choices are prompt-major, ``n`` per prompt
+(choice index = prompt * n + i).
+"""
 
 from __future__ import annotations
 
@@ -10,54 +14,83 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from mstar.api_server import formatting as fmt
-from mstar.api_server.errors import APIError, parse_body
+from mstar.api_server.chat_protocol import ChatCompletionRequest
+from mstar.api_server.completion_protocol import CompletionRequest
+from mstar.api_server.errors import APIError
 from mstar.api_server.generation import (
+    Job,
     collect_choices,
     first_output,
+    jobs_for,
     new_request_id,
     replay,
     run_requests,
-    sampling_params,
 )
+from mstar.api_server.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.prompts import chat_prompt_ids, completion_prompt_ids
-from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
+from mstar.api_server.request_rules import admit
+from mstar.api_server.response_models import ChatCompletionResponse, CompletionResponse
 from mstar.api_server.state import ServerState
+from mstar.api_server.structured import structured_output
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, output_constraint, request_tool_plan
+from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Any:
+@router.post("/v1/chat/completions", response_model=None,
+             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    req = await parse_body(request, ChatCompletionRequest)
-    prompt_ids = await chat_prompt_ids(state, req)
-    return await _respond(state, request, req, prompt_ids, chat=True)
+    headers = admit(state, req, "chat")
+    tools = await request_tool_plan(req, state.settings.tool_call_parser,
+                                    state.tokenizer.chat_template)
+    structured = output_constraint(tools, await structured_output(req))
+    prompts = [await chat_prompt_ids(state, req, tools.shown_tools)]
+    jobs = jobs_for(state, req, prompts, "messages", structured)
+    return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)
 
 
-@router.post("/v1/completions")
-async def completions(request: Request) -> Any:
+@router.post("/v1/completions", response_model=None,
+             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+async def completions(req: CompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    req = await parse_body(request, CompletionRequest)
-    prompt_ids = await completion_prompt_ids(state, req)
-    return await _respond(state, request, req, prompt_ids, chat=False)
+    headers = admit(state, req, "completions")
+    structured = await structured_output(req)
+    prompts = await completion_prompt_ids(state, req.prompts())
+    jobs = jobs_for(state, req, prompts, "prompt", structured)
+    return await _respond(state, request, req, jobs, prompts, headers, chat=False)
 
 
-async def _respond(state: ServerState, request: Request, req: Any, prompt_ids: list[int],
-                   chat: bool) -> Any:
-    params = sampling_params(state, req, len(prompt_ids), "messages" if chat else "prompt")
+def _echoes(state: ServerState, req: Any, prompts: list[list[int]]) -> list[str] | None:
+    """With echo: each choice's prompt text (as given, or decoded from token ids)."""
+    if not getattr(req, "echo", False):
+        return None
+    texts = [p if isinstance(p, str) else state.tokenizer.decode(ids)
+             for p, ids in zip(req.prompts(), prompts, strict=True)]
+    return [text for text in texts for _ in range(req.n)]
+
+
+async def _respond(state: ServerState, request: Request, req: Any, jobs: list[Job],
+                   prompts: list[list[int]], headers: dict[str, str], chat: bool,
+                   tools: ToolPlan = NO_TOOLS) -> Any:
     request_id = new_request_id("chatcmpl" if chat else "cmpl")
+    echoes = _echoes(state, req, prompts)
+    prompt_lens = [len(p) for p in prompts]
     if req.stream:
-        outputs = run_requests(state, request_id, prompt_ids, params)
+        outputs = run_requests(state, request_id, jobs)
         first = await first_output(outputs)
-        body = _stream(state, req, request_id, prompt_ids, first, outputs, chat)
-        return StreamingResponse(body, media_type="text/event-stream")
-    choices = await collect_choices(state, request_id, prompt_ids, params, request.is_disconnected)
-    return JSONResponse(_final(state, req, request_id, prompt_ids, choices, chat))
+        body = _stream(state, req, request_id, prompt_lens, first, outputs, chat, echoes, tools)
+        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+    choices = await collect_choices(state, request_id, jobs, request.is_disconnected)
+    body = _final(state, req, request_id, prompt_lens, choices, chat, echoes, tools)
+    return JSONResponse(body, headers=headers)
 
 
-def _final(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
-           choices: list[fmt.Choice], chat: bool) -> dict:
+def _final(state: ServerState, req: Any, request_id: str, prompt_lens: list[int],
+           choices: list[fmt.Choice], chat: bool, echoes: list[str] | None,
+           tools: ToolPlan) -> dict:
     body = fmt.envelope(request_id, "chat.completion" if chat else "text_completion",
                         state.model_name, fmt.now(), state.settings.fingerprint())
     items = []
@@ -68,28 +101,38 @@ def _final(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
                         else fmt.completion_logprobs(state.tokenizer, c.logprobs, 0))
         item: dict[str, Any] = {"index": i, "logprobs": logprobs, "finish_reason": c.finish_reason}
         if chat:
-            item["message"] = {"role": "assistant", "content": c.text}
+            item["message"], item["finish_reason"] = final_message(tools, c.text, c.finish_reason)
         else:
-            item["text"] = c.text
+            item["text"] = (echoes[i] if echoes else "") + c.text
         items.append(item)
     body["choices"] = items
-    body["usage"] = fmt.total_usage(choices, len(prompt_ids))
+    body["usage"] = fmt.total_usage(choices, prompt_lens)
     return body
 
 
-async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: list[int],
-                  first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool
-                  ) -> AsyncIterator[bytes]:
+def _opening_events(base: dict, n: int, chat: bool, echoes: list[str] | None
+                    ) -> list[dict[str, Any]]:
+    """Before any token: the assistant role of each chat choice, or each echoed prompt."""
+    if chat:
+        return [{**base, "choices": [{"index": i, "logprobs": None, "finish_reason": None,
+                                      "delta": {"role": "assistant", "content": ""}}]}
+                for i in range(n)]
+    return [{**base, "choices": [{"index": i, "text": text, "logprobs": None,
+                                  "finish_reason": None}]} for i, text in enumerate(echoes or [])]
+
+
+async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: list[int],
+                  first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool,
+                  echoes: list[str] | None, tools: ToolPlan) -> AsyncIterator[bytes]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
                         state.model_name, fmt.now(), state.settings.fingerprint())
-    choices = [fmt.Choice() for _ in range(req.n)]
+    total = len(prompt_lens) * req.n
+    choices = [fmt.Choice() for _ in range(total)]
+    streamed = [StreamedChoice(tools) for _ in range(total)]
     want_logprobs = req.num_logprobs() is not None
-    offsets = [0] * req.n
-    if chat:
-        for i in range(req.n):
-            delta = {"role": "assistant", "content": ""}
-            yield fmt.sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": None,
-                                                "finish_reason": None}]})
+    offsets = [len(text) for text in echoes] if echoes else [0] * total
+    for event in _opening_events(base, total, chat, echoes):
+        yield fmt.sse(event)
 
     async with aclosing(outputs):
         try:
@@ -99,20 +142,21 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_ids: lis
                                         "finish_reason": fmt.finish_reason(out)}
                 entries = out.logprobs or []
                 if chat:
-                    item["delta"] = {"content": out.new_text}
                     if want_logprobs:
                         item["logprobs"] = fmt.chat_logprobs(state.tokenizer, entries)
-                else:
-                    item["text"] = out.new_text
-                    if want_logprobs:
-                        item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
-                                                                   offsets[i])
-                    offsets[i] += len(out.new_text)
+                    for chunk in streamed[i].chunks(item, out.new_text, out.finished):
+                        yield fmt.sse({**base, "choices": [chunk]})
+                    continue
+                item["text"] = out.new_text
+                if want_logprobs:
+                    item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
+                                                               offsets[i])
+                offsets[i] += len(out.new_text)
                 yield fmt.sse({**base, "choices": [item]})
         except APIError as exc:
             yield fmt.sse(exc.body())
             yield fmt.SSE_DONE
             return
     if req.include_usage():
-        yield fmt.sse({**base, "choices": [], "usage": fmt.total_usage(choices, len(prompt_ids))})
+        yield fmt.sse({**base, "choices": [], "usage": fmt.total_usage(choices, prompt_lens)})
     yield fmt.SSE_DONE

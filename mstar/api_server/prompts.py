@@ -13,42 +13,50 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mstar.api_server.chat_protocol import ChatCompletionRequest
 from mstar.api_server.errors import APIError
-from mstar.api_server.protocol import ChatCompletionRequest, CompletionRequest
 from mstar.api_server.state import ServerState
+from mstar.api_server.tools.template import template_inputs
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_prompt_fits
 
 
-async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
-    return await asyncio.to_thread(_chat_prompt_ids, state, req)
+async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
+                          tools: list[dict] | None = None) -> list[int]:
+    """``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``)."""
+    return await asyncio.to_thread(_chat_prompt_ids, state, req, tools)
 
 
-async def completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
-    return await asyncio.to_thread(_completion_prompt_ids, state, req)
+async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int]]
+                                ) -> list[list[int]]:
+    """The token ids of each prompt of a batch (a 400 names ``prompt``, or ``prompt.k``)."""
+    def field(k: int) -> str:
+        return f"prompt.{k}" if len(prompts) > 1 else "prompt"
+
+    return await asyncio.to_thread(
+        lambda: [_completion_prompt_ids(state, p, field(k)) for k, p in enumerate(prompts)])
 
 
-def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest) -> list[int]:
-    messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
+def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
+                     tools: list[dict] | None) -> list[int]:
+    messages, extra = template_inputs(req.messages, tools, state.tokenizer.chat_template)
     try:
         text = state.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                   add_generation_prompt=True)
+                                                   add_generation_prompt=True, **extra)
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
     return encode(state.tokenizer, text, False, state.max_model_len, "messages")
 
 
-def _completion_prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
-    if isinstance(req.prompt, str):
-        ids = encode(state.tokenizer, req.prompt, True, state.max_model_len, "prompt")
-    else:
-        vocab = len(state.tokenizer)
-        bad = [t for t in req.prompt if not 0 <= t < vocab]
-        if bad:
-            raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", "prompt")
-        check_prompt_len(len(req.prompt), state.max_model_len, "prompt")
-        ids = list(req.prompt)
-    return ids
+def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: str) -> list[int]:
+    if isinstance(prompt, str):
+        return encode(state.tokenizer, prompt, True, state.max_model_len, param)
+    vocab = len(state.tokenizer)
+    bad = [t for t in prompt if not 0 <= t < vocab]
+    if bad:
+        raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param)
+    check_prompt_len(len(prompt), state.max_model_len, param)
+    return list(prompt)
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,

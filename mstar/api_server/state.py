@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mstar.api_server.metrics import Metrics
+from mstar.api_server.unknown_fields import UnknownFieldPolicy
 
 if TYPE_CHECKING:
     from mstar.api_server.engine_client import EngineClient
@@ -26,6 +27,10 @@ class ServerState:
     # restart-only changes the last reload found; both change only in ``reload.apply_reload``.
     loaded: LoadedSettings | None = None
     pending_restart: dict[str, dict] = field(default_factory=dict)
+    unknown_fields: UnknownFieldPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.unknown_fields = UnknownFieldPolicy(self.settings.unknown_request_fields)
 
     def unavailable_reason(self) -> str | None:
         """Why new generation requests are refused right now, if they are."""
@@ -34,3 +39,12 @@ class ServerState:
         if self.draining:
             return "server is shutting down"
         return None
+
+    def served_names(self) -> list[str]:
+        """The names /v1/models lists: the served name, then MSTAR_SERVED_MODEL_NAMES."""
+        aliases = (self.settings.served_model_names or "").split(",")
+        return list(dict.fromkeys([self.model_name, *(a.strip() for a in aliases if a.strip())]))
+
+    def serves(self, model: str | None) -> bool:
+        """Whether a request's ``model`` names this model (absent: yes; MSTAR_MODEL works too)."""
+        return model is None or model in self.served_names() or model == self.settings.model

@@ -27,10 +27,16 @@ def _normalized(name: str) -> str:
     return visible.upper().replace("-", "_")
 
 
+def close_matches(name: str, known: list[str], n: int = 5) -> list[str]:
+    """The known names ``name`` may have been meant as, closest first (the "did you mean" rule
+    of settings, reused for request fields)."""
+    return difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+
+
 def _candidates(tail: str) -> list[Knob]:
     if tail in _TAILS:
         return [_TAILS[tail]]
-    return [_TAILS[t] for t in difflib.get_close_matches(tail, list(_TAILS), n=5, cutoff=0.6)]
+    return [_TAILS[t] for t in close_matches(tail, list(_TAILS))]
 
 
 def classify_unknown(name: str) -> UnknownName | None:

@@ -110,6 +110,11 @@ class ServerKnobs(BaseModel):
         "warn", "What a request field the API does not know gets: ignore; warn (logged once per "
         "field name, and listed in the response header X-Mstar-Ignored-Fields); or reject (a 400 "
         "naming each one, with a suggestion). Known but unsupported fields are always a 400.")
+    served_model_names: str | None = _server(
+        None, "Other names the served model answers to in a request's 'model' field, a comma "
+        "list (e.g. 'gpt-4o-mini,default'); /v1/models lists them too. The served name (the "
+        "model directory's name, or the built-in model's) and MSTAR_MODEL itself always work; "
+        "any other name is a 404 model_not_found.")
     tool_call_parser: Literal["auto", "hermes"] = _server(
         "auto", "How tool calls are read from the model's output: hermes = "
         "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates). auto = chosen from the "

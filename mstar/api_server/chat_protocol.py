@@ -1,0 +1,69 @@
+"""The body of POST /v1/chat/completions.
+
+Fields OpenAI defines that mstar does not offer are declared (``Any``) so that they are known,
+and refused by ``request_rules`` with a 400 naming them; see ``field_rows`` for each one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from mstar.api_server.protocol import MAX_INT32, NonEmptyStr, SamplingFields, StrictModel
+from mstar.api_server.tools.schema import AssistantToolCall, ChatTool, ToolChoice
+
+NOT_SUPPORTED = "Not supported: a 400 unless null."
+
+
+class ContentPart(StrictModel):
+    """One part of a message's content; only ``text`` parts are taken (others are a 400)."""
+
+    type: NonEmptyStr
+    text: str | None = None
+
+
+class ChatMessage(StrictModel):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: the call this result answers
+
+    def text(self) -> str:
+        """The message text: a string, or the text parts joined."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(part.text or "" for part in self.content if part.type == "text")
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="Needs logprobs: true.")
+    tools: list[ChatTool] | None = None  # tool calling: see mstar/api_server/tools/
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # Ignored by design.
+    metadata: dict[str, str] | None = Field(None, description="Ignored: nothing is stored.")
+    service_tier: str | None = Field(None, description="Ignored: one tier.")
+    safety_identifier: str | None = Field(None, description="Ignored (informational).")
+    prompt_cache_key: str | None = Field(None, description="Ignored: prefix caching is automatic.")
+    prompt_cache_retention: str | None = Field(None, description="Ignored.")
+    # Refused unless null (or the value that asks for nothing).
+    store: bool | None = Field(None, description="Nothing is stored: true is a 400.")
+    modalities: Any = Field(None, description='Text only: a 400 unless null or ["text"].')
+    functions: Any = Field(None, description=NOT_SUPPORTED + " Use tools.")
+    function_call: Any = Field(None, description=NOT_SUPPORTED + " Use tool_choice.")
+    audio: Any = Field(None, description=NOT_SUPPORTED)
+    prediction: Any = Field(None, description=NOT_SUPPORTED)
+    reasoning_effort: Any = Field(None, description=NOT_SUPPORTED)
+    verbosity: Any = Field(None, description=NOT_SUPPORTED)
+    web_search_options: Any = Field(None, description=NOT_SUPPORTED)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None

@@ -1,0 +1,114 @@
+"""The response bodies, as the published OpenAPI schema describes them (documentation only: the
+routes build their JSON directly, and a test checks real responses against these)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = Field(description="Dotted path of the field to blame, if one is.")
+    code: str | None = Field(description="model_not_found for an unknown model, else null.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: dict[str, int] | None = None
+
+
+class ChatMessageOut(BaseModel):
+    role: Literal["assistant"]
+    content: str | None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatMessageOut
+    logprobs: dict[str, Any] | None
+    finish_reason: str | None
+
+
+class ChatCompletionResponse(BaseModel):
+    """With ``stream: true``: server-sent events of ``chat.completion.chunk`` objects instead."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    system_fingerprint: str  # the settings fingerprint (docs/operations.rst)
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: dict[str, Any] | None
+    finish_reason: str | None
+
+
+class CompletionResponse(BaseModel):
+    """With ``stream: true``: server-sent events of ``text_completion`` chunks instead."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    system_fingerprint: str  # the settings fingerprint (docs/operations.rst)
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class GenerateChoice(BaseModel):
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+
+
+class GenerateResponse(BaseModel):
+    """With ``stream: true`` (the default): NDJSON lines instead, one per choice and step."""
+
+    id: str
+    model: str
+    choices: list[GenerateChoice]
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    root: str
+    max_model_len: int
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]

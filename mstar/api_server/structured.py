@@ -1,0 +1,80 @@
+"""A request's structured-output constraint: ``response_format`` or one ``guided_*`` extra.
+
+At most one per request. Each becomes the engine's ``StructuredOutput``; one that does not compile
+(an invalid JSON schema, regex or grammar) is a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from mstar.api_server.errors import APIError
+from mstar.api_server.protocol import SamplingFields
+from mstar.engine.sampling_params import StructuredOutput
+
+try:  # the engine's own check, once it has one
+    from mstar.engine.structured_output import check_structured_output
+except ImportError:
+    from mstar.api_server.structured_output_check import check_structured_output
+
+GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+
+
+def _schema_text(schema: Any, param: str) -> str:
+    if isinstance(schema, str):
+        try:
+            json.loads(schema)
+        except ValueError as exc:
+            raise APIError(400, f"invalid field '{param}': not JSON ({exc})", param) from None
+        return schema
+    return json.dumps(schema)
+
+
+def _from_response_format(req: SamplingFields) -> tuple[StructuredOutput, str] | None:
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return StructuredOutput(kind="json_object"), "response_format"
+    if fmt.json_schema is None:
+        raise APIError(400, "response_format of type json_schema needs 'json_schema'",
+                       "response_format.json_schema")
+    schema = fmt.json_schema.json_schema
+    if schema is None:
+        return StructuredOutput(kind="json_object"), "response_format"
+    param = "response_format.json_schema.schema"
+    return StructuredOutput(kind="json_schema", spec=_schema_text(schema, param)), param
+
+
+def _from_guided(req: SamplingFields, name: str) -> tuple[StructuredOutput, str]:
+    value = getattr(req, name)
+    if name == "guided_json":
+        return StructuredOutput(kind="json_schema", spec=_schema_text(value, name)), name
+    if name == "guided_choice":
+        return StructuredOutput(kind="choice", choices=list(value)), name
+    kind = "regex" if name == "guided_regex" else "grammar"
+    return StructuredOutput(kind=kind, spec=value), name
+
+
+def requested_constraints(req: SamplingFields) -> list[tuple[StructuredOutput, str]]:
+    found = [c for c in [_from_response_format(req)] if c is not None]
+    return found + [_from_guided(req, name) for name in GUIDED if getattr(req, name) is not None]
+
+
+async def structured_output(req: SamplingFields) -> StructuredOutput | None:
+    """The request's constraint, checked to compile (off the event loop); None when free."""
+    found = requested_constraints(req)
+    if not found:
+        return None
+    if len(found) > 1:
+        names = ", ".join(param.split(".")[0] for _, param in found)
+        raise APIError(400, f"only one structured-output constraint per request; got {names}",
+                       found[1][1].split(".")[0])
+    spec, param = found[0]
+    try:
+        await asyncio.to_thread(check_structured_output, spec)
+    except ValueError as exc:
+        raise APIError(400, f"invalid field '{param}': {exc}", param) from None
+    return spec

@@ -1,0 +1,90 @@
+"""POST /tokenize and /detokenize, in the shape vLLM gives them.
+
+/tokenize takes a ``prompt`` (special tokens added by default) or chat ``messages`` (rendered with
+the chat template, generation prompt added by default) and answers the token ids, their count and
+max_model_len. /detokenize turns token ids back into text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from mstar.api_server.chat_protocol import ChatMessage
+from mstar.api_server.errors import APIError
+from mstar.api_server.openapi import REQUEST_ERRORS, documented
+from mstar.api_server.protocol import StrictModel, TokenId
+from mstar.api_server.request_rules import check_content_parts, check_model
+from mstar.api_server.response_models import DetokenizeResponse, TokenizeResponse
+from mstar.api_server.state import ServerState
+from mstar.api_server.unknown_fields import unknown_fields
+
+router = APIRouter()
+
+
+class TokenizeRequest(StrictModel):
+    model: str | None = None
+    prompt: str | None = Field(None, description="Text to tokenize (or messages).")
+    messages: list[ChatMessage] | None = Field(None, min_length=1,
+                                               description="Chat to render and tokenize.")
+    add_special_tokens: bool | None = Field(
+        None, description="Default: true for a prompt, false for messages (the template has them).")
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(StrictModel):
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+def _tokenize(state: ServerState, req: TokenizeRequest) -> list[int]:
+    tokenizer = state.tokenizer
+    if req.messages is None:
+        add_special = True if req.add_special_tokens is None else req.add_special_tokens
+        return tokenizer.encode(req.prompt, add_special_tokens=add_special)
+    messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=req.add_generation_prompt)
+    except Exception as exc:  # a template may reject e.g. a role order it does not support
+        raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
+    return tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
+
+
+def _admit(state: ServerState, req: Any) -> dict[str, str]:
+    check_model(state, req.model)
+    return state.unknown_fields.headers(unknown_fields(req))
+
+
+@router.post("/tokenize", response_model=None, responses=documented(TokenizeResponse,
+                                                                     REQUEST_ERRORS))
+async def tokenize(req: TokenizeRequest, request: Request) -> Any:
+    state: ServerState = request.app.state.server
+    headers = _admit(state, req)
+    if (req.prompt is None) == (req.messages is None):
+        raise APIError(400, "give exactly one of 'prompt' and 'messages'", "prompt")
+    if req.messages is not None:
+        check_content_parts(req)
+    ids = await asyncio.to_thread(_tokenize, state, req)
+    strs = state.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
+    return JSONResponse({"count": len(ids), "max_model_len": state.max_model_len,
+                         "tokens": ids, "token_strs": strs}, headers=headers)
+
+
+@router.post("/detokenize", response_model=None, responses=documented(DetokenizeResponse,
+                                                                       REQUEST_ERRORS))
+async def detokenize(req: DetokenizeRequest, request: Request) -> Any:
+    state: ServerState = request.app.state.server
+    headers = _admit(state, req)
+    vocab = len(state.tokenizer)
+    for i, token in enumerate(req.tokens):
+        if token >= vocab:
+            raise APIError(400, f"tokens[{i}]={token} is not a token id in [0, {vocab})",
+                           f"tokens.{i}")
+    text = await asyncio.to_thread(state.tokenizer.decode, req.tokens)
+    return JSONResponse({"prompt": text}, headers=headers)

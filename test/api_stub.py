@@ -1,0 +1,65 @@
+"""The API server in process on a stub engine: every choice gets up to 3 tokens at once.
+
+For tests of the HTTP layer (fields, errors, the published schema) that need no model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from mstar.engine.outputs import RequestOutput, TokenLogprob
+from mstar.ipc import messages as m
+
+STUB_MODEL = "stub-model"
+STUB_TOKEN = 5
+MAX_STUB_TOKENS = 3
+
+
+class StubEngine:
+    """Stands in for EngineClient; ``submitted`` keeps every (request id, prompt ids, params).
+
+    Each sub-request crosses the wire encoding a worker decodes (which validates it again), so a
+    request the API lets through that would fail in a worker fails here.
+    """
+
+    def __init__(self) -> None:
+        self.failure = None
+        self.stats: dict = {}
+        self.submitted: list = []
+
+    def submit(self, requests: list) -> asyncio.Queue:
+        queue: asyncio.Queue = asyncio.Queue()
+        for rid, ids, params in requests:
+            sent = m.decode(m.encode(m.AddRequest(rid, ids, params)))
+            assert sent.params == params
+            self.submitted.append((rid, ids, params))
+            count = min(params.max_tokens, MAX_STUB_TOKENS)
+            for k in range(count):
+                logprobs = None
+                if params.logprobs is not None:
+                    top = [(STUB_TOKEN, -0.5)] * params.logprobs
+                    logprobs = [TokenLogprob(STUB_TOKEN, -0.5, top)]
+                last = k == count - 1
+                queue.put_nowait(RequestOutput(
+                    rid, [STUB_TOKEN], "a", finished=last, finish_reason="length" if last else None,
+                    num_prompt_tokens=len(ids), num_output_tokens=k + 1, logprobs=logprobs))
+        return queue
+
+    def release(self, request_ids: list) -> None:
+        pass
+
+    def abort(self, request_ids: list) -> None:
+        pass
+
+
+def stub_app(tokenizer, **settings):
+    """(the ASGI app, its stub engine) for these settings."""
+    from mstar.api_server.app import build_app
+    from mstar.api_server.metrics import Metrics
+    from mstar.api_server.state import ServerState
+    from mstar.settings import WorkerSettings
+
+    engine = StubEngine()
+    state = ServerState(settings=WorkerSettings(**settings), tokenizer=tokenizer, client=engine,
+                        model_name=STUB_MODEL, max_model_len=64, metrics=Metrics())
+    return build_app(state), engine

@@ -1,0 +1,73 @@
+"""Every row of the request-field table (docs/openai_api.rst) behaves as the table says, on the
+API server in process with a stub engine; and the table, the docs and the request models agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from api_stub import stub_app
+from starlette.testclient import TestClient
+
+from mstar.api_server.field_table import TABLE, FieldRow, rst_table
+
+BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                          "max_tokens": 2}),
+        "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2})}
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "openai_api.rst"
+CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints]
+
+
+def _id(case: tuple[str, FieldRow]) -> str:
+    return f"{case[0]}:{case[1].name}"
+
+
+@pytest.fixture(scope="module")
+def stub(tiny_tokenizer):
+    app, engine = stub_app(tiny_tokenizer)
+    return TestClient(app), engine
+
+
+def _post(client: TestClient, endpoint: str, fragment: dict):
+    path, base = BASE[endpoint]
+    return client.post(path, json={**base, **fragment})
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_each_field_behaves_as_the_table_says(stub, case):
+    endpoint, row = case
+    client, _ = stub
+    if row.accepted is not None:
+        resp = _post(client, endpoint, row.accepted)
+        assert resp.status_code == 200, resp.text
+        assert "x-mstar-ignored-fields" not in resp.headers  # a known field, never "unknown"
+    if row.refused is not None:
+        resp = _post(client, endpoint, row.refused)
+        assert resp.status_code == row.refused_status, resp.text
+        error = resp.json()["error"]
+        assert error["param"] == row.error_param, error
+        if row.status == "rejected":
+            assert "not supported" in error["message"] and f"`{row.error_param}`" in \
+                error["message"]
+    assert row.accepted is not None or row.refused is not None
+
+
+def test_every_top_level_field_has_a_row_and_every_row_a_field():
+    from mstar.api_server.chat_protocol import ChatCompletionRequest, ChatMessage
+    from mstar.api_server.completion_protocol import CompletionRequest
+
+    for endpoint, model in (("chat", ChatCompletionRequest), ("completions", CompletionRequest)):
+        rows = {row.name.split(".")[0] for row in TABLE if endpoint in row.endpoints}
+        assert rows == set(model.model_fields), endpoint
+    message_rows = {row.name.split(".")[2].split(" ")[0] for row in TABLE
+                    if row.name.startswith("messages.*.")}
+    assert message_rows | {"role", "tool_call_id"} == set(ChatMessage.model_fields)
+
+
+def test_the_docs_table_is_the_table_in_code():
+    text = DOCS.read_text()
+    start = text.index(".. field-table-start") + len(".. field-table-start\n\n")
+    end = text.index(".. field-table-end")
+    assert text[start:end].strip() == rst_table().strip(), (
+        "docs/openai_api.rst is stale: paste the output of "
+        "`python -m mstar.api_server.field_table` between its field-table markers")

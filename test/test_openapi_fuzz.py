@@ -1,0 +1,76 @@
+"""The published schema, fuzzed: schemathesis against the ASGI app in process, on a stub engine.
+
+Pass condition: no 5xx, every response matches the schema /openapi.json publishes (status codes,
+content types, bodies), and nothing the API accepts would fail in a worker (the stub engine
+encodes and decodes each sub-request as a worker does).
+"""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from api_stub import stub_app
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance]
+
+
+OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/generate"),
+              ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/health"),
+              ("GET", "/v1/models"), ("GET", "/metrics")]
+EXAMPLES = {"POST": 40, "GET": 3}
+
+
+@pytest.fixture(scope="module")
+def api_schema(tiny_tokenizer):
+    app, _ = stub_app(tiny_tokenizer)
+    return schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+def test_every_operation_is_fuzzed(api_schema):
+    published = {(method.upper(), path) for path, item in api_schema.raw_schema["paths"].items()
+                 for method in item}
+    assert published == set(OPERATIONS)
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS)
+def test_every_route_keeps_to_its_published_schema(api_schema, method, path):
+    @given(case=api_schema[path][method].as_strategy())
+    @settings(max_examples=EXAMPLES[method], deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def fuzz(case):
+        case.call_and_validate(checks=CHECKS)
+
+    fuzz()
+
+
+def test_the_schema_documents_errors_and_extras(tiny_tokenizer):
+    from starlette.testclient import TestClient
+
+    app, _ = stub_app(tiny_tokenizer)
+    spec = TestClient(app).get("/openapi.json").json()
+    chat = spec["paths"]["/v1/chat/completions"]["post"]
+    assert set(chat["responses"]) == {"200", "400", "401", "404", "413", "503", "504"}
+    assert set(chat["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+    fields = spec["components"]["schemas"]["ChatCompletionRequest"]["properties"]
+    for extra in ("ignore_eos", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                  "min_tokens", "stop_token_ids", "top_k", "min_p", "repetition_penalty"):
+        assert extra in fields and fields[extra].get("description"), extra
+    assert "HTTPValidationError" not in spec["components"]["schemas"]  # never a 422
+
+
+def test_the_schema_is_behind_the_api_key(tiny_tokenizer):
+    from starlette.testclient import TestClient
+
+    app, _ = stub_app(tiny_tokenizer, api_key="k")
+    client = TestClient(app)
+    assert client.get("/openapi.json").status_code == 401
+    ok = client.get("/openapi.json", headers={"Authorization": "Bearer k"})
+    assert ok.status_code == 200 and "/tokenize" in ok.json()["paths"]
