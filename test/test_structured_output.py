@@ -142,6 +142,16 @@ def test_prefix_cache_hit_keeps_constrained_output(llm, run):
     jsonschema.validate(json.loads(second["text"]), schema)
 
 
+def test_llm_rejects_a_bad_schema_and_runs_nothing_of_the_call(llm):
+    good = _greedy(StructuredOutput(kind="choice", choices=["yes", "no"]), max_tokens=4)
+    bad = _greedy(StructuredOutput(kind="json_schema", spec='{"type": "objekt"}'))
+    with pytest.raises(RequestRejected, match="objekt") as err:
+        llm.generate(["Is the sea blue?", "Is grass green?"], [good, bad])
+    assert err.value.param == "response_format"
+    assert not llm.engine.has_unfinished_requests()  # the good one did not stay queued
+    assert llm.generate("Is the sea blue? Answer yes or no.", good)[0].text in ("yes", "no")
+
+
 # ---- tiny random models: the loop mechanics -----------------------------------------------------
 
 # Every path through this schema is short, so even a random model's greedy output ends in it.
