@@ -150,7 +150,7 @@ def test_params_decoded_off_the_wire_are_validated():
 # ---- penalties, logit_bias, min_tokens: the sampler on hand-made logits ------------------------
 
 EOS = 3
-LOGITS = [3.0, 2.6, 2.0, 0.0]  # token 3 is EOS
+LOGITS = [3.0, 2.6, 2.0, 0.0, -50.0, -50.0]  # token 3 is EOS
 
 
 def _sample(params: SamplingParams, outputs: list[int] = (), prompt: list[int] = (5,),
@@ -160,7 +160,7 @@ def _sample(params: SamplingParams, outputs: list[int] = (), prompt: list[int] =
     from mstar.engine.sampler import Sampler, SamplingMetadata
     from mstar.engine.sampling_state import new_sampling_state
 
-    vocab = len(logits) + 2
+    vocab = len(logits)
     state = new_sampling_state(params, list(prompt), {EOS}, vocab, None, torch.device("cpu"))
     for token in outputs if state is not None else ():
         state.record(token)
@@ -168,7 +168,7 @@ def _sample(params: SamplingParams, outputs: list[int] = (), prompt: list[int] =
                             all_greedy=params.greedy, any_adjustment=adjusts_logits(params),
                             any_logprobs=params.logprobs is not None,
                             any_state=state is not None)
-    row = torch.tensor([logits + [-50.0, -50.0]])
+    row = torch.tensor([logits])
     tokens, logprobs = Sampler()(row, meta)
     return int(tokens[0]), state, logprobs
 
@@ -203,12 +203,14 @@ def test_logit_bias_picks_or_bans_a_token():
 
 
 def test_min_tokens_keeps_eos_and_stop_ids_out():
-    eos_first = [0.0, 0.0, 1.0, 5.0]  # EOS, then token 2 (a stop token id below)
+    eos_first = [0.0, 0.0, 1.0, 5.0, -50.0, -50.0]  # EOS, then token 2 (a stop token id below)
     params = SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[2])
     assert _sample(params, logits=eos_first)[0] == 0
     assert _sample(params, outputs=[1], logits=eos_first)[0] == 0
     assert _sample(params, outputs=[1, 1], logits=eos_first)[0] == EOS
     assert _sample(SamplingParams(temperature=0), logits=eos_first)[0] == EOS
+    only_eos = [float("-inf")] * 3 + [5.0] + [float("-inf")] * 2  # a grammar that can only end
+    assert _sample(params, logits=only_eos)[0] == EOS
 
 
 def test_sampler_records_each_sampled_token_in_the_state():
@@ -222,7 +224,7 @@ def test_logprobs_come_from_the_raw_logits():
     params = SamplingParams(temperature=0, logprobs=1, logit_bias={2: 10.0},
                             presence_penalty=2.0)
     token, _, logprobs = _sample(params, outputs=[2])
-    raw = torch.log_softmax(torch.tensor(LOGITS + [-50.0, -50.0]), -1)
+    raw = torch.log_softmax(torch.tensor(LOGITS), -1)
     assert token == 2 and logprobs[0].logprob == pytest.approx(float(raw[2]))
     assert logprobs[0].top == [(0, pytest.approx(float(raw[0])))]
 

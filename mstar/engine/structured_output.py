@@ -59,7 +59,7 @@ def check_structured_output(spec: StructuredOutput) -> None:
             xgr.Grammar.from_ebnf(choice_grammar(spec.choices))
         elif spec.kind == "grammar":
             xgr.Grammar.from_ebnf(spec.spec)
-    except (RuntimeError, ValueError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError, ValueError, ...
         raise ValueError(f"invalid {spec.kind}: {_reason(exc)}") from None
 
 
