@@ -104,7 +104,7 @@ def test_constrained_and_free_requests_in_one_batch(llm):
         (_ask("Which is a fruit?"), _greedy(StructuredOutput(kind="choice", choices=CHOICES))),
         (_ask("Add two small numbers."),
          _greedy(StructuredOutput(kind="grammar", spec=SUM_GRAMMAR))),
-        (_ask("Describe a cat as a JSON object."),
+        (_ask("What is 2 + 2? Reply in JSON."),
          _greedy(StructuredOutput(kind="json_object"), max_tokens=120)),
         (_ask("What is the capital of France?"), _greedy(None, max_tokens=24)),
         (_ask("Write a haiku about the sea."), _greedy(None, max_tokens=24)),
