@@ -235,7 +235,7 @@ def test_scheduler_admits_a_request_only_once_its_grammar_compiled(tiny, tiny_to
     spec = StructuredOutput(kind="choice", choices=["a"])
     compiled = tiny.grammars.start(spec).result()
     slow: Future = Future()
-    monkeypatch.setattr(tiny.grammars, "start", lambda spec: slow)
+    monkeypatch.setattr(tiny.grammars, "start", lambda spec, wait: slow)
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     tiny.add_request("slow", prompt, _greedy(spec))
     tiny.add_request("free", prompt, _greedy(None, max_tokens=5))
@@ -254,12 +254,26 @@ def test_a_grammar_that_fails_to_compile_aborts_only_its_request(tiny, tiny_toke
     engine = tiny
     failed: Future = Future()
     failed.set_exception(RuntimeError("out of memory"))
-    monkeypatch.setattr(engine.grammars, "start", lambda spec: failed)
+    monkeypatch.setattr(engine.grammars, "start", lambda spec, wait: failed)
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     results = run(engine, {"bad": (prompt, _greedy(StructuredOutput(kind="json_object"))),
                            "free": (prompt, _greedy(None, max_tokens=5))})
     assert results["bad"]["finish_reason"] == "abort" and results["bad"]["token_ids"] == []
     assert results["free"]["finish_reason"] is not None
+
+
+def test_a_waited_for_compile_rejects_its_failure(tiny, monkeypatch):
+    """Tensor-parallel ranks wait for the compile: a failure is a RequestRejected on every rank."""
+    spec = StructuredOutput(kind="choice", choices=["a"])
+    assert tiny.grammars.start(spec, wait=True).done()
+
+    def out_of_memory(spec):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(tiny.grammars, "_compile", out_of_memory)
+    with pytest.raises(RequestRejected, match="invalid choice: out of memory") as err:
+        tiny.grammars.start(spec, wait=True)
+    assert err.value.param == "guided_choice"
 
 
 # ---- bad constraints --------------------------------------------------------------------------

@@ -73,6 +73,7 @@ class LLMEngine:
         self.grammars = GrammarCompilePool(self.tokenizer, self.vocab_size,
                                            sorted(self.eos_token_ids))
         self.failed_grammars: SimpleQueue[Sequence] = SimpleQueue()  # from the compile threads
+        self.parallel_ranks = parallel is not None and parallel.size > 1  # schedule in lockstep
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
                                         self.max_model_len, parallel)
         self.model_runner.warmup()
@@ -128,7 +129,7 @@ class LLMEngine:
                 "max_tokens")
         check_logit_bias_ids(params.logit_bias, self.vocab_size)
         spec = params.structured_output
-        grammar = None if spec is None else self.grammars.start(spec)
+        grammar = None if spec is None else self.grammars.start(spec, wait=self.parallel_ranks)
         generator = self._default_generator
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
@@ -139,16 +140,12 @@ class LLMEngine:
         seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state)
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
-        if grammar is not None:  # the scheduler admits it once compiled
-            grammar.add_done_callback(lambda f: self._grammar_done(seq, f))
-
-    def _grammar_done(self, seq: Sequence, grammar) -> None:
-        """On a compile thread: a grammar that passed the check but failed to compile."""
-        if grammar.exception() is not None:
-            self.failed_grammars.put(seq)
+        if grammar is not None:  # admitted once compiled; step() ends it if compiling fails
+            grammar.add_done_callback(
+                lambda f: f.exception() is None or self.failed_grammars.put(seq))
 
     def _fail_uncompiled(self) -> list[RequestOutput]:
-        """Requests whose grammar failed to compile (it passed the check): finished as aborted."""
+        """Requests whose grammar passed the check but failed to compile: finished as aborted."""
         outputs = []
         while not self.failed_grammars.empty():
             seq = self.failed_grammars.get()

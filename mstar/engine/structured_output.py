@@ -87,14 +87,22 @@ class GrammarCompilePool:
         self._compiler = None
         self._no_control = None  # bitmask row: tokens without a control character
 
-    def start(self, spec: StructuredOutput) -> Future:
+    def start(self, spec: StructuredOutput, wait: bool = False) -> Future:
         """Check ``spec`` now (RequestRejected naming its request field), then compile it in the
-        background: a Future of its ``Constraint``."""
+        background: a Future of its ``Constraint``.
+
+        ``wait``: return only once it is compiled (RequestRejected if that fails). Tensor-parallel
+        ranks need it: each schedules on its own, so each must admit the request in the same step.
+        """
         try:
             check_structured_output(spec)
         except ValueError as exc:
             raise RequestRejected(str(exc), REQUEST_FIELD[spec.kind]) from None
-        return self._pool.submit(self._compile, spec)
+        future = self._pool.submit(self._compile, spec)
+        if wait and future.exception() is not None:
+            raise RequestRejected(f"invalid {spec.kind}: {_reason(future.exception())}",
+                                  REQUEST_FIELD[spec.kind])
+        return future
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
