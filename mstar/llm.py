@@ -91,7 +91,12 @@ class LLM:
         for tokens, p in zip(token_lists, params, strict=True):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
-            self.engine.add_request(rid, tokens, p)
+            try:
+                self.engine.add_request(rid, tokens, p)
+            except ValueError:  # a rejected request (bad schema, too long): none of them runs
+                for added in ids:
+                    self.engine.abort_request(added)
+                raise
             ids.append(rid)
             results[rid] = GenerationResult(prompt_token_ids=list(tokens))
         while self.engine.has_unfinished_requests():

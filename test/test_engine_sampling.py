@@ -145,3 +145,137 @@ def test_params_decoded_off_the_wire_are_validated():
     bad = bad.replace(msgspec.msgpack.encode(0.5), msgspec.msgpack.encode(1.5))
     with pytest.raises(msgspec.ValidationError, match="top_p"):
         m.decode(bad)
+
+
+# ---- penalties, logit_bias, min_tokens: the sampler on hand-made logits ------------------------
+
+EOS = 3
+LOGITS = [3.0, 2.6, 2.0, 0.0, -50.0, -50.0]  # token 3 is EOS
+
+
+def _sample(params: SamplingParams, outputs: list[int] = (), prompt: list[int] = (5,),
+            logits: list[float] = LOGITS):
+    """Greedy-sample one row after ``outputs`` were sampled before; (token, its state)."""
+    from mstar.engine.logit_adjustments import adjusts_logits
+    from mstar.engine.sampler import Sampler, SamplingMetadata
+    from mstar.engine.sampling_state import new_sampling_state
+
+    vocab = len(logits)
+    state = new_sampling_state(params, list(prompt), {EOS}, vocab, None, torch.device("cpu"))
+    for token in outputs if state is not None else ():
+        state.record(token)
+    meta = SamplingMetadata(params=[params], generators=[None], states=[state],
+                            all_greedy=params.greedy, any_adjustment=adjusts_logits(params),
+                            any_logprobs=params.logprobs is not None,
+                            any_state=state is not None)
+    row = torch.tensor([logits])
+    tokens, logprobs = Sampler()(row, meta)
+    return int(tokens[0]), state, logprobs
+
+
+@pytest.mark.parametrize(("presence", "frequency", "winner"), [
+    (0.0, 0.0, 0),   # 3.0 vs 2.6 vs 2.0: the raw argmax
+    (1.2, 0.0, 2),   # both seen tokens lose 1.2: 1.8, 1.4 vs 2.0
+    (0.0, 0.45, 1),  # token 0 was output twice: 3.0 - 0.9 = 2.1 < 2.6 - 0.45 = 2.15
+    (0.5, 0.3, 2),   # 3.0 - 0.5 - 0.6 = 1.9, 2.6 - 0.5 - 0.3 = 1.8 vs 2.0
+    (-1.0, 0.0, 0),  # a negative presence penalty favours what was said
+])
+def test_presence_and_frequency_penalties_follow_openai(presence, frequency, winner):
+    """logit -= presence * (count > 0) + frequency * count, counting the output (0, 0, 1) only:
+    token 2 is in the prompt and is not penalised."""
+    params = SamplingParams(temperature=0, presence_penalty=presence,
+                            frequency_penalty=frequency)
+    assert _sample(params, outputs=[0, 0, 1], prompt=[2])[0] == winner
+
+
+def test_repetition_penalty_covers_the_prompt_too():
+    params = SamplingParams(temperature=0, repetition_penalty=2.0)
+    assert _sample(params, prompt=[0])[0] == 1  # 3.0 / 2 < 2.6
+    assert _sample(params, outputs=[1], prompt=[0])[0] == 2  # and 2.6 / 2 < 2.0
+
+
+def test_logit_bias_picks_or_bans_a_token():
+    assert _sample(SamplingParams(temperature=0, logit_bias={2: 1.5}))[0] == 2
+    assert _sample(SamplingParams(temperature=0, logit_bias={0: -100}))[0] == 1
+    sampled = {_sample(SamplingParams(temperature=1.0, logit_bias={4: 100.0}))[0]
+               for _ in range(5)}
+    assert sampled == {4}  # a token far below the rest wins every draw once biased by 100
+
+
+def test_min_tokens_keeps_eos_and_stop_ids_out():
+    eos_first = [0.0, 0.0, 1.0, 5.0, -50.0, -50.0]  # EOS, then token 2 (a stop token id below)
+    params = SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[2])
+    assert _sample(params, logits=eos_first)[0] == 0
+    assert _sample(params, outputs=[1], logits=eos_first)[0] == 0
+    assert _sample(params, outputs=[1, 1], logits=eos_first)[0] == EOS
+    assert _sample(SamplingParams(temperature=0), logits=eos_first)[0] == EOS
+    only_eos = [float("-inf")] * 3 + [5.0] + [float("-inf")] * 2  # a grammar that can only end
+    assert _sample(params, logits=only_eos)[0] == EOS
+
+
+def test_sampler_records_each_sampled_token_in_the_state():
+    params = SamplingParams(temperature=0, frequency_penalty=0.1)
+    token, state, _ = _sample(params, outputs=[1])
+    assert token == 0 and state.output_counts == {1: 1, 0: 1} and state.num_sampled == 2
+
+
+def test_logprobs_come_from_the_raw_logits():
+    """Bias and penalties change which token is picked, not the reported logprobs."""
+    params = SamplingParams(temperature=0, logprobs=1, logit_bias={2: 10.0},
+                            presence_penalty=2.0)
+    token, _, logprobs = _sample(params, outputs=[2])
+    raw = torch.log_softmax(torch.tensor(LOGITS), -1)
+    assert token == 2 and logprobs[0].logprob == pytest.approx(float(raw[2]))
+    assert logprobs[0].top == [(0, pytest.approx(float(raw[0])))]
+
+
+# ---- the same on the engine ---------------------------------------------------------------------
+
+
+def test_logit_bias_changes_the_greedy_first_token(engine, run, ids):
+    p, _ = ids
+    plain = _one(run, engine, p, temperature=0, max_tokens=3, ignore_eos=True)["token_ids"]
+    other = (plain[0] + 7) % 300 + 3
+    biased = _one(run, engine, p, temperature=0, max_tokens=3, ignore_eos=True,
+                  logit_bias={other: 100.0})["token_ids"]
+    banned = _one(run, engine, p, temperature=0, max_tokens=3, ignore_eos=True,
+                  logit_bias={plain[0]: -100.0})["token_ids"]
+    assert biased == [other] * 3
+    assert banned[0] != plain[0]
+
+
+def test_penalties_match_a_step_by_step_reference(engine, run, ids, model_dir):
+    """presence/frequency penalties by the OpenAI formula, over the outputs only, each step on the
+    full-sequence logits of transformers; the engine (overlapped loop) gives the same tokens."""
+    p, _ = ids
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    seq, out = list(p), []
+    for _ in range(16):
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1]
+        for token in set(out):
+            logits[token] -= 0.8 + 0.6 * out.count(token)
+        out.append(int(logits.argmax()))
+        seq.append(out[-1])
+    plain = _one(run, engine, p, temperature=0, max_tokens=16, ignore_eos=True)["token_ids"]
+    penalised = _one(run, engine, p, temperature=0, max_tokens=16, ignore_eos=True,
+                     presence_penalty=0.8, frequency_penalty=0.6)["token_ids"]
+    assert penalised == out and out != plain
+
+
+def test_min_tokens_delays_eos(engine, run, ids, monkeypatch):
+    p, _ = ids
+    full = _one(run, engine, p, temperature=0, max_tokens=12, ignore_eos=True)["token_ids"]
+    monkeypatch.setattr(engine, "eos_token_ids", {full[1]})
+    early = _one(run, engine, p, temperature=0, max_tokens=12)
+    late = _one(run, engine, p, temperature=0, max_tokens=12, min_tokens=6)
+    assert early["token_ids"] == full[:2] and early["finish_reason"] == "stop"
+    assert len(late["token_ids"]) >= 6 and full[1] not in late["token_ids"][:6]
+
+
+def test_logit_bias_for_an_unknown_token_is_rejected(engine, ids):
+    from mstar.engine.errors import RequestRejected
+
+    with pytest.raises(RequestRejected, match="logit_bias") as err:
+        engine.add_request("bias", ids[0], SamplingParams(logit_bias={10**6: 1.0}))
+    assert err.value.param == "logit_bias"

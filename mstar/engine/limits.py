@@ -1,5 +1,5 @@
-"""The request-size rules, in one place: the HTTP layer (400, while tokenizing and again with
-max_tokens) and the engine (RequestRejected) call these functions."""
+"""The request-size and vocabulary rules, in one place: the HTTP layer (400, while tokenizing and
+again with max_tokens) and the engine (RequestRejected) call these functions."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ def check_prompt_fits(prompt_len: int, max_model_len: int, prompt_field: str = "
         raise RequestRejected(
             f"prompt has {prompt_len} tokens; max_model_len={max_model_len} leaves no room for "
             "any output token", prompt_field)
+
+
+def check_logit_bias_ids(logit_bias: dict[int, float], vocab_size: int) -> None:
+    """Every biased token id must be one the model can produce."""
+    unknown = sorted(t for t in logit_bias if t >= vocab_size)
+    if unknown:
+        raise RequestRejected(
+            f"logit_bias has token ids outside the vocabulary (0..{vocab_size - 1}): "
+            f"{unknown[:5]}", "logit_bias")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from queue import SimpleQueue
 
 import structlog
 import torch
@@ -12,14 +13,16 @@ from transformers import AutoConfig, AutoTokenizer
 from mstar.engine.block_manager import BlockManager
 from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.errors import RequestRejected
-from mstar.engine.limits import check_request_fits
+from mstar.engine.limits import check_logit_bias_ids, check_request_fits
 from mstar.engine.model_runner import ModelRunner
 from mstar.engine.outputs import RequestOutput, StepResult, TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.sampling_state import new_sampling_state
 from mstar.engine.scheduler import ScheduledBatch, Scheduler
 from mstar.engine.sequence import Sequence
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
+from mstar.engine.structured_output import GrammarCompilePool
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
@@ -66,6 +69,11 @@ class LLMEngine:
                 f"max_position_embeddings={hf_config.max_position_embeddings}"
             )
         self.eos_token_ids = self._eos_ids(model_dir)
+        self.vocab_size = hf_config.get_text_config().vocab_size  # the width of the logits
+        self.grammars = GrammarCompilePool(self.tokenizer, self.vocab_size,
+                                           sorted(self.eos_token_ids))
+        self.failed_grammars: SimpleQueue[Sequence] = SimpleQueue()  # from the compile threads
+        self.parallel_ranks = parallel is not None and parallel.size > 1  # schedule in lockstep
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
                                         self.max_model_len, parallel)
         self.model_runner.warmup()
@@ -119,14 +127,36 @@ class LLMEngine:
                 f"request needs {need} KV blocks ({total} tokens) but the whole cache has "
                 f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens",
                 "max_tokens")
+        check_logit_bias_ids(params.logit_bias, self.vocab_size)
+        spec = params.structured_output
+        grammar = None if spec is None else self.grammars.start(spec, wait=self.parallel_ranks)
         generator = self._default_generator
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
         detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
-        seq = Sequence(request_id, prompt_token_ids, params, detok, generator)
+        state = new_sampling_state(params, prompt_token_ids, self.eos_token_ids, self.vocab_size,
+                                   grammar, self.device)
+        seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state)
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
+        if grammar is not None:  # admitted once compiled; step() ends it if compiling fails
+            grammar.add_done_callback(
+                lambda f: f.exception() is None or self.failed_grammars.put(seq))
+
+    def _fail_uncompiled(self) -> list[RequestOutput]:
+        """Requests whose grammar passed the check but failed to compile: finished as aborted."""
+        outputs = []
+        while not self.failed_grammars.empty():
+            seq = self.failed_grammars.get()
+            if self.seqs.get(seq.request_id) is seq:
+                log.error("grammar_compile_failed", request_id=seq.request_id,
+                          error=str(seq.sampling_state.grammar.exception()))
+                self._abort_now(seq.request_id)
+                outputs.append(RequestOutput(seq.request_id, finished=True,
+                                             finish_reason="abort",
+                                             num_prompt_tokens=seq.num_prompt_tokens))
+        return outputs
 
     def abort_request(self, request_id: str) -> None:
         """Abort a request; its blocks are freed at once, or right after the step in flight (no
@@ -146,6 +176,7 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         self.loop.shutdown()
+        self.grammars.shutdown()
 
     def apply_settings(self, settings) -> None:
         """A settings reload, between steps: only the step loop's knobs change at run time."""
@@ -171,7 +202,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One iteration of the step loop: the outputs of the step that finished in it."""
-        return self.loop.step()
+        failed = self._fail_uncompiled() if not self.failed_grammars.empty() else []
+        return failed + self.loop.step()
 
     def postprocess(self, batch: ScheduledBatch, result: StepResult) -> list[RequestOutput]:
         """Apply a finished step: progress, sampled tokens, stops; then the aborts that waited."""
@@ -199,8 +231,10 @@ class LLMEngine:
         seq.append_token(token)
         params = seq.params
         reason = None
+        # A constrained request ends where its grammar does: it allows EOS only once complete.
+        ends_at_eos = not params.ignore_eos or params.structured_output is not None
         if seq.detokenizer.append(token) or token in params.stop_token_ids or (
-            not params.ignore_eos and token in self.eos_token_ids
+            ends_at_eos and token in self.eos_token_ids
         ):
             reason = "stop"
         elif seq.num_output_tokens >= params.max_tokens:

@@ -20,6 +20,7 @@ from mstar.engine.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
+from mstar.engine.logit_adjustments import adjusts_logits
 from mstar.engine.outputs import StepResult
 from mstar.engine.sampler import Sampler, SamplingMetadata
 from mstar.engine.scheduler import ScheduledBatch
@@ -143,14 +144,15 @@ class ModelRunner:
     @staticmethod
     def _sampling_metadata(seqs) -> SamplingMetadata:
         params = [s.params for s in seqs]
-        any_penalty = any(p.repetition_penalty != 1.0 for p in params)
+        states = [s.sampling_state for s in seqs]
         return SamplingMetadata(
             params=params,
             generators=[s.generator for s in seqs],
-            token_ids=[s.token_ids for s in seqs] if any_penalty else [],
+            states=states,
             all_greedy=all(p.greedy for p in params),
-            any_penalty=any_penalty,
+            any_adjustment=any(map(adjusts_logits, params)),
             any_logprobs=any(p.logprobs is not None for p in params),
+            any_state=any(s is not None for s in states),
         )
 
     @torch.inference_mode()

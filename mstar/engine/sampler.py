@@ -1,4 +1,13 @@
-"""Turns the last-position logits of each sampled sequence into next tokens."""
+"""Turns the last-position logits of each sampled sequence into next tokens.
+
+In order, on the rows that ask for them: repetition_penalty (prompt + output), presence and
+frequency penalties (output), logit_bias, the grammar mask (structured output), min_tokens (EOS
+and stop_token_ids masked), then temperature / top_k / top_p / min_p, or argmax when greedy.
+Logprobs are taken from the raw logits: before penalties, bias, the grammar mask and temperature.
+
+What a row needs about its output so far comes from its ``SamplingState``, which the sampler alone
+updates right after sampling (see ``mstar.engine.sampling_state`` for why, and the invariant).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
+from mstar.engine.logit_adjustments import apply_logit_bias, apply_penalties, block_early_stop
 from mstar.engine.outputs import TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.sampling_state import SamplingState
+from mstar.engine.structured_output import apply_grammar_masks
 
 
 @dataclass
@@ -16,34 +28,44 @@ class SamplingMetadata:
 
     params: list[SamplingParams]
     generators: list[torch.Generator | None]
-    token_ids: list[list[int]]  # prompt + output so far, for repetition_penalty
+    states: list[SamplingState | None]  # None: the row reads nothing of its output so far
     all_greedy: bool
-    any_penalty: bool
+    any_adjustment: bool  # penalties, logit_bias or min_tokens
     any_logprobs: bool
+    any_state: bool  # some row has a SamplingState: record the sampled tokens
 
 
 class Sampler:
+    """Stateless: a row's memory of its output lives in its SamplingState."""
+
     def __call__(
         self, logits: torch.Tensor, meta: SamplingMetadata
     ) -> tuple[torch.Tensor, list[TokenLogprob | None] | None]:
-        logits = logits.float()
-        raw = logits
-        if meta.any_penalty:
-            logits = self._apply_repetition_penalty(logits, meta)
+        raw = logits.float()
+        logits = raw
+        track = meta.any_state
+        if meta.any_adjustment or track:
+            logits = self._adjust(raw.clone(), meta)
         tokens = logits.argmax(dim=-1) if meta.all_greedy else self._sample(logits, meta)
         logprobs = self._logprobs(raw, tokens, meta) if meta.any_logprobs else None
+        if track:
+            for state, token in zip(meta.states, tokens.tolist(), strict=True):
+                if state is not None:
+                    state.record(token)
         return tokens, logprobs
 
     @staticmethod
-    def _apply_repetition_penalty(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
-        logits = logits.clone()
-        for row, (p, ids) in enumerate(zip(meta.params, meta.token_ids, strict=True)):
-            if p.repetition_penalty == 1.0 or not ids:
-                continue
-            idx = torch.tensor(sorted(set(ids)), device=logits.device)
-            seen = logits[row, idx]
-            penalty = p.repetition_penalty
-            logits[row, idx] = torch.where(seen > 0, seen / penalty, seen * penalty)
+    def _adjust(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
+        """Penalties, bias, grammar mask, min_tokens: in place on a copy of the raw logits."""
+        if meta.any_adjustment:
+            apply_penalties(logits, meta.params, meta.states)
+            apply_logit_bias(logits, meta.params)
+        constrained = [i for i, s in enumerate(meta.states)
+                       if s is not None and s.grammar is not None]
+        if constrained:
+            apply_grammar_masks(logits, constrained, [meta.states[i] for i in constrained])
+        if meta.any_adjustment:
+            block_early_stop(logits, meta.params, meta.states)
         return logits
 
     @staticmethod
@@ -74,7 +96,7 @@ class Sampler:
     @staticmethod
     def _logprobs(raw: torch.Tensor, tokens: torch.Tensor,
                   meta: SamplingMetadata) -> list[TokenLogprob | None]:
-        """Taken from the raw logits: before repetition penalty and temperature."""
+        """Taken from the raw logits: before penalties, bias, the grammar mask and temperature."""
         logp = torch.log_softmax(raw, dim=-1)
         out: list[TokenLogprob | None] = []
         for row, p in enumerate(meta.params):

@@ -51,12 +51,18 @@ class ScheduledBatch:
                               [self.num_new_tokens[i] for i in order])
 
 
+def ready_to_run(seq: Sequence) -> bool:
+    """A request waits until its structured-output grammar has compiled (off the hot path)."""
+    return seq.sampling_state is None or seq.sampling_state.grammar_ready
+
+
 class Scheduler:
     """Decides every step which sequences run, within a token budget and a sequence cap.
 
     Running sequences go first (oldest first); when the KV cache is full the newest
     running sequence is preempted (its blocks freed, recomputed later), so the oldest
-    request always makes progress. Waiting requests are admitted FCFS.
+    request always makes progress. Waiting requests are admitted FCFS, skipping those whose
+    grammar is still compiling.
     """
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
@@ -75,7 +81,11 @@ class Scheduler:
 
     def can_admit(self) -> bool:
         """Whether a fresh schedule() could start a waiting (or preempted) request now."""
-        return bool(self.waiting) and len(self.running) < self.max_num_seqs
+        return len(self.running) < self.max_num_seqs and self._next_admissible() is not None
+
+    def _next_admissible(self) -> Sequence | None:
+        """The oldest waiting sequence that is ready to run (FCFS among the ready ones)."""
+        return next((seq for seq in self.waiting if ready_to_run(seq)), None)
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
@@ -102,10 +112,10 @@ class Scheduler:
         while not preempted and self.waiting and budget > 0:
             if len(self.running) >= self.max_num_seqs:
                 break
-            seq = self.waiting[0]
-            if self.block_manager.allocate_prompt(seq, budget) is None:
+            seq = self._next_admissible()
+            if seq is None or self.block_manager.allocate_prompt(seq, budget) is None:
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             n = min(len(seq) - seq.num_computed_tokens, budget)

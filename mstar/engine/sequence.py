@@ -9,6 +9,7 @@ import torch
 
 from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.sampling_state import SamplingState
 
 
 class SequenceStatus(enum.Enum):
@@ -33,6 +34,7 @@ class Sequence:
         params: SamplingParams,
         detokenizer: IncrementalDetokenizer,
         generator: torch.Generator | None,
+        sampling_state: SamplingState | None = None,
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
@@ -41,6 +43,7 @@ class Sequence:
         self.params = params
         self.detokenizer = detokenizer
         self.generator = generator
+        self.sampling_state = sampling_state  # the sampler's alone (see sampling_state.py)
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
