@@ -13,11 +13,7 @@ from typing import Any
 from mstar.api_server.errors import APIError
 from mstar.api_server.protocol import SamplingFields
 from mstar.engine.sampling_params import StructuredOutput
-
-try:  # the engine's own check, once it has one
-    from mstar.engine.structured_output import check_structured_output
-except ImportError:
-    from mstar.api_server.structured_output_check import check_structured_output
+from mstar.engine.structured_output import check_structured_output
 
 GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 

@@ -15,6 +15,7 @@ xgrammar's strings with maxLength admit them (mlc-ai/xgrammar#800), which ``json
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,20 +48,31 @@ def choice_grammar(choices: list[str]) -> str:
 
 
 def check_structured_output(spec: StructuredOutput) -> None:
-    """Raise ValueError naming the problem if ``spec`` cannot be compiled to a grammar."""
+    """Raise ValueError naming the problem if ``spec`` cannot be compiled to a grammar.
+
+    Cached by the spec: the API server and the engine both check every request's constraint.
+    """
+    problem = _problem(spec.kind, spec.spec, tuple(spec.choices))
+    if problem is not None:
+        raise ValueError(problem)
+
+
+@functools.lru_cache(maxsize=256)
+def _problem(kind: str, spec: str, choices: tuple[str, ...]) -> str | None:
     import xgrammar as xgr
 
     try:
-        if spec.kind == "json_schema":
-            xgr.Grammar.from_json_schema(spec.spec, any_whitespace=False)
-        elif spec.kind == "regex":
-            xgr.Grammar.from_regex(spec.spec)
-        elif spec.kind == "choice":
-            xgr.Grammar.from_ebnf(choice_grammar(spec.choices))
-        elif spec.kind == "grammar":
-            xgr.Grammar.from_ebnf(spec.spec)
+        if kind == "json_schema":
+            xgr.Grammar.from_json_schema(spec, any_whitespace=False)
+        elif kind == "regex":
+            xgr.Grammar.from_regex(spec)
+        elif kind == "choice":
+            xgr.Grammar.from_ebnf(choice_grammar(list(choices)))
+        elif kind == "grammar":
+            xgr.Grammar.from_ebnf(spec)
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError, ValueError, ...
-        raise ValueError(f"invalid {spec.kind}: {_reason(exc)}") from None
+        return f"invalid {kind}: {_reason(exc)}"
+    return None
 
 
 def _reason(exc: Exception) -> str:
