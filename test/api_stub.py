@@ -11,6 +11,7 @@ from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.ipc import messages as m
 
 STUB_MODEL = "stub-model"
+STUB_MAX_MODEL_LEN = 1024  # room for the tool descriptions a chat template is given
 STUB_TOKEN = 5
 MAX_STUB_TOKENS = 3
 
@@ -61,5 +62,6 @@ def stub_app(tokenizer, **settings):
 
     engine = StubEngine()
     state = ServerState(settings=WorkerSettings(**settings), tokenizer=tokenizer, client=engine,
-                        model_name=STUB_MODEL, max_model_len=64, metrics=Metrics())
+                        model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
+                        metrics=Metrics())
     return build_app(state), engine

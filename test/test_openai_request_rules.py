@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from api_stub import STUB_MODEL, stub_app
+from api_stub import STUB_MAX_MODEL_LEN, STUB_MODEL, stub_app
 from starlette.testclient import TestClient
 from structlog.testing import capture_logs
 
@@ -141,7 +141,7 @@ def test_aliases_serve_and_are_listed_with_max_model_len(tiny_tokenizer):
     client, _ = _client(tiny_tokenizer, served_model_names="gpt-4o-mini, default")
     listed = client.get("/v1/models").json()["data"]
     assert [card["id"] for card in listed] == [STUB_MODEL, "gpt-4o-mini", "default"]
-    assert all(card["max_model_len"] == 64 for card in listed)
+    assert all(card["max_model_len"] == STUB_MAX_MODEL_LEN for card in listed)
     for name in (STUB_MODEL, "gpt-4o-mini", "default"):
         assert client.post("/v1/completions", json={"prompt": "x", "model": name}).status_code == 200
     missing = client.post("/v1/completions", json={"prompt": "x", "model": "gpt-5"})
@@ -153,7 +153,7 @@ def test_tokenize_and_detokenize_in_vllms_shape(stub, tiny_tokenizer):
     client, _ = stub
     out = client.post("/tokenize", json={"prompt": "Hello world!", "return_token_strs": True}).json()
     assert out["tokens"] == tiny_tokenizer.encode("Hello world!")
-    assert out["count"] == len(out["tokens"]) and out["max_model_len"] == 64
+    assert out["count"] == len(out["tokens"]) and out["max_model_len"] == STUB_MAX_MODEL_LEN
     assert out["token_strs"] == tiny_tokenizer.convert_ids_to_tokens(out["tokens"])
     back = client.post("/detokenize", json={"tokens": out["tokens"]}).json()
     assert back == {"prompt": "Hello world!"}

@@ -24,7 +24,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/generate"),
               ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/health"),
-              ("GET", "/v1/models"), ("GET", "/metrics")]
+              ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/v1/config")]
 EXAMPLES = {"POST": 40, "GET": 3}
 
 
