@@ -54,7 +54,7 @@ def value(server, name: str):
 def fingerprints(server) -> tuple[str, str, str]:
     """(system_fingerprint of a completion, the response header, the metrics label)."""
     response = httpx.post(server.url + "/v1/completions", timeout=30,
-                          json={"model": "m", "prompt": "Hello", "max_tokens": 2})
+                          json={"prompt": "Hello", "max_tokens": 2})
     metric = re.search(r'^mstar_settings_info\{fingerprint="(\w+)"\} 1\.0$',
                        server.metrics_text(), re.M)
     return (response.json()["system_fingerprint"],
@@ -104,7 +104,7 @@ def test_show_and_diff_read_a_running_server(server, env_file):
 def _stream(server, times: list[float], errors: list[str]) -> None:
     try:
         with httpx.stream("POST", server.url + "/v1/completions", timeout=60, json={
-                "model": "m", "prompt": "The quick brown fox", "max_tokens": 300,
+                "prompt": "The quick brown fox", "max_tokens": 300,
                 "temperature": 0, "ignore_eos": True, "stream": True}) as response:
             for line in response.iter_lines():
                 if line.startswith("data: {"):

@@ -212,7 +212,7 @@ class TransportKnobs(BaseModel):
     remote_workers: int = _transport(
         0, "How many of the MSTAR_NUM_WORKERS replicas join from other hosts (`mstar worker "
         "--conductor tcp://HOST:PORT --replica I`) instead of being started by the conductor: "
-        "the last ones. Needs MSTAR_ZMQ_TRANSPORT=tcp.", ge=0, le=256)
+        "the last ones. Needs the tcp transport (MSTAR_ZMQ_TRANSPORT=tcp).", ge=0, le=256)
     socket_dir: Path | None = _transport(
         None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
 
