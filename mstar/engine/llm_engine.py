@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import FIRST_COMPLETED, wait
 from queue import SimpleQueue
 
 import structlog
@@ -18,7 +19,7 @@ from mstar.engine.model_runner import ModelRunner
 from mstar.engine.outputs import RequestOutput, StepResult, TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sampling_state import new_sampling_state
-from mstar.engine.scheduler import ScheduledBatch, Scheduler
+from mstar.engine.scheduler import ScheduledBatch, Scheduler, ready_to_run
 from mstar.engine.sequence import Sequence
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
@@ -28,6 +29,8 @@ from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
 
 log = structlog.get_logger(__name__)
+
+GRAMMAR_WAIT_S = 0.02  # longest block on compiling grammars when nothing else can run
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -203,7 +206,18 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """One iteration of the step loop: the outputs of the step that finished in it."""
         failed = self._fail_uncompiled() if not self.failed_grammars.empty() else []
-        return failed + self.loop.step()
+        outputs = failed + self.loop.step()
+        if not outputs and not self.loop.in_flight:
+            self._wait_for_grammars()
+        return outputs
+
+    def _wait_for_grammars(self) -> None:
+        """Nothing ran: when requests wait only for their grammars, block on those a moment. A
+        caller looping on ``step()`` would otherwise hold the GIL and starve the compile threads."""
+        pending = [seq.sampling_state.grammar for seq in self.scheduler.waiting
+                   if not ready_to_run(seq)]
+        if pending:
+            wait(pending, timeout=GRAMMAR_WAIT_S, return_when=FIRST_COMPLETED)
 
     def postprocess(self, batch: ScheduledBatch, result: StepResult) -> list[RequestOutput]:
         """Apply a finished step: progress, sampled tokens, stops; then the aborts that waited."""
