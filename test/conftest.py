@@ -186,6 +186,19 @@ def builtin_cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def builtin_server(builtin_cache_dir, tmp_path_factory):
+    """One `mstar serve` of the built-in model for the whole session (the tool-calling and
+    structured-output tests with the official client share it: a start costs ~16 s)."""
+    from serve_helpers import running_server
+
+    from mstar.settings.schema import BUILTIN_MODEL
+
+    yield from running_server(Path(BUILTIN_MODEL), tmp_path_factory.mktemp("builtin") / "s.log",
+                              {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
+                               "MSTAR_MAX_MODEL_LEN": "2048", "MSTAR_NUM_KV_BLOCKS": "256"})
+
+
+@pytest.fixture(scope="session")
 def make_engine(device):
     """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, --device)."""
     from mstar.engine.llm_engine import LLMEngine

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import httpx
 import jsonschema
 import openai
 import pytest
-from serve_helpers import running_server
 
 from mstar.settings.schema import BUILTIN_MODEL
 
@@ -31,11 +29,9 @@ SCHEMA = {"type": "object", "properties": {
 QUESTION = [{"role": "user", "content": "Give the capital of France and its population as JSON."}]
 
 
-@pytest.fixture(scope="module")
-def server(builtin_cache_dir, tmp_path_factory):
-    yield from running_server(Path(BUILTIN_MODEL), tmp_path_factory.mktemp("builtin") / "s.log",
-                              {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
-                               "MSTAR_MAX_MODEL_LEN": "512", "MSTAR_NUM_KV_BLOCKS": "128"})
+@pytest.fixture()
+def server(builtin_server):
+    return builtin_server
 
 
 @pytest.fixture()

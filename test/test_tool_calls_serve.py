@@ -13,7 +13,7 @@ import json
 import jsonschema
 import openai
 import pytest
-from serve_helpers import hard_timeout, running_server  # noqa: F401 (hard_timeout: autouse)
+from serve_helpers import hard_timeout  # noqa: F401 (hard_timeout: autouse)
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
                                             "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -27,12 +27,9 @@ CALL_TOKENS = 48  # room for a call; answers are only checked to be there
 ANSWER_TOKENS = 12
 
 
-@pytest.fixture(scope="module")
-def server(builtin_cache_dir, tmp_path_factory):
-    from mstar.models.builtin import ensure_builtin_model
-
-    yield from running_server(ensure_builtin_model(builtin_cache_dir),
-                              tmp_path_factory.mktemp("tools") / "server.log", {})
+@pytest.fixture()
+def server(builtin_server):
+    return builtin_server
 
 
 @pytest.fixture()
