@@ -106,7 +106,8 @@ async def served(url: str, lens: list[int], concurrency: int) -> tuple[float, fl
     """(output tok/s, SSE token frames per output token) of a closed loop at `concurrency`."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600), limits=limits) as client:
-        target = Target(url, "chat", "default", ignore_eos=True, temperature=0.0)
+        model = (await client.get(url + "/v1/models")).json()["data"][0]["id"]  # the served name
+        target = Target(url, "chat", model, ignore_eos=True, temperature=0.0)
         specs = [RequestSpec(i, PROMPT, n) for i, n in enumerate(lens)]
 
         async def send(spec: RequestSpec) -> RequestResult:

@@ -88,7 +88,7 @@ ROWS: list[dict[str, Any]] = [
     _row("max_completion_tokens", CHAT, "supported", "Wins over max_tokens.",
          accepted={"max_completion_tokens": 3}, refused={"max_completion_tokens": 0}),
     _row("logprobs", CHAT, "supported", "Log-probabilities of the sampled tokens, taken from the "
-         "model's distribution before penalties, logit_bias and temperature.",
+         "model's distribution before penalties, logit_bias, a grammar's mask and temperature.",
          accepted={"logprobs": True}, refused={"logprobs": "yes"}),
     _row("top_logprobs", CHAT, "supported", "0 .. 20; needs ``logprobs: true``.",
          accepted={"logprobs": True, "top_logprobs": 2}, refused={"top_logprobs": 2}),
@@ -123,7 +123,7 @@ ROWS: list[dict[str, Any]] = [
     _row("echo", COMPLETIONS, "supported", "The prompt's text before the completion (not with "
          "logprobs).", accepted={"echo": True}, refused={"echo": "yes"}),
     _row("logprobs", COMPLETIONS, "supported", "0 .. 20 alternatives per token; taken before "
-         "penalties, logit_bias and temperature.", accepted={"logprobs": 2},
+         "penalties, logit_bias, a grammar's mask and temperature.", accepted={"logprobs": 2},
          refused={"logprobs": 21}),
     _rejected("best_of", COMPLETIONS, "Server-side best-of is not offered; 1 passes.", 2,
               allowed=(None, 1)),
