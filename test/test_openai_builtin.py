@@ -30,13 +30,9 @@ QUESTION = [{"role": "user", "content": "Give the capital of France and its popu
 
 
 @pytest.fixture()
-def server(builtin_server):
-    return builtin_server
-
-
-@pytest.fixture()
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=120)
+def client(builtin_server):
+    return openai.OpenAI(base_url=builtin_server.url + "/v1", api_key="x", max_retries=0,
+                         timeout=120)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -52,12 +48,12 @@ def test_json_schema_output_validates(client, stream):
     jsonschema.validate(json.loads(text), SCHEMA)
 
 
-def test_logit_bias_changes_the_greedy_first_token(server, client):
+def test_logit_bias_changes_the_greedy_first_token(builtin_server, client):
     kwargs = dict(model=BUILTIN_MODEL, messages=QUESTION, max_tokens=1, temperature=0,
                   logprobs=True)
     free = client.chat.completions.create(**kwargs).choices[0]
     first = free.logprobs.content[0].token
-    first_id = httpx.post(server.url + "/tokenize", json={
+    first_id = httpx.post(builtin_server.url + "/tokenize", json={
         "prompt": first, "add_special_tokens": False}).json()["tokens"][0]
     biased = client.chat.completions.create(**kwargs, logit_bias={str(first_id): -100})
     assert biased.choices[0].message.content != free.message.content

@@ -28,13 +28,9 @@ ANSWER_TOKENS = 12
 
 
 @pytest.fixture()
-def server(builtin_server):
-    return builtin_server
-
-
-@pytest.fixture()
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=50)
+def client(builtin_server):
+    return openai.OpenAI(base_url=builtin_server.url + "/v1", api_key="x", max_retries=0,
+                         timeout=50)
 
 
 def ask(client, messages: list, stream: bool, **fields) -> tuple[str | None, list[dict], str]:
