@@ -55,7 +55,7 @@ class StubEngine:
 
 def stub_app(tokenizer, **settings):
     """(the ASGI app, its stub engine) for these settings."""
-    from mstar.api_server.app import build_app
+    from mstar.api_server.http.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.state import ServerState
     from mstar.settings import WorkerSettings

@@ -63,7 +63,7 @@ def crashing_app():
     from fastapi.responses import StreamingResponse
     from starlette.testclient import TestClient
 
-    from mstar.api_server.app import build_app
+    from mstar.api_server.http.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.state import ServerState
     from mstar.settings import WorkerSettings
@@ -110,7 +110,7 @@ def test_an_exception_mid_stream_ends_the_stream_with_an_error_and_done(crashing
                                   "<|im_start|>user\nhi<|im_end|>\n"])
 @pytest.mark.parametrize("add_special_tokens", [True, False])
 def test_prompt_encoding_matches_the_tokenizer(tiny_tokenizer, text, add_special_tokens):
-    from mstar.api_server.prompts import encode
+    from mstar.api_server.generation.prompts import encode
 
     ids = encode(tiny_tokenizer, text, add_special_tokens, 512, "prompt")
     assert ids == tiny_tokenizer.encode(text, add_special_tokens=add_special_tokens)

@@ -9,7 +9,7 @@ import pytest
 from api_stub import stub_app
 from starlette.testclient import TestClient
 
-from mstar.api_server.field_table import TABLE, FieldRow, rst_table
+from mstar.api_server.validation.field_table import TABLE, FieldRow, rst_table
 
 BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 2}),
@@ -53,8 +53,8 @@ def test_each_field_behaves_as_the_table_says(stub, case):
 
 
 def test_every_top_level_field_has_a_row_and_every_row_a_field():
-    from mstar.api_server.chat_protocol import ChatCompletionRequest, ChatMessage
-    from mstar.api_server.completion_protocol import CompletionRequest
+    from mstar.api_server.openai.chat_protocol import ChatCompletionRequest, ChatMessage
+    from mstar.api_server.openai.completion_protocol import CompletionRequest
 
     for endpoint, model in (("chat", ChatCompletionRequest), ("completions", CompletionRequest)):
         rows = {row.name.split(".")[0] for row in TABLE if endpoint in row.endpoints}
@@ -70,4 +70,4 @@ def test_the_docs_table_is_the_table_in_code():
     end = text.index(".. field-table-end")
     assert text[start:end].strip() == rst_table().strip(), (
         "docs/openai_api.rst is stale: paste the output of "
-        "`python -m mstar.api_server.field_table` between its field-table markers")
+        "`python -m mstar.api_server.validation.field_table` between its field-table markers")

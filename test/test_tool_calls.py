@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from mstar.api_server.chat_protocol import ChatCompletionRequest
-from mstar.api_server.errors import APIError
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.tools import hermes
 from mstar.api_server.tools.calls import ParsedOutput, ToolCall, collect, parse_all
 from mstar.api_server.tools.grammar import forced_call_grammar

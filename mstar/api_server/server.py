@@ -27,7 +27,7 @@ import structlog
 import uvicorn
 import uvloop
 
-from mstar.api_server.engine_client import EngineClient, Failure, StartupError
+from mstar.api_server.generation.engine_client import EngineClient, Failure, StartupError
 from mstar.conductor.process import conductor_main
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
@@ -89,7 +89,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
 
 async def _serve(loaded: LoadedSettings, tokenizer: Any, endpoints: Any, conductor: Any,
                  sock: socket.socket) -> int:
-    from mstar.api_server.app import build_app
+    from mstar.api_server.http.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.reload import reload_server_settings
     from mstar.api_server.state import ServerState

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mstar.api_server.metrics import Metrics
-from mstar.api_server.unknown_fields import UnknownFieldPolicy
+from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy
 
 if TYPE_CHECKING:
-    from mstar.api_server.engine_client import EngineClient
+    from mstar.api_server.generation.engine_client import EngineClient
     from mstar.settings import LoadedSettings, WorkerSettings
 
 

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     settings = loaded.settings
     log = structlog.get_logger("mstar.serve")
 
-    from mstar.api_server.listener import ListenError, listen_socket
+    from mstar.api_server.http.listener import ListenError, listen_socket
 
     try:
         sock = listen_socket(settings.host, settings.port)

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from mstar.api_server.errors import APIError
+from mstar.api_server.http.errors import APIError
 
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mstar.api_server.errors import APIError
+from mstar.api_server.http.errors import APIError
 from mstar.api_server.tools.calls import CallStream
 from mstar.api_server.tools.checks import check_tool_messages, check_tools
 from mstar.api_server.tools.registry import parser_name, stream_factory

@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Match
 
-from mstar.api_server.errors import send_error
+from mstar.api_server.http.errors import send_error
 from mstar.api_server.state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})

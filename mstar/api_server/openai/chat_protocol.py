@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mstar.api_server.protocol import MAX_INT32, NonEmptyStr, SamplingFields, StrictModel
+from mstar.api_server.openai.protocol import MAX_INT32, NonEmptyStr, SamplingFields, StrictModel
 from mstar.api_server.tools.schema import AssistantToolCall, ChatTool, ToolChoice
 
 NOT_SUPPORTED = "Not supported: a 400 unless null."

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from mstar.api_server.errors import APIError
+from mstar.api_server.http.errors import APIError
 from mstar.settings.names import close_matches
 
 log = structlog.get_logger(__name__)

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
-from mstar.api_server import formatting as fmt
-from mstar.api_server.engine_client import Failure
-from mstar.api_server.errors import APIError
-from mstar.api_server.protocol import SEED_LIMIT
+from mstar.api_server.generation.engine_client import Failure
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.openai import formatting as fmt
+from mstar.api_server.openai.protocol import SEED_LIMIT
 from mstar.api_server.state import ServerState
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_request_fits

@@ -13,11 +13,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from mstar.api_server import formatting as fmt
-from mstar.api_server.chat_protocol import ChatCompletionRequest
-from mstar.api_server.completion_protocol import CompletionRequest
-from mstar.api_server.errors import APIError
-from mstar.api_server.generation import (
+from mstar.api_server.generation.prompts import chat_prompt_ids, completion_prompt_ids
+from mstar.api_server.generation.run import (
     Job,
     collect_choices,
     first_output,
@@ -26,14 +23,17 @@ from mstar.api_server.generation import (
     replay,
     run_requests,
 )
-from mstar.api_server.openapi import GENERATION_ERRORS, documented
-from mstar.api_server.prompts import chat_prompt_ids, completion_prompt_ids
-from mstar.api_server.request_rules import admit
-from mstar.api_server.response_models import ChatCompletionResponse, CompletionResponse
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
+from mstar.api_server.openai import formatting as fmt
+from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
+from mstar.api_server.openai.completion_protocol import CompletionRequest
+from mstar.api_server.openai.response_models import ChatCompletionResponse, CompletionResponse
+from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.state import ServerState
-from mstar.api_server.structured import structured_output
 from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, output_constraint, request_tool_plan
 from mstar.api_server.tools.response import StreamedChoice, final_message
+from mstar.api_server.validation.request_rules import admit
 from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()

@@ -3,7 +3,7 @@
 Each row says whether a field is supported, an extra (not in OpenAI's API; vLLM's name), ignored by
 design, rejected (a 400 "`field` is not supported" unless it has a value that asks for nothing),
 or left to tool calling. ``docs/openai_api.rst`` embeds ``rst_table()`` (a test checks that it is
-current: ``python -m mstar.api_server.field_table`` prints it), the request models declare a field
+current: ``python -m mstar.api_server.validation.field_table`` prints it), the request models declare a field
 for every top-level row (a test checks that too), ``rejected_field`` enforces the rejections, and
 the test of each row sends its examples.
 """
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mstar.api_server.field_rows import ROWS
+from mstar.api_server.validation.field_rows import ROWS
 
 Endpoint = Literal["chat", "completions"]
 Status = Literal["supported", "extra", "ignored", "rejected", "tool calling"]

@@ -7,14 +7,16 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mstar.api_server import config_routes, native_routes, openai_routes, tokenize_routes
-from mstar.api_server.errors import error_body, install_error_handlers
-from mstar.api_server.formatting import now
-from mstar.api_server.middleware import LimitsMiddleware
-from mstar.api_server.openapi import documented, error_responses, install_openapi
-from mstar.api_server.response_models import HealthResponse, ModelList
+from mstar.api_server.http.errors import error_body, install_error_handlers
+from mstar.api_server.http.middleware import LimitsMiddleware
+from mstar.api_server.http.openapi import documented, error_responses, install_openapi
+from mstar.api_server.http.unhandled import UnhandledErrorMiddleware
+from mstar.api_server.native import config_routes, tokenize_routes
+from mstar.api_server.native import generate_routes as native_routes
+from mstar.api_server.openai import routes as openai_routes
+from mstar.api_server.openai.formatting import now
+from mstar.api_server.openai.response_models import HealthResponse, ModelList
 from mstar.api_server.state import ServerState
-from mstar.api_server.unhandled import UnhandledErrorMiddleware
 
 ROUTERS = (openai_routes.router, native_routes.router, tokenize_routes.router, config_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",

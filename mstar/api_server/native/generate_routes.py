@@ -15,10 +15,8 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from mstar.api_server import formatting as fmt
-from mstar.api_server.completion_protocol import GenerateRequest
-from mstar.api_server.errors import APIError
-from mstar.api_server.generation import (
+from mstar.api_server.generation.prompts import completion_prompt_ids
+from mstar.api_server.generation.run import (
     collect_choices,
     first_output,
     jobs_for,
@@ -26,12 +24,14 @@ from mstar.api_server.generation import (
     replay,
     run_requests,
 )
-from mstar.api_server.openapi import GENERATION_ERRORS, documented
-from mstar.api_server.prompts import completion_prompt_ids
-from mstar.api_server.request_rules import admit
-from mstar.api_server.response_models import GenerateResponse
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
+from mstar.api_server.openai import formatting as fmt
+from mstar.api_server.openai.completion_protocol import GenerateRequest
+from mstar.api_server.openai.response_models import GenerateResponse
+from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.state import ServerState
-from mstar.api_server.structured import structured_output
+from mstar.api_server.validation.request_rules import admit
 from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()

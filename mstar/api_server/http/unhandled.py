@@ -15,8 +15,8 @@ from typing import Any
 
 import structlog
 
-from mstar.api_server import formatting as fmt
-from mstar.api_server.errors import error_body, send_error
+from mstar.api_server.http.errors import error_body, send_error
+from mstar.api_server.openai import formatting as fmt
 
 log = structlog.get_logger(__name__)
 

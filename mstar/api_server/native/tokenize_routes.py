@@ -14,14 +14,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from mstar.api_server.chat_protocol import ChatMessage
-from mstar.api_server.errors import APIError
-from mstar.api_server.openapi import REQUEST_ERRORS, documented
-from mstar.api_server.protocol import StrictModel, TokenId
-from mstar.api_server.request_rules import check_content_parts, check_model
-from mstar.api_server.response_models import DetokenizeResponse, TokenizeResponse
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.http.openapi import REQUEST_ERRORS, documented
+from mstar.api_server.openai.chat_protocol import ChatMessage
+from mstar.api_server.openai.protocol import StrictModel, TokenId
+from mstar.api_server.openai.response_models import DetokenizeResponse, TokenizeResponse
 from mstar.api_server.state import ServerState
-from mstar.api_server.unknown_fields import unknown_fields
+from mstar.api_server.validation.request_rules import check_content_parts, check_model
+from mstar.api_server.validation.unknown_fields import unknown_fields
 
 router = APIRouter()
 

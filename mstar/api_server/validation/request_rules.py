@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mstar.api_server.chat_protocol import ChatCompletionRequest
-from mstar.api_server.completion_protocol import MAX_PROMPTS, CompletionRequest, PromptFields
-from mstar.api_server.errors import APIError
-from mstar.api_server.field_table import Endpoint, rejected_field
-from mstar.api_server.protocol import SamplingFields
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
+from mstar.api_server.openai.completion_protocol import MAX_PROMPTS, CompletionRequest, PromptFields
+from mstar.api_server.openai.protocol import SamplingFields
 from mstar.api_server.state import ServerState
-from mstar.api_server.unknown_fields import unknown_fields
+from mstar.api_server.validation.field_table import Endpoint, rejected_field
+from mstar.api_server.validation.unknown_fields import unknown_fields
 
 
 def check_rejected_fields(req: SamplingFields, endpoint: Endpoint) -> None:

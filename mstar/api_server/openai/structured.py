@@ -10,8 +10,8 @@ import asyncio
 import json
 from typing import Any
 
-from mstar.api_server.errors import APIError
-from mstar.api_server.protocol import SamplingFields
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.openai.protocol import SamplingFields
 from mstar.engine.sampling_params import StructuredOutput
 from mstar.engine.structured_output import check_structured_output
 

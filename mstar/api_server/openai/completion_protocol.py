@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag
 
-from mstar.api_server.protocol import MAX_INT32, SamplingFields, TokenId
+from mstar.api_server.openai.protocol import MAX_INT32, SamplingFields, TokenId
 
 MAX_PROMPTS = 1024  # prompts in one batch request
 

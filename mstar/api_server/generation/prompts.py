@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mstar.api_server.chat_protocol import ChatCompletionRequest
-from mstar.api_server.errors import APIError
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.template import template_inputs
 from mstar.engine.errors import RequestRejected

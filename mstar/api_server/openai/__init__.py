@@ -1,0 +1,1 @@
+"""OpenAI-compatible endpoints: request bodies, routes, response models and response formatting."""
