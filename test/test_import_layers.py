@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "mstar"
 
 # Lowest first. ``llm`` (the offline API) sits on the engine; ``kernels`` under the models.
-LAYERS = ("settings", "logging_setup", "kernels", "models", "engine", "llm", "ipc", "worker",
+LAYERS = ("settings", "logging_setup", "kernels", "graph", "models", "engine", "llm", "ipc", "worker",
           "conductor", "api_server", "cli")
 ENTRY_MODULES = ("__init__", "__main__")  # the package's own entry points may import anything
 

@@ -82,10 +82,13 @@ class Gemma3Model(nn.Module):
             for t in sorted(set(config.layer_types))
         })
 
-    def forward(self, input_ids, positions, attn_metadata) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
         # The scale is rounded to the activation dtype first, as transformers does.
-        hidden = hidden * torch.tensor(self.embed_scale, dtype=hidden.dtype)
+        return hidden * torch.tensor(self.embed_scale, dtype=hidden.dtype)
+
+    def forward(self, input_ids, positions, attn_metadata, inputs_embeds=None) -> torch.Tensor:
+        hidden = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         rope = self.rotary_emb(positions)
         for layer in self.layers:
             hidden = layer(hidden, *rope[layer.layer_type], attn_metadata)

@@ -106,8 +106,12 @@ class LlamaModel(nn.Module):
             head_dim, config.max_position_embeddings, rope_parameters(config)
         )
 
-    def forward(self, input_ids, positions, attn_metadata) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids)
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
+
+    def forward(self, input_ids, positions, attn_metadata, inputs_embeds=None) -> torch.Tensor:
+        """``inputs_embeds`` (e.g. text and image embeddings merged) replaces the token lookup."""
+        hidden = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         cos, sin = self.rotary_emb(positions)
         residual = None
         for layer in self.layers:

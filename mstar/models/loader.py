@@ -60,6 +60,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
         quantized |= quantize_dense(model, quantization, skip=set(quantized))
     # Computed in float32, stored in the model dtype, as transformers does.
     model.model.rotary_emb.init_cache(device, dtype)
+    if hasattr(model, "init_buffers"):  # non-persistent buffers of e.g. a vision tower
+        model.init_buffers(device)
     model.eval().requires_grad_(False)
     if quantized:
         install_quantized(model, quantized, device.type == "cpu" and native_kernels(cache_dir))
@@ -155,7 +157,8 @@ def _expected_checkpoint_names(model, params: dict) -> set[str]:
     """Checkpoint tensor names the model needs (fused parameters expand to their shards)."""
     names = set()
     for name in params:
-        shards = [s for s, (packed, _) in model.packed_modules.items() if f".{packed}." in name]
+        shards = [s for s, (packed, _) in model.packed_modules.items()
+                  if f".{packed}." in name and not _unpacked(model, name)]
         for shard in shards:
             packed = model.packed_modules[shard][0]
             names.add(name.replace(f".{packed}.", f".{shard}."))
@@ -164,7 +167,14 @@ def _expected_checkpoint_names(model, params: dict) -> set[str]:
     return names
 
 
+def _unpacked(model, name: str) -> bool:
+    """A tensor of a module that keeps its checkpoint layout (e.g. a vision tower's q/k/v)."""
+    return name.startswith(getattr(model, "unpacked_prefixes", ()))
+
+
 def _resolve(model, name: str) -> tuple[str, int, int | None]:
+    if _unpacked(model, name):
+        return name, 0, None
     for shard_name, (packed, shard) in model.packed_modules.items():
         if f".{shard_name}." in name:
             offset, size = model.shard_range(packed, shard)

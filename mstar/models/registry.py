@@ -15,6 +15,10 @@ _MODELS = {
     "Olmo2ForCausalLM": ("mstar.models.olmo2", "Olmo2ForCausalLM"),
     "SmolLM3ForCausalLM": ("mstar.models.smollm3", "SmolLM3ForCausalLM"),
     "Qwen3_5ForCausalLM": ("mstar.models.qwen3_5", "Qwen3_5ForCausalLM"),
+    "Idefics3ForConditionalGeneration": ("mstar.models.vision.idefics3",
+                                         "Idefics3ForConditionalGeneration"),
+    "SmolVLMForConditionalGeneration": ("mstar.models.vision.idefics3",
+                                        "SmolVLMForConditionalGeneration"),
 }
 
 

@@ -1,0 +1,1 @@
+"""Vision-language models: stateless image encoders feeding mstar's paged language models."""

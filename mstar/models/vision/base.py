@@ -1,0 +1,94 @@
+"""What every vision-language model shares: a paged text decoder (an mstar family) whose input
+embeddings take image rows at the placeholder positions, and a stateless image encoder.
+
+The engine calls ``encode`` once per image (its output is cached by content hash), ``embed`` for
+the step's token ids, ``merge`` to put the image rows in, then ``forward(..., inputs_embeds=)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mstar.graph import WalkGraph, with_encoder
+from mstar.models.llama import LlamaForCausalLM
+
+
+class VisionLanguageParts(nn.Module):
+    """The checkpoint's ``model.*`` modules; the text decoder's pieces the engine looks for
+    (``embed_tokens``, ``layers``, ``rotary_emb``) are forwarded from it."""
+
+    def __init__(self, text_name: str, text_model: nn.Module, **vision: nn.Module) -> None:
+        super().__init__()
+        self.text_name = text_name
+        self.add_module(text_name, text_model)
+        for name, module in vision.items():
+            self.add_module(name, module)
+
+    @property
+    def text(self) -> nn.Module:
+        return getattr(self, self.text_name)
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        return self.text.embed_tokens
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.text.layers
+
+    @property
+    def rotary_emb(self) -> nn.Module:
+        return self.text.rotary_emb
+
+
+class VisionLanguageModel(nn.Module):
+    """Subclasses build ``self.model`` (a VisionLanguageParts) and implement ``encode``."""
+
+    packed_modules = LlamaForCausalLM.packed_modules
+    unused_checkpoint_prefixes: tuple[str, ...] = ()
+    unpacked_prefixes: tuple[str, ...] = ()  # the vision tower keeps its checkpoint layout
+    text_model_cls: type = LlamaForCausalLM
+    graph: WalkGraph = with_encoder("vision_encoder", "image", "image_embeds")
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.config = config
+        self.text_config = config.get_text_config()
+        self.image_token_id = int(config.image_token_id)
+        self.lm_head = nn.Linear(self.text_config.hidden_size, self.text_config.vocab_size,
+                                 bias=False)
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        self.softcap = getattr(self.text_config, "final_logit_softcapping", None)
+
+    def build_text_model(self) -> nn.Module:
+        return self.text_model_cls(self.text_config).build_model(self.text_config)
+
+    def shard_range(self, packed: str, shard: int) -> tuple[int, int]:
+        if packed == "qkv_proj":
+            attn = self.model.layers[0].self_attn
+            sizes = [attn.q_size, attn.kv_size, attn.kv_size]
+        else:
+            sizes = [self.text_config.intermediate_size] * 2
+        return sum(sizes[:shard]), sizes[shard]
+
+    def encode(self, image: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One image's processor tensors -> its embedding rows [placeholder tokens, hidden]."""
+        raise NotImplementedError
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.text.embed(input_ids)
+
+    @staticmethod
+    def merge(embeds: torch.Tensor, rows: torch.Tensor, image_rows: torch.Tensor) -> torch.Tensor:
+        """Token embeddings with ``image_rows`` written at flattened rows ``rows``."""
+        return embeds.index_copy(0, rows, image_rows.to(embeds.dtype))
+
+    def forward(self, input_ids, positions, attn_metadata, inputs_embeds=None) -> torch.Tensor:
+        return self.model.text(input_ids, positions, attn_metadata, inputs_embeds)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden)
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits

@@ -1,0 +1,93 @@
+"""Turns a prompt with image markers plus decoded images into what the engine runs: the token ids
+(each marker expanded to the model's placeholder tokens) and one ``ImageInput`` per image.
+
+transformers' processor of the model directory does the work (its PIL image processor: torchvision
+is not a dependency). Each image's tensors come from the image processor alone, so an image is
+encoded the same way whatever else shares its prompt, and its content hash names its encoder output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    content_hash: str  # of the preprocessed tensors: same pixels, same encoder output
+    tensors: dict[str, torch.Tensor]  # the encoder's input for this image alone
+    offset: int  # first prompt position of its placeholder run
+    length: int  # positions the run spans (other tokens, e.g. tile tags, may sit inside)
+    num_embeds: int  # positions in the run holding the image token: the encoder's output rows
+
+    def embed_positions(self, prompt_ids: list[int], image_token_id: int) -> list[int]:
+        """Prompt positions that take this image's encoder rows, in order."""
+        end = self.offset + self.length
+        return [p for p in range(self.offset, end) if prompt_ids[p] == image_token_id]
+
+
+def load_processor(model_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(model_dir, backend="pil")
+
+
+def image_token_id(processor) -> int:
+    tok = processor.tokenizer
+    return tok.convert_tokens_to_ids(processor.image_token)
+
+
+def content_hash(tensors: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def _image_tensors(processor, image) -> dict[str, torch.Tensor]:
+    """One image through the image processor; the batch and image axes are dropped."""
+    out = processor.image_processor(images=[[image]], return_tensors="pt")
+    tensors = {}
+    for name, value in out.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        while value.dim() > 2 and value.shape[0] == 1 and name != "image_grid_thw":
+            value = value[0]
+        tensors[name] = value
+    return tensors
+
+
+def build_prompt(processor, text: str, images: list) -> tuple[list[int], list[ImageInput]]:
+    """``text`` holds one ``processor.image_token`` marker per image, in order."""
+    batch = processor(text=[text], images=[images] if images else None, return_tensors="pt",
+                      add_special_tokens=False)
+    ids = batch["input_ids"][0].tolist()
+    token = image_token_id(processor)
+    where = [i for i, t in enumerate(ids) if t == token]
+    inputs, used = [], 0
+    for image in images:
+        tensors = _image_tensors(processor, image)
+        n = num_image_tokens(processor, tensors)
+        mine = where[used:used + n]
+        if len(mine) != n:
+            raise ValueError(f"the prompt has {len(where)} image tokens; the images need more")
+        used += n
+        inputs.append(ImageInput(content_hash(tensors), tensors, mine[0], mine[-1] - mine[0] + 1,
+                                 n))
+    if used != len(where):
+        raise ValueError(f"the prompt has {len(where)} image tokens; its images fill {used}")
+    return ids, inputs
+
+
+def num_image_tokens(processor, tensors: dict[str, torch.Tensor]) -> int:
+    """Placeholder tokens (encoder output rows) of one image's tensors."""
+    if "image_grid_thw" in tensors:  # Qwen2-VL family: patches merged merge_size^2 to one
+        merge = processor.image_processor.merge_size
+        return int(tensors["image_grid_thw"].prod()) // (merge * merge)
+    seq_len = getattr(processor, "image_seq_len", None) or processor.num_image_tokens
+    tiles = tensors["pixel_values"].shape[0] if tensors["pixel_values"].dim() == 4 else 1
+    return tiles * seq_len

@@ -1,0 +1,119 @@
+"""Tiny random vision-language models saved in code (model + processor + tokenizer), the
+transformers oracle on the same inputs, and a one-sequence paged greedy loop for model tests
+that run before (and without) the engine."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+
+IMAGE_SIZE = 32  # the vision tower's tile; images of up to 2x2 tiles plus a global one
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}{% else %}<image>{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-6,
+             initializer_range=0.1)
+_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+               image_size=IMAGE_SIZE, patch_size=8)
+
+
+def image(seed: int, size: tuple[int, int] = (48, 40)):
+    """A random RGB picture (PIL), (width, height)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+
+
+def _smolvlm(tokenizer, path: Path):
+    import transformers as tf
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_special_tokens({"additional_special_tokens": [
+        "<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
+        *[f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]]})
+    tok.chat_template = CHAT_TEMPLATE
+    image_proc = tf.Idefics3ImageProcessorPil(size={"longest_edge": 2 * IMAGE_SIZE},
+                                              max_image_size={"longest_edge": IMAGE_SIZE})
+    processor = tf.Idefics3Processor(image_processor=image_proc, tokenizer=tok, image_seq_len=4,
+                                     chat_template=CHAT_TEMPLATE)
+    text = tf.LlamaConfig(**_TEXT, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                          bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id)
+    config = tf.Idefics3Config(text_config=text.to_dict(), vision_config=_VISION, scale_factor=2,
+                               image_token_id=tok.convert_tokens_to_ids("<image>"),
+                               tie_word_embeddings=True)
+    return tf.Idefics3ForConditionalGeneration(config), processor
+
+
+FAMILIES = {"smolvlm": _smolvlm}
+
+
+def make_tiny_vlm(family: str, tokenizer, path: Path) -> Path:
+    torch.manual_seed(1234)
+    model, processor = FAMILIES[family](tokenizer, path)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def prompt_text(processor, text: str, num_images: int) -> str:
+    content = [{"type": "image"}] * num_images + [{"type": "text", "text": text}]
+    return processor.apply_chat_template([{"role": "user", "content": content}],
+                                         add_generation_prompt=True, tokenize=False)
+
+
+def transformers_greedy(model_dir: Path, text: str, images: list, max_new: int) -> list[int]:
+    """The oracle: the processor and generate of transformers, fp32 on CPU."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model_dir, backend="pil")
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    batch = processor(text=[text], images=[images] if images else None, return_tensors="pt",
+                      add_special_tokens=False)
+    with torch.inference_mode():
+        out = model.generate(**batch, do_sample=False, max_new_tokens=max_new, pad_token_id=0)
+    return out[0, batch["input_ids"].shape[1]:].tolist()
+
+
+def paged_greedy(model, prompt_ids: list[int], images, max_new: int, block_size: int = 16):
+    """One sequence through the paged KV cache: the prompt (image rows merged), then decodes."""
+    from mstar.engine.attention import AttentionInputs, get_backend
+    from mstar.engine.kv_cache import allocate_kv_cache
+
+    backend = get_backend("torch")
+    total = len(prompt_ids) + max_new
+    blocks = -(-total // block_size)
+    allocate_kv_cache(model, backend, blocks, block_size, torch.device("cpu"), torch.float32)
+    table = torch.arange(blocks).unsqueeze(0)
+    ids = list(prompt_ids)
+    out = []
+    start = 0
+    with torch.inference_mode():
+        while len(out) < max_new:
+            new = ids[start:]
+            n = len(new)
+            meta = backend.build(AttentionInputs(
+                slot_mapping=torch.arange(start, start + n), block_tables=table,
+                context_lens=torch.tensor([start + n]), query_lens=[n],
+                context_lens_list=[start + n], num_decodes=int(n == 1), block_size=block_size,
+                dtype=torch.float32, seq_keys=[0]))
+            meta.begin_forward()
+            tokens = torch.tensor(new)
+            embeds = model.embed(tokens)
+            for item in images if start == 0 else ():
+                rows = torch.tensor(item.embed_positions(prompt_ids, model.image_token_id))
+                embeds = model.merge(embeds, rows, model.encode(item.tensors))
+            hidden = model(tokens, torch.arange(start, start + n), meta, inputs_embeds=embeds)
+            token = int(model.compute_logits(hidden[-1:]).argmax(-1))
+            out.append(token)
+            start += n
+            ids.append(token)
+    return out
