@@ -73,6 +73,12 @@ VALID = {
     "MSTAR_DIST_MASTER_PORT": ("29600", 29600),
     "MSTAR_REMOTE_WORKERS": ("1", 1),
     "MSTAR_SOCKET_DIR": ("/tmp/socks", Path("/tmp/socks")),
+    "MSTAR_ALLOWED_MEDIA_DOMAINS": ("images.example.com", "images.example.com"),
+    "MSTAR_MAX_IMAGES_PER_REQUEST": ("2", 2),
+    "MSTAR_MAX_IMAGE_PIXELS": ("1048576", 1048576),
+    "MSTAR_MAX_IMAGE_BYTES": ("1000000", 1000000),
+    "MSTAR_MAX_ENCODER_TOKENS_PER_STEP": ("512", 512),
+    "MSTAR_ENCODER_CACHE_MB": ("64.5", 64.5),
     "MSTAR_CONFIG_STRICTNESS": ("warn", "warn"),
 }
 

@@ -27,6 +27,8 @@ class ServerState:
     # restart-only changes the last reload found; both change only in ``reload.apply_reload``.
     loaded: LoadedSettings | None = None
     pending_restart: dict[str, dict] = field(default_factory=dict)
+    # What a request may carry (``models.registry.accepted_modalities``): "text", "image".
+    modalities: tuple[str, ...] = ("text",)
     unknown_fields: UnknownFieldPolicy = field(init=False)
 
     def __post_init__(self) -> None:

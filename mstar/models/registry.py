@@ -22,6 +22,15 @@ _MODELS = {
 }
 
 
+# Architectures whose requests may carry images (their graph has a vision encoder node).
+_TAKES_IMAGES = frozenset(arch for arch, (module, _) in _MODELS.items() if ".vision." in module)
+
+
+def accepted_modalities(architectures: list[str] | None) -> tuple[str, ...]:
+    """What requests to a model may carry, from ``config.architectures`` (no torch import)."""
+    return ("text", "image") if (architectures or [""])[0] in _TAKES_IMAGES else ("text",)
+
+
 def supported_architectures() -> list[str]:
     return sorted(_MODELS)
 

@@ -20,6 +20,7 @@ from mstar.settings.reloadable import RELOADABLE
 from mstar.settings.schema import (
     ConfigKnobs,
     EngineKnobs,
+    MediaKnobs,
     ServerKnobs,
     TransportKnobs,
     WorkerLoopKnobs,
@@ -27,7 +28,7 @@ from mstar.settings.schema import (
     env_name,
 )
 
-GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs, ConfigKnobs)
+GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs, MediaKnobs, ConfigKnobs)
 
 
 class Kind(str, Enum):

@@ -43,7 +43,8 @@ def build_app(state: ServerState) -> FastAPI:
     @app.get("/v1/models", response_model=None, responses=documented(ModelList, (401,)))
     async def models() -> Response:
         cards = [{"id": name, "object": "model", "created": now(), "owned_by": "mstar",
-                  "root": state.model_name, "max_model_len": state.max_model_len}
+                  "root": state.model_name, "max_model_len": state.max_model_len,
+                  "modalities": list(state.modalities)}
                  for name in state.served_names()]
         return JSONResponse({"object": "list", "data": cards})
 

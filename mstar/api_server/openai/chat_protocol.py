@@ -16,11 +16,20 @@ from mstar.api_server.tools.schema import AssistantToolCall, ChatTool, ToolChoic
 NOT_SUPPORTED = "Not supported: a 400 unless null."
 
 
+class ImageURL(StrictModel):
+    url: NonEmptyStr = Field(description="A data: URL (base64 PNG, JPEG or WebP), or an http(s) "
+                             "URL of a host in MSTAR_ALLOWED_MEDIA_DOMAINS.")
+    detail: str | None = Field(None, description="Only 'auto': the model's processor sets the "
+                               "resolution.")
+
+
 class ContentPart(StrictModel):
-    """One part of a message's content; only ``text`` parts are taken (others are a 400)."""
+    """One part of a message's content: ``text``, or ``image_url`` for a model that takes images
+    (other types are a 400)."""
 
     type: NonEmptyStr
     text: str | None = None
+    image_url: ImageURL | None = None
 
 
 class ChatMessage(StrictModel):

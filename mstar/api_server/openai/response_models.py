@@ -92,6 +92,7 @@ class ModelCard(BaseModel):
     owned_by: str
     root: str
     max_model_len: int
+    modalities: list[str]  # what a request may carry: "text", and "image" for a vision model
 
 
 class ModelList(BaseModel):

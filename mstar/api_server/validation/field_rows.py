@@ -69,7 +69,8 @@ ROWS: list[dict[str, Any]] = [
     _row("messages.*.content", CHAT, "supported", "A string, or a list of ``text`` parts.",
          accepted={"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
          refused={"messages": [{"role": "user", "content": 5}]}, param="messages.0.content"),
-    _row("messages.*.content (image_url part)", CHAT, "rejected", "The models take text only.",
+    _row("messages.*.content (image_url part)", CHAT, "rejected", "A text-only model (such as "
+         "the built-in one) refuses it; a vision-language model takes it (see Multimodal).",
          refused={"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                             IMAGE]}]},
          param="messages.0.content.1"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mstar.api_server.http.errors import APIError
+from mstar.api_server.media.parts import image_parts
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import MAX_PROMPTS, CompletionRequest, PromptFields
 from mstar.api_server.openai.protocol import SamplingFields
@@ -21,10 +22,14 @@ def check_rejected_fields(req: SamplingFields, endpoint: Endpoint) -> None:
         raise APIError(400, f"`{row.name}` is not supported: {row.note}", row.name)
 
 
-def check_content_parts(req: ChatCompletionRequest) -> None:
+def check_content_parts(req: ChatCompletionRequest, accepts_images: bool = False,
+                        max_images: int = 0) -> None:
+    image_parts(req.messages, accepts_images, max_images)
     for i, msg in enumerate(req.messages):
         for j, part in enumerate(msg.content if isinstance(msg.content, list) else []):
             param = f"messages.{i}.content.{j}"
+            if part.type == "image_url":
+                continue
             if part.type != "text":
                 raise APIError(400, f"`{param}`: '{part.type[:40]}' content parts are not supported "
                                "(the model takes text only)", param)
@@ -68,12 +73,13 @@ def check_token_ids(req: SamplingFields, vocab_size: int) -> None:
                            f"[0, {vocab_size})", f"stop_token_ids.{i}")
 
 
-def check_request(req: Any, endpoint: Endpoint | None, vocab_size: int) -> None:
+def check_request(req: Any, endpoint: Endpoint | None, vocab_size: int,
+                  accepts_images: bool = False, max_images: int = 0) -> None:
     """Every rule that applies to this request (endpoint None: the native /generate)."""
     if endpoint is not None:
         check_rejected_fields(req, endpoint)
     if isinstance(req, ChatCompletionRequest):
-        check_content_parts(req)
+        check_content_parts(req, accepts_images, max_images)
         check_top_logprobs(req)
     if isinstance(req, CompletionRequest):
         check_echo(req)
@@ -93,5 +99,6 @@ def check_model(state: ServerState, model: str | None) -> None:
 def admit(state: ServerState, req: Any, endpoint: Endpoint | None) -> dict[str, str]:
     """Check a request before any work; the response headers it gets (unknown fields)."""
     check_model(state, req.model)
-    check_request(req, endpoint, len(state.tokenizer))
+    check_request(req, endpoint, len(state.tokenizer), "image" in state.modalities,
+                  state.settings.max_images_per_request)
     return state.unknown_fields.headers(unknown_fields(req))

@@ -1,0 +1,2 @@
+"""Images of a chat request: where their bytes come from (``sources``), their checks and decoding
+(``decode``), the parts of a request (``parts``) and the bounded pool the work runs in (``pool``)."""

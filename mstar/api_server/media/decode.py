@@ -1,0 +1,37 @@
+"""Image bytes to an RGB picture, refusing what is not a PNG, JPEG or WebP image and anything
+larger than MSTAR_MAX_IMAGE_PIXELS: the size is read from the header, before any pixel is
+decoded, so a small file that would decode to gigabytes (a decompression bomb) costs nothing."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+from PIL import Image, UnidentifiedImageError
+
+from mstar.api_server.http.errors import APIError
+
+FORMATS = ("PNG", "JPEG", "WEBP")
+
+
+def decode_image(data: bytes, max_pixels: int, param: str) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=FORMATS)  # reads the header only
+    except Image.DecompressionBombError as exc:  # PIL's own, far larger, limit
+        raise APIError(413, f"`{param}`: the image is larger than MSTAR_MAX_IMAGE_PIXELS="
+                       f"{max_pixels} pixels", param) from exc
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise APIError(400, f"`{param}`: not a PNG, JPEG or WebP image", param) from exc
+    width, height = image.size
+    if width * height > max_pixels:
+        raise APIError(413, f"`{param}`: the image is {width}x{height} = {width * height} "
+                       f"pixels; MSTAR_MAX_IMAGE_PIXELS={max_pixels}", param)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image.load()
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise APIError(400, f"`{param}`: the image data is damaged ({exc})", param) from exc
+    return image.convert("RGB")
