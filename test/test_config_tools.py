@@ -147,6 +147,29 @@ def test_preflight_passes_a_fitting_configuration(tmp_path):
     assert missing.returncode == 2 and "cannot read the model's config" in missing.stderr
 
 
+def test_preflight_says_when_max_model_len_cannot_hold_one_image(tmp_path):
+    """SmolVLM-256M's shape: 512-pixel tiles of 64 tokens, images resized to 2048 pixels."""
+    text = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3,
+            "num_hidden_layers": 30, "max_position_embeddings": 8192}
+    config = {"architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
+              "scale_factor": 4, "text_config": text,
+              "vision_config": {"image_size": 512, "patch_size": 16}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"size": {"longest_edge": 2048}, "do_image_splitting": True}))
+    env_file = tmp_path / "short.env"
+    env_file.write_text("MSTAR_DEVICE=cpu\nMSTAR_DTYPE=float32\nMSTAR_MAX_MODEL_LEN=1024\n")
+    result = _preflight("--model", str(tmp_path), "--env-file", str(env_file))
+    assert result.returncode == 1, result.stdout
+    # 4 x 4 tiles and the global image, 64 tokens each, plus the tile tags.
+    assert "MSTAR_MAX_MODEL_LEN: 1024 tokens cannot hold one image at the largest allowed " \
+           "size (1123 tokens" in result.stdout
+    env_file.write_text("MSTAR_DEVICE=cpu\nMSTAR_DTYPE=float32\nMSTAR_MAX_MODEL_LEN=1024\n"
+                        "MSTAR_MAX_IMAGE_PIXELS=262144\n")  # 512 x 512: one tile + global
+    result = _preflight("--model", str(tmp_path), "--env-file", str(env_file))
+    assert "cannot hold one image" not in result.stdout, result.stdout
+
+
 def test_step_loop_switches_between_serial_and_overlapped_mid_run(tiny_model_dir, make_engine):
     from mstar.engine.sampling_params import SamplingParams
     from mstar.settings.reload import with_values

@@ -112,8 +112,9 @@ def run_validate(args: argparse.Namespace) -> int:
         if args.model:
             from mstar.settings.preflight import config_path, preflight, read_shape
 
-            problems += preflight(loaded.settings, read_shape(config_path(args.model,
-                                                                          loaded.settings)))
+            path = config_path(args.model, loaded.settings)
+            problems += preflight(loaded.settings,
+                                  read_shape(path, loaded.settings.max_image_pixels))
     except SettingsUsageError as exc:
         print(f"mstar: error: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mstar.settings.env_file import SettingsUsageError
+from mstar.settings.image_budget import max_image_tokens
 from mstar.settings.schema import BUILTIN_MODEL, WorkerSettings
 from mstar.settings.sources import Problem
 
@@ -34,6 +35,7 @@ class ModelShape:
     kv_layers: int         # layers that keep K/V in the paged cache
     kv_heads: int
     head_dim: int
+    image_tokens: int | None = None  # of the largest allowed image; None: a text-only model
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         return 2 * self.kv_layers * self.kv_heads * self.head_dim * _DTYPE_BYTES[dtype]
@@ -50,7 +52,7 @@ def config_path(model: str, settings: WorkerSettings) -> Path:
     return path / "config.json" if path.is_dir() else path
 
 
-def read_shape(path: Path) -> ModelShape:
+def read_shape(path: Path, max_pixels: int = WorkerSettings().max_image_pixels) -> ModelShape:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -65,7 +67,7 @@ def read_shape(path: Path) -> ModelShape:
     limit = next((text[k] for k in _LIMIT_KEYS if isinstance(text.get(k), int)), None)
     head_dim = text.get("head_dim") or _int(text, "hidden_size", path) // heads
     return ModelShape(str(path), limit, layers, int(text.get("num_key_value_heads") or heads),
-                      int(head_dim))
+                      int(head_dim), max_image_tokens(config, path, max_pixels))
 
 
 def _int(config: dict[str, Any], key: str, path: Path) -> int:
@@ -107,6 +109,7 @@ def preflight(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
     if max_len is not None:
         problems += check_kv_budget(settings, shape, device, dtype, max_len)
         problems += check_batch_budget(settings, shape, max_len)
+        problems += check_image_fits(settings, shape, max_len)
     return problems
 
 
@@ -159,6 +162,17 @@ def check_batch_budget(settings: WorkerSettings, shape: ModelShape, max_len: int
         return [_problem("MSTAR_MAX_NUM_BATCHED_TOKENS", f"{settings.max_num_batched_tokens} is "
                          f"below max_model_len={max_len}: longer prompts are prefilled in chunks "
                          "over several steps", shape, error=False)]
+    return []
+
+
+def check_image_fits(settings: WorkerSettings, shape: ModelShape, max_len: int) -> list[Problem]:
+    if shape.image_tokens is None or settings.max_images_per_request == 0:
+        return []
+    if shape.image_tokens >= max_len:
+        return [_problem("MSTAR_MAX_MODEL_LEN", f"{max_len} tokens cannot hold one image at the "
+                         f"largest allowed size ({shape.image_tokens} tokens at "
+                         f"MSTAR_MAX_IMAGE_PIXELS={settings.max_image_pixels}): every request "
+                         "with such an image is refused", shape, error=True)]
     return []
 
 
