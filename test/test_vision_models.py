@@ -32,7 +32,10 @@ def _mstar(model_dir):
     return load_model(model_dir, config, torch.device("cpu"), torch.float32)
 
 
-@pytest.mark.parametrize("family", ["smolvlm"])
+FAMILIES = ["smolvlm", "llava_clip", "llava_siglip"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("sizes", [[(48, 40)], [(20, 30)], [(48, 40), (30, 60)]],
                          ids=["split", "small", "two-images"])
 def test_greedy_matches_transformers(family, sizes, vlm_dir):
@@ -45,7 +48,7 @@ def test_greedy_matches_transformers(family, sizes, vlm_dir):
     assert paged_greedy(_mstar(path), ids, inputs, MAX_NEW) == expected
 
 
-@pytest.mark.parametrize("family", ["smolvlm"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_different_image_changes_the_answer(family, vlm_dir):
     path = vlm_dir(family)
     processor = load_processor(path)

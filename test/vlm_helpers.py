@@ -53,7 +53,37 @@ def _smolvlm(tokenizer, path: Path):
     return tf.Idefics3ForConditionalGeneration(config), processor
 
 
-FAMILIES = {"smolvlm": _smolvlm}
+def _llava(tokenizer, path: Path, tower: str):
+    import transformers as tf
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    if tower == "clip":
+        vision = tf.CLIPVisionConfig(**_VISION, projection_dim=32)
+        image_proc = tf.CLIPImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
+                                              crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+        strategy, extra, layer = "default", 1, -2
+    else:
+        vision = tf.SiglipVisionConfig(**_VISION)
+        image_proc = tf.SiglipImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+        strategy, extra, layer = "full", 0, -1
+    processor = tf.LlavaProcessor(image_processor=image_proc, tokenizer=tok, patch_size=8,
+                                  vision_feature_select_strategy=strategy,
+                                  num_additional_image_tokens=extra, chat_template=CHAT_TEMPLATE)
+    text = tf.LlamaConfig(**_TEXT, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                          bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id)
+    config = tf.LlavaConfig(text_config=text, vision_config=vision,
+                            image_token_id=tok.convert_tokens_to_ids("<image>"),
+                            vision_feature_select_strategy=strategy, vision_feature_layer=layer,
+                            tie_word_embeddings=False)
+    return tf.LlavaForConditionalGeneration(config), processor
+
+
+FAMILIES = {
+    "smolvlm": _smolvlm,
+    "llava_clip": lambda tok, path: _llava(tok, path, "clip"),
+    "llava_siglip": lambda tok, path: _llava(tok, path, "siglip"),
+}
 
 
 def make_tiny_vlm(family: str, tokenizer, path: Path) -> Path:

@@ -55,5 +55,6 @@ def pack_linears(model: nn.Module) -> None:
     """Swap every nn.Linear for a PackedLinear (tied embeddings keep their own weight)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
+            # nn.MultiheadAttention (e.g. a SigLIP pooling head) reads its out_proj's weight.
+            if isinstance(child, nn.Linear) and not isinstance(parent, nn.MultiheadAttention):
                 setattr(parent, name, PackedLinear(child))

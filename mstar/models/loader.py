@@ -96,12 +96,14 @@ def load_weights(model, model_dir: Path) -> None:
     # the resource tracker reports as leaked whenever the worker is killed. Bars here never cross
     # processes, so a thread lock is enough (set before the first bar, even a disabled one).
     tqdm.set_lock(threading.RLock())
-    for handle, name in tqdm(names, desc="loading weights", disable=not show, leave=False):
+    rename = getattr(model, "checkpoint_name", None)  # a layout with other names (e.g. LLaVA's)
+    for handle, stored in tqdm(names, desc="loading weights", disable=not show, leave=False):
+        name = rename(stored) if rename else stored
         if "rotary_emb.inv_freq" in name or name.startswith(model.unused_checkpoint_prefixes):
             continue
         if name == "lm_head.weight" and model.tie_word_embeddings:
             continue
-        tensor = handle.get_tensor(name)
+        tensor = handle.get_tensor(stored)
         _copy(model, params, name, shard_tensor(model, name, tensor) if hasattr(model, "tp")
               else tensor)
         missing.discard(name)

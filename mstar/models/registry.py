@@ -19,6 +19,8 @@ _MODELS = {
                                          "Idefics3ForConditionalGeneration"),
     "SmolVLMForConditionalGeneration": ("mstar.models.vision.idefics3",
                                         "SmolVLMForConditionalGeneration"),
+    "LlavaForConditionalGeneration": ("mstar.models.vision.llava",
+                                      "LlavaForConditionalGeneration"),
 }
 
 

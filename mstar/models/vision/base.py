@@ -61,6 +61,15 @@ class VisionLanguageModel(nn.Module):
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         self.softcap = getattr(self.text_config, "final_logit_softcapping", None)
 
+    # (checkpoint prefix, model prefix), first match wins: older layouts name modules otherwise.
+    checkpoint_prefixes: tuple[tuple[str, str], ...] = ()
+
+    def checkpoint_name(self, name: str) -> str:
+        for old, new in self.checkpoint_prefixes:
+            if name.startswith(old):
+                return new + name[len(old):]
+        return name
+
     def build_text_model(self) -> nn.Module:
         return self.text_model_cls(self.text_config).build_model(self.text_config)
 

@@ -25,9 +25,9 @@ class Idefics3ForConditionalGeneration(VisionLanguageModel):
         self.patch_size = config.vision_config.patch_size
 
     def encode(self, image: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``pixel_values`` [tiles, 3, H, W] and ``pixel_attention_mask`` [tiles, H, W]."""
-        pixels = image["pixel_values"].to(self.model.embed_tokens.weight.dtype)
-        mask = image["pixel_attention_mask"].bool()
+        """``pixel_values`` [1, tiles, 3, H, W] and ``pixel_attention_mask`` [1, tiles, H, W]."""
+        pixels = image["pixel_values"][0].to(self.model.embed_tokens.weight.dtype)
+        mask = image["pixel_attention_mask"][0].bool()
         p = self.patch_size
         patches = mask.unfold(1, p, p).unfold(2, p, p)
         patch_mask = patches.sum(dim=(-1, -2)) > 0

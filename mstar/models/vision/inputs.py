@@ -48,17 +48,16 @@ def content_hash(tensors: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def _image_tensors(processor, image) -> dict[str, torch.Tensor]:
-    """One image through the image processor; the batch and image axes are dropped."""
-    out = processor.image_processor(images=[[image]], return_tensors="pt")
-    tensors = {}
-    for name, value in out.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        while value.dim() > 2 and value.shape[0] == 1 and name != "image_grid_thw":
-            value = value[0]
-        tensors[name] = value
-    return tensors
+def _image_alone(processor, image) -> tuple[dict[str, torch.Tensor], int]:
+    """One image through the processor on its own: its tensors (as the processor batches them)
+    and its placeholder count (the image tokens of a prompt holding only its marker)."""
+    out = processor(text=[processor.image_token], images=[[image]], return_tensors="pt",
+                    add_special_tokens=False)
+    token = image_token_id(processor)
+    count = int((out["input_ids"] == token).sum())
+    tensors = {k: v for k, v in out.items()
+               if isinstance(v, torch.Tensor) and k not in ("input_ids", "attention_mask")}
+    return tensors, count
 
 
 def build_prompt(processor, text: str, images: list) -> tuple[list[int], list[ImageInput]]:
@@ -70,8 +69,7 @@ def build_prompt(processor, text: str, images: list) -> tuple[list[int], list[Im
     where = [i for i, t in enumerate(ids) if t == token]
     inputs, used = [], 0
     for image in images:
-        tensors = _image_tensors(processor, image)
-        n = num_image_tokens(processor, tensors)
+        tensors, n = _image_alone(processor, image)
         mine = where[used:used + n]
         if len(mine) != n:
             raise ValueError(f"the prompt has {len(where)} image tokens; the images need more")
@@ -81,13 +79,3 @@ def build_prompt(processor, text: str, images: list) -> tuple[list[int], list[Im
     if used != len(where):
         raise ValueError(f"the prompt has {len(where)} image tokens; its images fill {used}")
     return ids, inputs
-
-
-def num_image_tokens(processor, tensors: dict[str, torch.Tensor]) -> int:
-    """Placeholder tokens (encoder output rows) of one image's tensors."""
-    if "image_grid_thw" in tensors:  # Qwen2-VL family: patches merged merge_size^2 to one
-        merge = processor.image_processor.merge_size
-        return int(tensors["image_grid_thw"].prod()) // (merge * merge)
-    seq_len = getattr(processor, "image_seq_len", None) or processor.num_image_tokens
-    tiles = tensors["pixel_values"].shape[0] if tensors["pixel_values"].dim() == 4 else 1
-    return tiles * seq_len
