@@ -106,7 +106,8 @@ def test_tool_choice_none_answers_without_calls(client):
 
 @pytest.mark.parametrize("fields, param", [
     ({"tool_choice": "required", "tools": openai.NOT_GIVEN}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "get_news"}}}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_news"}}},
+     "tool_choice.function.name"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]},
      "tools.0.function.parameters"),
     ({"messages": QUESTION + [{"role": "tool", "tool_call_id": "call_9", "content": "x"}]},

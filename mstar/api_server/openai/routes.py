@@ -31,7 +31,7 @@ from mstar.api_server.openai.completion_protocol import CompletionRequest
 from mstar.api_server.openai.response_models import ChatCompletionResponse, CompletionResponse
 from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, output_constraint, request_tool_plan
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, request_tool_plan
 from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.api_server.validation.request_rules import admit
 from mstar.engine.outputs import RequestOutput
@@ -45,8 +45,9 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
     tools = await request_tool_plan(req, state.settings.tool_call_parser,
-                                    state.tokenizer.chat_template)
-    structured = output_constraint(tools, await structured_output(req))
+                                    state.tokenizer.chat_template, await structured_output(req),
+                                    state.settings.tool_call_undeclared)
+    structured = tools.structured_output
     prompts = [await chat_prompt_ids(state, req, tools.shown_tools)]
     jobs = jobs_for(state, req, prompts, "messages", structured)
     return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.calls import Declared, ToolCall
 from mstar.api_server.tools.tagged import TaggedCallStream
 
 START = "<tool_call>"
@@ -35,5 +35,5 @@ def decode(body: str) -> ToolCall | None:
     return ToolCall(obj["name"], json.dumps(arguments, ensure_ascii=False))
 
 
-def stream() -> TaggedCallStream:
-    return TaggedCallStream(START, END, decode)
+def stream(declared: Declared) -> TaggedCallStream:
+    return TaggedCallStream(START, END, decode, declared)
