@@ -79,7 +79,8 @@ def test_a_tool_and_response_format_together_are_answered(client):
                                                 "parameters": SCHEMA}}]
     reply = client.chat.completions.create(
         model="m", messages=MESSAGES, temperature=0, max_tokens=150, tools=tools,
-        parallel_tool_calls=False, response_format=FORMAT, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        parallel_tool_calls=False, response_format=FORMAT,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     message = reply.choices[0].message
     if reply.choices[0].finish_reason == "tool_calls":
         assert json.loads(message.tool_calls[0].function.arguments)["ok"] in ("yes", "no")
