@@ -6,10 +6,13 @@ tiny tokenizer whose chat template thinks (Qwen3-style)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 
 import pytest
 from api_stub import StubEngine, stub_app
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from mstar.api_server.http.errors import APIError
@@ -186,3 +189,16 @@ def test_a_model_without_a_switch_refuses_the_fields_by_name(tiny_tokenizer, fie
     client = TestClient(stub_app(tiny_tokenizer)[0])
     resp = client.post("/v1/chat/completions", json={**CHAT, **fields})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == param
+
+
+@given(st.sampled_from(["off", "optional", "inside"]),
+       st.lists(st.sampled_from(["<think>", "</think>", "<", "</", "think>", " ", "\n", "a", "b"]),
+                max_size=12).map("".join),
+       st.lists(st.integers(0, 100), max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_any_text_streamed_in_any_pieces_splits_as_the_whole_text(start, text, cuts):
+    stream = ReasoningStream(start)
+    bounds = [0, *sorted(min(c, len(text)) for c in cuts), len(text)]
+    parts = [stream.feed(text[a:b]) for a, b in itertools.pairwise(bounds)] + [stream.finish()]
+    reasoning = "".join(r for r, _ in parts)
+    assert (reasoning or None, "".join(c for _, c in parts)) == split_reasoning(text, start)

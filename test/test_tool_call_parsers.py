@@ -4,10 +4,14 @@ lets markup into a content delta; ``auto`` picks each from its chat template."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mstar.api_server.tools.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
-from mstar.api_server.tools.registry import parser_name, stream_factory
+from mstar.api_server.tools.registry import PARSERS, parser_name, stream_factory
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"},
                                             "days": {"type": "integer"}}}
@@ -108,3 +112,21 @@ def test_a_call_to_an_undeclared_function_stays_text_or_is_dropped(name, text):
 ])
 def test_auto_picks_the_parser_from_the_chat_template(template, name):
     assert parser_name("auto", template) == name
+
+
+FRAGMENTS = ["<tool_call>", "</tool_call>", "<function=get_time>", "</function>", "<parameter=a>",
+             "</parameter>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<|python_start|>",
+             "<|python_end|>", '{"name": "get_time", "parameters": {}}', "get_time", "get_time()",
+             '{"a": 1}', "[", "]", "{", "}", "(", ")", ";", ",", " ", "\n", "x", "<", '"']
+
+
+@given(st.sampled_from(sorted(PARSERS)),
+       st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join),
+       st.lists(st.integers(0, 200), max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_any_text_streamed_in_any_pieces_reads_as_the_whole_text(name, text, cuts):
+    whole = read(name, text)
+    stream = stream_factory(name)(DECLARED)
+    bounds = [0, *sorted(min(c, len(text)) for c in cuts), len(text)]
+    pieces = [p for a, b in itertools.pairwise(bounds) for p in stream.feed(text[a:b])]
+    assert collect(pieces + stream.finish()) == whole
