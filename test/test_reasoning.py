@@ -202,3 +202,32 @@ def test_any_text_streamed_in_any_pieces_splits_as_the_whole_text(start, text, c
     parts = [stream.feed(text[a:b]) for a, b in itertools.pairwise(bounds)] + [stream.finish()]
     reasoning = "".join(r for r, _ in parts)
     assert (reasoning or None, "".join(c for _, c in parts)) == split_reasoning(text, start)
+
+
+def test_calls_are_read_after_the_reasoning_never_inside_it():
+    from dataclasses import replace
+
+    from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
+    from mstar.api_server.reasoning.split import ReasoningStream as Stream
+    from mstar.api_server.tools.plan import tool_plan
+    from mstar.api_server.tools.response import StreamedChoice, final_message
+
+    req = ChatCompletionRequest.model_validate({
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "get_time"}}]})
+    plan = replace(tool_plan(req, "hermes", ""), new_reasoning=lambda: Stream("optional"))
+    call = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    text = f"<think>Maybe {call}?</think>\n{call}"
+    message, reason = final_message(plan, text, "stop")
+    assert message["reasoning_content"] == f"Maybe {call}?" and message["content"] is None
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_time"]
+    assert reason == "tool_calls"
+    choice, chunks = StreamedChoice(plan), []
+    for ch in text:
+        chunks += choice.chunks({"index": 0, "logprobs": None, "finish_reason": None}, ch, False)
+    chunks += choice.chunks({"index": 0, "logprobs": None, "finish_reason": "stop"}, "", True)
+    deltas = [c["delta"] for c in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == f"Maybe {call}?"
+    heads = [d["tool_calls"][0] for d in deltas if "id" in d.get("tool_calls", [{}])[0]]
+    assert [h["function"]["name"] for h in heads] == ["get_time"]
+    assert chunks[-1]["finish_reason"] == "tool_calls"
