@@ -46,10 +46,12 @@ class ReasoningPlan:
 
 async def request_reasoning_plan(req: Any, setting: ParserSetting, tokenizer: Any,
                                  constraint: StructuredOutput | None) -> ReasoningPlan:
-    """``reasoning_plan`` of a ChatCompletionRequest, in a worker thread (it may render the
-    template and build a grammar)."""
+    """``reasoning_plan`` of a ChatCompletionRequest; in a worker thread when it may build a
+    grammar (a constraint) or render the template for new arguments."""
     kwargs = req.chat_template_kwargs
     thinking = kwargs.enable_thinking if kwargs is not None else None
+    if constraint is None and thinking is None and req.reasoning_effort is None:
+        return reasoning_plan(setting, tokenizer, None, None, None)  # the template is rendered once
     return await asyncio.to_thread(reasoning_plan, setting, tokenizer, thinking,
                                    req.reasoning_effort, constraint)
 
