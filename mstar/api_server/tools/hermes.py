@@ -25,7 +25,7 @@ def decode(body: str) -> ToolCall | None:
     returned arguments."""
     try:
         obj = json.loads(body, strict=False)  # raw control characters in strings are kept
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting in model output is not a call
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None

@@ -21,7 +21,7 @@ def read_call(text: str) -> Read:
         return NOT_CALLS
     try:
         obj, end = json.JSONDecoder(strict=False).raw_decode(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting in model output is not a call
         return MORE  # incomplete (or broken: then it stays content at the end)
     call = to_call(obj)
     return NOT_CALLS if call is None else ([call], len(text) - len(body) + end)

@@ -29,7 +29,7 @@ def read_block(body: str) -> tuple[list[ToolCall] | None, int] | None:
     if stripped[0] == "[":
         try:
             value, end = decoder.raw_decode(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):
             return MORE
         calls = [to_call(v) for v in value] if isinstance(value, list) and value else [None]
         return (None, 0) if None in calls else (calls, skipped + end)
@@ -39,7 +39,7 @@ def read_block(body: str) -> tuple[list[ToolCall] | None, int] | None:
         return MORE if name and ARGS.startswith(rest) else (None, 0)
     try:
         arguments, end = decoder.raw_decode(rest[len(ARGS):].lstrip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return MORE
     if not isinstance(arguments, dict):
         return None, 0

@@ -61,7 +61,7 @@ def _value(text: str, schema: Any) -> Any:
         return text
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting in model output is not a call
         return text
 
 
