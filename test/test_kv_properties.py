@@ -1,0 +1,196 @@
+"""Property tests of the KV block manager and the scheduler (no model: steps are simulated).
+
+Random interleavings of admission, growth, prefix hits (repeated and shared prompts, prompts of
+one repeated token), preemption (small caches), finishing and aborts. After every operation:
+
+- each block's reference count equals the number of live block tables holding it;
+- the free pool and the held blocks are disjoint and together are the whole cache;
+- a block shared between two requests (or two logical blocks) holds the same whole prefix: the
+  hash chain tells apart equal blocks with different prefixes;
+- no request writes K/V into a block that another request holds;
+- the oldest unfinished request is scheduled in every step, and no request runs while an older one
+  waits (a preempted request goes back to the front of the queue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mstar.engine.block_manager import BlockManager
+from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.scheduler import Scheduler
+from mstar.engine.sequence import Sequence
+
+FAST = settings(max_examples=150, deadline=None, derandomize=True)
+
+
+# ---- a simulated engine: the scheduler's batches are "run" by writing a fake KV cache ----------
+
+@dataclass
+class Sim:
+    bm: BlockManager
+    sched: Scheduler
+    kv: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block -> prefix it holds
+    live: list[Sequence] = field(default_factory=list)  # in arrival order
+    steps_without_oldest: int = 0
+
+    @classmethod
+    def make(cls, num_blocks: int, block_size: int, max_num_seqs: int, budget: int,
+             prefix_caching: bool = True) -> Sim:
+        bm = BlockManager(num_blocks, block_size, prefix_caching)
+        return cls(bm, Scheduler(bm, max_num_seqs, budget))
+
+    def add(self, prompt: list[int], max_tokens: int) -> None:
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+        seq = Sequence(f"r{len(self.live)}-{prompt}", prompt, params, detokenizer=None,
+                       generator=None)
+        if self.bm.blocks_needed(len(prompt) + max_tokens) > self.bm.num_blocks:
+            return  # the engine rejects it up front
+        self.sched.add(seq)
+        self.live.append(seq)
+        self.check_prefix_hits()
+
+    def abort(self, index: int) -> None:
+        if self.live:
+            seq = self.live.pop(index % len(self.live))
+            self.sched.finish(seq)
+
+    def step(self) -> None:
+        oldest = self.live[0] if self.live else None
+        batch = self.sched.schedule()
+        self.check_prefix_hits()
+        if oldest is not None:
+            assert oldest in batch.seqs, "the oldest unfinished request made no progress"
+        self.check_fcfs()
+        for i, seq in enumerate(batch.seqs):
+            end = batch.starts[i] + batch.num_new_tokens[i]
+            self.write(seq, batch.starts[i], end)
+            seq.num_computed_tokens = end
+            self.bm.commit_full_blocks(seq)
+            if not batch.samples(i):
+                continue
+            seq.append_token(len(seq) % 3 + 1)  # a small alphabet: repeats and shared blocks
+            if seq.num_output_tokens >= seq.params.max_tokens:
+                self.sched.finish(seq)
+                self.live.remove(seq)
+
+    def write(self, seq: Sequence, start: int, end: int) -> None:
+        """The forward writes K/V of positions [start, end): each touched block now holds the
+        prefix up to its last written position (K/V depend on the whole prefix)."""
+        bs = self.bm.block_size
+        for logical in range(start // bs, -(-end // bs)):
+            block = seq.block_table[logical]
+            holders = sum(t.count(block) for t in self.tables())
+            assert holders == 1, f"block {block} is written while {holders} tables hold it"
+            self.kv[block] = tuple(seq.token_ids[: min(end, (logical + 1) * bs)])
+
+    # ---- invariants --------------------------------------------------------------------------
+
+    def tables(self) -> list[list[int]]:
+        return [s.block_table for s in self.live if s.block_table]
+
+    def check_blocks(self) -> None:
+        held: dict[int, int] = {}
+        for table in self.tables():
+            for block in table:
+                held[block] = held.get(block, 0) + 1
+        for block in self.bm.blocks:
+            assert block.ref_count == held.get(block.block_id, 0), "ref count != live holders"
+        free = set(self.bm.free)
+        assert not free & held.keys(), "a block is both free and held"
+        assert free | held.keys() == set(range(self.bm.num_blocks)), "a block is lost"
+        assert len(free) == len(self.bm.free)
+
+    def check_prefix_hits(self) -> None:
+        """Every block a request holds, below what it has computed or found cached, holds exactly
+        that request's prefix; two logical blocks of one table are never the same block."""
+        self.check_blocks()
+        bs = self.bm.block_size
+        for seq in self.live:
+            table = seq.block_table
+            assert len(set(table)) == len(table), f"one block twice in a table: {table}"
+            for logical in range(seq.num_computed_tokens // bs):
+                want = tuple(seq.token_ids[: (logical + 1) * bs])
+                assert self.kv.get(table[logical]) == want, "a block holds another prefix"
+
+    def check_fcfs(self) -> None:
+        """No request runs while an older one waits (no grammars here: admission is FCFS)."""
+        running = {s.seq_no for s in self.sched.running}
+        waiting = [s.seq_no for s in self.sched.waiting]
+        assert not running or not waiting or max(running) < min(waiting), \
+            "a newer request runs while an older one waits"
+        assert waiting == sorted(waiting), "the waiting queue is out of arrival order"
+
+
+# ---- strategies --------------------------------------------------------------------------------
+
+def prompts(block_size: int):
+    repeated = st.builds(lambda t, n: [t] * n, st.integers(1, 3), st.integers(1, 5 * block_size))
+    shared = st.lists(st.integers(1, 3), min_size=1, max_size=4 * block_size).map(
+        lambda tail: [1, 2, 3, 1] * 2 + tail)
+    anything = st.lists(st.integers(1, 3), min_size=1, max_size=5 * block_size)
+    return st.one_of(repeated, shared, anything)
+
+
+@st.composite
+def scenarios(draw):
+    block_size = draw(st.integers(2, 4))
+    cfg = dict(num_blocks=draw(st.integers(4, 16)), block_size=block_size,
+               max_num_seqs=draw(st.integers(1, 4)), budget=draw(st.integers(1, 24)),
+               prefix_caching=draw(st.booleans()))
+    op = st.one_of(
+        st.tuples(st.just("add"), prompts(block_size), st.integers(1, 6)),
+        st.tuples(st.just("step")), st.tuples(st.just("step")), st.tuples(st.just("step")),
+        st.tuples(st.just("abort"), st.integers(0, 7)),
+    )
+    return cfg, draw(st.lists(op, min_size=1, max_size=40))
+
+
+# ---- the properties ----------------------------------------------------------------------------
+
+@FAST
+@given(scenarios())
+def test_random_interleavings_keep_the_cache_consistent_and_fcfs(scenario):
+    cfg, ops = scenario
+    sim = Sim.make(**cfg)
+    for op in ops:
+        if op[0] == "add":
+            sim.add(op[1], op[2])
+        elif op[0] == "abort":
+            sim.abort(op[1])
+        else:
+            sim.step()
+        sim.check_prefix_hits()
+    for _ in range(400):  # everything left finishes: no request is starved
+        if not sim.live:
+            break
+        sim.step()
+    assert not sim.live and not sim.sched.has_unfinished()
+    assert sim.bm.num_free_blocks == sim.bm.num_blocks
+
+
+@FAST
+@given(token=st.integers(1, 3), blocks=st.integers(2, 6), block_size=st.integers(1, 4),
+       tail=st.integers(1, 3), again=st.integers(1, 3))
+def test_a_prompt_of_one_repeated_token_maps_each_block_once(token, blocks, block_size, tail,
+                                                             again):
+    """After a prompt of one repeated token is cached, the same prompt (and longer ones) hit each
+    cached block at its own position only, and the free pool gives none of them away."""
+    sim = Sim.make(num_blocks=3 * (blocks + 2), block_size=block_size, max_num_seqs=4,
+                   budget=1000)
+    prompt = [token] * (blocks * block_size + tail)
+    sim.add(prompt, 1)
+    while sim.live:
+        sim.step()
+    for k in range(again):  # cached blocks now sit in the free pool: hit them, twice at once
+        sim.add(prompt + [token] * k * block_size, 2)
+        sim.add(prompt, 2)
+        sim.step()
+        sim.check_prefix_hits()
+        assert sim.sched.running[0].num_cached_tokens >= blocks * block_size
+    while sim.live:
+        sim.step()
+    assert sim.bm.num_free_blocks == sim.bm.num_blocks
