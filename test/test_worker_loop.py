@@ -60,6 +60,7 @@ def settings_for(tiny_model_dir, device):
     model_dir = tiny_model_dir("llama")
 
     def make(**knobs) -> WorkerSettings:
+        knobs.setdefault("max_consecutive_spec_steps", 1024)  # the overlapped loop (auto: serial)
         return WorkerSettings(model=str(model_dir), device=device, dtype="float32", **knobs)
 
     return make

@@ -27,6 +27,7 @@ from mstar.engine.structured_output import GrammarCompilePool
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
+from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +36,7 @@ GRAMMAR_WAIT_S = 0.02  # longest block on compiling grammars when nothing else c
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_device_dtype(settings) -> tuple[torch.device, torch.dtype]:
+def resolve_device_dtype(settings: WorkerSettings) -> tuple[torch.device, torch.dtype]:
     name = settings.device
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,7 +54,7 @@ class LLMEngine:
     this process's rank in a tensor-parallel group (``mstar.engine.distributed``).
     """
 
-    def __init__(self, settings, timer_label: int = 0,
+    def __init__(self, settings: WorkerSettings, timer_label: int = 0,
                  parallel: TensorParallel | None = None) -> None:
         start = time.perf_counter()
         self.settings = settings
@@ -181,7 +182,7 @@ class LLMEngine:
         self.loop.shutdown()
         self.grammars.shutdown()
 
-    def apply_settings(self, settings) -> None:
+    def apply_settings(self, settings: WorkerSettings) -> None:
         """A settings reload, between steps: only the step loop's knobs change at run time."""
         self.settings = settings
         self.loop.apply(settings)

@@ -28,6 +28,7 @@ from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_b
 from mstar.models.loader import load_model
 from mstar.models.parallel import TensorParallel
 from mstar.models.state_layout import StateLayout
+from mstar.settings import WorkerSettings
 
 
 @dataclass
@@ -42,7 +43,7 @@ class ModelInput:
 
 
 class ModelRunner:
-    def __init__(self, settings, model_dir, hf_config, device: torch.device,
+    def __init__(self, settings: WorkerSettings, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype, max_model_len: int,
                  parallel: TensorParallel | None = None) -> None:
         self.device = device

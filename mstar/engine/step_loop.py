@@ -2,7 +2,7 @@
 
 ``StepLoop.step()`` is the one loop that ``mstar.LLM``, the benchmarks and every worker run.
 
-- **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``): schedule -> prepare -> execute ->
+- **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``, and ``auto`` on CPU): schedule -> prepare -> execute ->
   postprocess, all on the calling thread.
 - **Overlapped**: the forward of step N runs on a forward thread. ``step()`` returns with a step in
   flight, so the caller (a worker taking messages, say) works while the model runs. The next
@@ -33,11 +33,21 @@ from threading import Event
 from typing import TYPE_CHECKING
 
 from mstar.engine.phase_timing import PhaseTimer
+from mstar.settings.schema import OVERLAP_CAP_ON_CUDA, SERIAL_ON_CPU
 
 if TYPE_CHECKING:
     from mstar.engine.model_runner import ModelInput, ModelRunner
     from mstar.engine.outputs import RequestOutput, StepResult
     from mstar.engine.scheduler import ScheduledBatch, Scheduler
+    from mstar.settings import WorkerSettings
+
+def overlap_cap(setting: int | str, device_type: str) -> int:
+    """MSTAR_MAX_CONSECUTIVE_SPEC_STEPS as a number: ``auto`` is serial on CPU, where the forward
+    thread's GIL contention costs more than the overlap hides, and overlapped elsewhere."""
+    if setting != "auto":
+        return int(setting)
+    return SERIAL_ON_CPU if device_type == "cpu" else OVERLAP_CAP_ON_CUDA
+
 
 Postprocess = Callable[["ScheduledBatch", "StepResult"], "list[RequestOutput]"]
 
@@ -56,7 +66,7 @@ class InFlight:
 
 
 class StepLoop:
-    def __init__(self, settings, scheduler: Scheduler, runner: ModelRunner,
+    def __init__(self, settings: WorkerSettings, scheduler: Scheduler, runner: ModelRunner,
                  postprocess: Postprocess, timer_label: int = 0) -> None:
         self.scheduler = scheduler
         self.runner = runner
@@ -72,9 +82,9 @@ class StepLoop:
         self.inflight: InFlight | None = None
         self.apply(settings)
 
-    def apply(self, settings) -> None:
+    def apply(self, settings: WorkerSettings) -> None:
         """Take the loop knobs from ``settings``: at start, and between steps on a reload."""
-        self.cap = settings.max_consecutive_spec_steps
+        self.cap = overlap_cap(settings.max_consecutive_spec_steps, self.runner.device.type)
         self.peek_for_fairness = settings.spec_peek_for_fairness
         self.yield_hold_s = settings.spec_yield_hold_ms / 1000.0
         self.launch_wait_s = settings.launch_wait_ms / 1000.0
