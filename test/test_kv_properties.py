@@ -7,7 +7,8 @@ one repeated token), preemption (small caches), finishing and aborts. After ever
 - the free pool and the held blocks are disjoint and together are the whole cache;
 - a block shared between two requests (or two logical blocks) holds the same whole prefix: the
   hash chain tells apart equal blocks with different prefixes;
-- no request writes K/V into a block that another request holds;
+- no request writes K/V into a block that another request holds, and a finished or aborted
+  request's blocks stay held while a step in flight (the overlapped loop) may still write them;
 - the oldest unfinished request is scheduled in every step, and no request runs while an older one
   waits (a preempted request goes back to the front of the queue).
 """
@@ -20,9 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mstar.engine.block_manager import BlockManager
+from mstar.engine.overlap_policy import OverlapPolicy
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.scheduler import Scheduler
+from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
+from mstar.settings import WorkerSettings
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True)
 
@@ -35,13 +39,16 @@ class Sim:
     sched: Scheduler
     kv: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block -> prefix it holds
     live: list[Sequence] = field(default_factory=list)  # in arrival order
+    every: dict[int, Sequence] = field(default_factory=dict)  # finished ones too, by key
     steps_without_oldest: int = 0
 
     @classmethod
     def make(cls, num_blocks: int, block_size: int, max_num_seqs: int, budget: int,
              prefix_caching: bool = True) -> Sim:
         bm = BlockManager(num_blocks, block_size, prefix_caching)
-        return cls(bm, Scheduler(bm, max_num_seqs, budget))
+        policy = OverlapPolicy(WorkerSettings(max_consecutive_spec_steps=1024,
+                                              spec_peek_for_fairness=False), "cpu")
+        return cls(bm, Scheduler(bm, max_num_seqs, budget, policy))
 
     def add(self, prompt: list[int], max_tokens: int) -> None:
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
@@ -51,6 +58,7 @@ class Sim:
             return  # the engine rejects it up front
         self.sched.add(seq)
         self.live.append(seq)
+        self.every[seq.seq_no] = seq
         self.check_prefix_hits()
 
     def abort(self, index: int) -> None:
@@ -60,19 +68,37 @@ class Sim:
 
     def step(self) -> None:
         oldest = self.live[0] if self.live else None
-        batch = self.sched.schedule()
-        self.check_prefix_hits()
+        out = self.sched.schedule()
+        self.check_prefix_hits(out)
         if oldest is not None:
-            assert oldest in batch.seqs, "the oldest unfinished request made no progress"
+            assert out is not None and oldest.seq_no in out.request_keys(), \
+                "the oldest unfinished request made no progress"
         self.check_fcfs()
-        for i, seq in enumerate(batch.seqs):
-            end = batch.starts[i] + batch.num_new_tokens[i]
-            self.write(seq, batch.starts[i], end)
-            seq.num_computed_tokens = end
-            self.bm.commit_full_blocks(seq)
-            if not batch.samples(i):
-                continue
-            seq.append_token(len(seq) % 3 + 1)  # a small alphabet: repeats and shared blocks
+        if out is not None:
+            self.run(out)
+
+    def overlapped_step(self, abort_index: int | None) -> None:
+        """A fresh step, the next one scheduled while it runs, an abort (maybe) while both are
+        in flight, then the two outputs in order: rows of requests finished meanwhile are wasted
+        but still write, so their blocks must not be free until then."""
+        out = self.sched.schedule()
+        if out is None:
+            return
+        following = self.sched.schedule(after=out)
+        if abort_index is not None:
+            self.abort(abort_index)
+        self.check_blocks()
+        self.run(out)
+        self.check_blocks()
+        if following is not None:
+            self.run(following)
+
+    def run(self, out: SchedulerOutput) -> None:
+        for row in out.rows:
+            self.write(self.every[row.key], row.start, row.end)
+        # a small alphabet: repeats and shared blocks
+        tokens = [(row.end + row.key) % 3 + 1 for row in out.rows if row.samples]
+        for seq, _, _ in self.sched.update(out, RunnerOutput(tokens)):
             if seq.num_output_tokens >= seq.params.max_tokens:
                 self.sched.finish(seq)
                 self.live.remove(seq)
@@ -82,7 +108,7 @@ class Sim:
         prefix up to its last written position (K/V depend on the whole prefix)."""
         bs = self.bm.block_size
         for logical in range(start // bs, -(-end // bs)):
-            block = seq.block_table[logical]
+            block = self.bm.block_ids(seq.seq_no)[logical]
             holders = sum(t.count(block) for t in self.tables())
             assert holders == 1, f"block {block} is written while {holders} tables hold it"
             self.kv[block] = tuple(seq.token_ids[: min(end, (logical + 1) * bs)])
@@ -90,7 +116,9 @@ class Sim:
     # ---- invariants --------------------------------------------------------------------------
 
     def tables(self) -> list[list[int]]:
-        return [s.block_table for s in self.live if s.block_table]
+        """Live requests' tables, and those of requests whose blocks wait for a step in flight."""
+        keys = [s.seq_no for s in self.live] + self.sched.retiring
+        return [self.bm.block_ids(k) for k in keys]
 
     def check_blocks(self) -> None:
         held: dict[int, int] = {}
@@ -104,15 +132,19 @@ class Sim:
         assert free | held.keys() == set(range(self.bm.num_blocks)), "a block is lost"
         assert len(free) == len(self.bm.free)
 
-    def check_prefix_hits(self) -> None:
-        """Every block a request holds, below what it has computed or found cached, holds exactly
-        that request's prefix; two logical blocks of one table are never the same block."""
+    def check_prefix_hits(self, out: SchedulerOutput | None = None) -> None:
+        """Every block a request holds, below what is in the cache (when ``out`` runs: from its
+        rows' starts, prefix hits included), holds exactly that request's prefix; two logical
+        blocks of one table are never the same block."""
         self.check_blocks()
         bs = self.bm.block_size
+        in_cache = {s.seq_no: s.num_computed_tokens for s in self.live}
+        if out is not None:
+            in_cache = {row.key: row.start for row in out.rows}
         for seq in self.live:
-            table = seq.block_table
+            table = self.bm.block_ids(seq.seq_no)
             assert len(set(table)) == len(table), f"one block twice in a table: {table}"
-            for logical in range(seq.num_computed_tokens // bs):
+            for logical in range(in_cache.get(seq.seq_no, 0) // bs):
                 want = tuple(seq.token_ids[: (logical + 1) * bs])
                 assert self.kv.get(table[logical]) == want, "a block holds another prefix"
 
@@ -145,6 +177,7 @@ def scenarios(draw):
         st.tuples(st.just("add"), prompts(block_size), st.integers(1, 6)),
         st.tuples(st.just("step")), st.tuples(st.just("step")), st.tuples(st.just("step")),
         st.tuples(st.just("abort"), st.integers(0, 7)),
+        st.tuples(st.just("overlapped"), st.none() | st.integers(0, 7)),
     )
     return cfg, draw(st.lists(op, min_size=1, max_size=40))
 
@@ -161,6 +194,8 @@ def test_random_interleavings_keep_the_cache_consistent_and_fcfs(scenario):
             sim.add(op[1], op[2])
         elif op[0] == "abort":
             sim.abort(op[1])
+        elif op[0] == "overlapped":
+            sim.overlapped_step(op[1])
         else:
             sim.step()
         sim.check_prefix_hits()
@@ -194,3 +229,21 @@ def test_a_prompt_of_one_repeated_token_maps_each_block_once(token, blocks, bloc
     while sim.live:
         sim.step()
     assert sim.bm.num_free_blocks == sim.bm.num_blocks
+
+
+@FAST
+@given(block_size=st.integers(1, 4), lengths=st.lists(st.integers(1, 12), min_size=3, max_size=6),
+       max_tokens=st.integers(2, 8), budget=st.integers(4, 32))
+def test_under_kv_pressure_preempted_requests_keep_their_place(block_size, lengths, max_tokens,
+                                                               budget):
+    """A cache that holds one request at its longest: requests are preempted all the time, go
+    back to the front of the queue, no request runs while an older one waits, and all finish."""
+    need = max(-(-(n + max_tokens) // block_size) for n in lengths)
+    sim = Sim.make(num_blocks=need, block_size=block_size, max_num_seqs=4, budget=budget)
+    for i, n in enumerate(lengths):
+        sim.add([i % 3 + 1] * n, max_tokens)
+    for _ in range(50 * len(lengths)):
+        if not sim.live:
+            break
+        sim.step()
+    assert not sim.live

@@ -31,6 +31,7 @@ MAX_COUNT = 2**31 - 1
 # What MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=auto picks, by device (resolved by the engine).
 SERIAL_ON_CPU = 0
 OVERLAP_CAP_ON_CUDA = 1024
+PLANNING_THREAD_GONE = "0.1.0 (steps are scheduled from values; no planning thread)"
 CUDA_GRAPHS_GONE = "0.1.0 (the unwired CUDA-graph runner was deleted)"
 
 
@@ -72,8 +73,9 @@ class WorkerLoopKnobs(BaseModel):
         True, "Yield to the scheduler early when other work (a waiting or preempted request) "
         "could be admitted now.")
     pre_plan_spec: bool = _loop(
-        True, "Build step N+1's input tensors and block tables on a separate planning thread; "
-        "off builds them inline.")
+        True, "Was: build step N+1's input tensors and block tables on a separate planning "
+        "thread. The model runner now builds them from its persistent batch on the forward "
+        "thread.", no_effect=PLANNING_THREAD_GONE)
     spec_yield_hold_ms: float = _loop(
         0.0, "How long other work must stay ready before a speculating worker yields to it.",
         unit="ms", ge=0.0, le=MAX_WAIT_MS)
