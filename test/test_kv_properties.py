@@ -96,12 +96,15 @@ class Sim:
     def run(self, out: SchedulerOutput) -> None:
         for row in out.rows:
             self.write(self.every[row.key], row.start, row.end)
-        # a small alphabet: repeats and shared blocks
-        tokens = [(row.end + row.key) % 3 + 1 for row in out.rows if row.samples]
-        for seq, _, _ in self.sched.update(out, RunnerOutput(tokens)):
+        for seq, _, _ in self.sched.update(out, RunnerOutput(self.sampled_tokens(out))):
             if seq.num_output_tokens >= seq.params.max_tokens:
                 self.sched.finish(seq)
                 self.live.remove(seq)
+
+    @staticmethod
+    def sampled_tokens(out: SchedulerOutput) -> list[int]:
+        """The "model's" tokens: a small alphabet, for repeats and shared blocks."""
+        return [(row.end + row.key) % 3 + 1 for row in out.rows if row.samples]
 
     def write(self, seq: Sequence, start: int, end: int) -> None:
         """The forward writes K/V of positions [start, end): each touched block now holds the

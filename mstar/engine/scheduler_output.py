@@ -55,7 +55,7 @@ class ScheduledRow:
         return self.start + self.num_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: each step is its own value
 class SchedulerOutput:
     """One step: the runner first drops ``removed`` (finished, aborted or preempted requests),
     adds ``new``, then runs ``rows`` (single-token rows first). ``continuation``: planned while
