@@ -2,10 +2,10 @@
 # The GPU checks, as one run on a machine with CUDA, in under 8 minutes (see docs/gpu.rst):
 #   1. the engine and worker-loop tests with mstar on CUDA against the CPU transformers oracle
 #      (fp32 greedy parity), the Triton kernels compiled at real shapes against their torch
-#      paths, and CUDA-graph tokens against eager tokens;
+#      paths;
 #   2. the Triton kernels timed against their torch paths (benchmark/gpu_kernels.py);
 #   3. the throughput table (benchmark/gpu_table.py): bf16 offline at batch 1, 32 and 256 with
-#      graphs on and off, transformers generate at the same sizes, overlap on versus cap 0.
+#      transformers generate at the same sizes, overlap on versus cap 0.
 # Expects a python3 with torch (a CUDA build, which brings triton) and transformers. mstar's other
 # pure-Python dependencies (pydantic, pydantic-settings, structlog, msgpack, pyzmq, ...) may be
 # missing there: build them here as wheels into a folder inside the working tree and pass it as
