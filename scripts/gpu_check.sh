@@ -2,10 +2,10 @@
 # The GPU checks, as one run on a machine with CUDA, in under 8 minutes (see docs/gpu.rst):
 #   1. the engine and worker-loop tests with mstar on CUDA against the CPU transformers oracle
 #      (fp32 greedy parity), the Triton kernels compiled at real shapes against their torch
-#      paths, and CUDA-graph tokens against eager tokens;
+#      paths;
 #   2. the Triton kernels timed against their torch paths (benchmark/gpu_kernels.py);
 #   3. the throughput table (benchmark/gpu_table.py): bf16 offline at batch 1, 32 and 256 with
-#      graphs on and off, transformers generate at the same sizes, overlap on versus cap 0.
+#      transformers generate at the same sizes, overlap on versus cap 0.
 # Expects a python3 with torch (a CUDA build, which brings triton) and transformers. mstar's other
 # pure-Python dependencies (pydantic, pydantic-settings, structlog, msgpack, pyzmq, ...) may be
 # missing there: build them here as wheels into a folder inside the working tree and pass it as
@@ -22,7 +22,7 @@ print('torch', torch.__version__, 'transformers', transformers.__version__, 'tri
 echo "== tests on CUDA"
 timeout 210 python3 -m pytest -q -p no:cacheprovider --device cuda test/test_parity_models.py \
     test/test_engine_scheduler.py test/test_engine_sampling.py test/test_worker_loop.py \
-    test/test_triton_kernels.py test/test_cuda_graphs.py || status=1
+    test/test_triton_kernels.py || status=1
 
 echo "== kernels: Triton versus torch"
 timeout 45 python3 -m benchmark.gpu_kernels || status=1

@@ -120,28 +120,26 @@ def test_continuation_planned_ahead_keeps_outputs(family, tiny_model_dir, make_e
                                                  reference):
     """The overlap pattern by hand: step N+1 is planned before step N runs, fed N's tokens."""
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512,
-                         max_consecutive_spec_steps=0)
+                         max_consecutive_spec_steps=1024)
     runner, scheduler = engine.model_runner, engine.scheduler
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, SamplingParams(temperature=0, max_tokens=MAX_NEW))
     got = {i: [] for i in range(len(prompts))}
-    batch = scheduler.schedule()
-    model_input, input_ids = runner.prepare(batch), None
+    step = scheduler.schedule()
     continued = 0
     while True:
-        cont = scheduler.schedule_continuation(batch)
-        plan = None if cont is None else runner.prepare(cont)
-        result = runner.execute(model_input, input_ids)
-        for out in engine.postprocess(batch, result):
+        following = scheduler.schedule(after=step)  # planned before ``step`` runs
+        result = runner.execute(step)
+        for out in engine.postprocess(step, result):
             got[int(out.request_id)] += out.new_token_ids
-        if plan is not None and not any(s.is_finished for s in cont.seqs):
-            batch, model_input, input_ids = cont, plan, result.token_ids
+        if following is not None:
+            result = runner.execute(following)  # rows of requests finished meanwhile are wasted
+            for out in engine.postprocess(following, result):
+                got[int(out.request_id)] += out.new_token_ids
             continued += 1
-        elif engine.has_unfinished_requests():
-            batch = scheduler.schedule()
-            model_input, input_ids = runner.prepare(batch), None
-        else:
+        if not engine.has_unfinished_requests():
             break
+        step = scheduler.schedule()
     assert continued > 5
     assert [got[i] for i in range(len(prompts))] == reference[family]
     assert engine.num_free_blocks() == 512

@@ -92,7 +92,7 @@ def test_defaults_without_environment():
     assert loaded.problems == ()
     assert loaded.settings == WorkerSettings()
     assert loaded.settings.launch_wait_ms == 5.0
-    assert loaded.settings.max_consecutive_spec_steps == 1024
+    assert loaded.settings.max_consecutive_spec_steps == "auto"
     assert loaded.settings.recompile_limit == 84
     assert loaded.settings.port == 8000
     assert loaded.settings.api_key is None
@@ -104,7 +104,7 @@ def test_defaults_without_environment():
 def test_valid_value_is_used_exactly(knob):
     text, expected = VALID[knob.env]
     loaded = load({knob.env: text})
-    assert loaded.problems == ()
+    assert all(p.stale for p in loaded.problems) and len(loaded.problems) == bool(knob.no_effect)
     assert getattr(loaded.settings, knob.name) == expected
     assert str(loaded.sources[knob.name]) == "environment"
 

@@ -96,10 +96,10 @@ def test_missing_env_file_is_a_usage_error(tmp_path):
 
 
 def test_python_overrides_follow_the_same_rules():
-    loaded = load(overrides={"max_num_seqs": 8, "cuda_graph_batch_sizes": [1, 4],
+    loaded = load(overrides={"max_num_seqs": 8, "device_ids": [1, 4],
                              "kv_block_size": -3, "dtype": "fp8"})
     s = loaded.settings
-    assert (s.max_num_seqs, s.cuda_graph_batch_sizes, s.kv_block_size, s.dtype) == (
+    assert (s.max_num_seqs, s.device_ids, s.kv_block_size, s.dtype) == (
         8, [1, 4], 1, "auto")
     assert {p.variable for p in loaded.problems} == {"MSTAR_KV_BLOCK_SIZE", "MSTAR_DTYPE"}
 

@@ -168,8 +168,9 @@ def tiny_dir(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir, make_engine):
-    """A tiny engine with the default (overlapped) loop and room for every request at once."""
-    return make_engine(tiny_dir, kv_block_size=4, num_kv_blocks=256)
+    """A tiny engine with the overlapped loop and room for every request at once."""
+    return make_engine(tiny_dir, kv_block_size=4, num_kv_blocks=256,
+                       max_consecutive_spec_steps=1024)
 
 
 def _tokens(results: dict) -> dict:

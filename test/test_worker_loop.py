@@ -60,6 +60,7 @@ def settings_for(tiny_model_dir, device):
     model_dir = tiny_model_dir("llama")
 
     def make(**knobs) -> WorkerSettings:
+        knobs.setdefault("max_consecutive_spec_steps", 1024)  # the overlapped loop (auto: serial)
         return WorkerSettings(model=str(model_dir), device=device, dtype="float32", **knobs)
 
     return make
@@ -114,12 +115,11 @@ def serve_all(settings: WorkerSettings, requests=REQUESTS, stagger: bool = False
 
 
 @pytest.mark.parametrize("knobs", [
-    {"pre_plan_spec": True},
-    {"pre_plan_spec": False},
+    {},
     {"num_kv_blocks": 12, "kv_block_size": 4},  # forces preemption
     {"max_consecutive_spec_steps": 2, "spec_peek_for_fairness": False},
     {"engine_step_sync": True},
-], ids=["plan-thread", "plan-inline", "preemption", "cap-2", "step-sync"])
+], ids=["default", "preemption", "cap-2", "step-sync"])
 def test_speculation_gives_the_same_tokens_as_a_serial_loop(settings_for, knobs):
     serial = serve_all(settings_for(max_consecutive_spec_steps=0,
                                     **{k: v for k, v in knobs.items()

@@ -77,7 +77,8 @@ def print_table(records: list[dict]) -> None:
         print(f"{rec['name']} = {_text(rec['value'])}{unit}")
         print(f"    source: {rec['source']}; default: {_text(rec['default'])}"
               + (f"; allowed: {limits}" if limits else "")
-              + ("; reloadable" if rec.get("reloadable") else ""))
+              + ("; reloadable" if rec.get("reloadable") else "")
+              + (f"; NO EFFECT since {rec['no_effect']}" if rec.get("no_effect") else ""))
         if rec.get("pending_restart"):
             waiting = rec["pending_restart"]
             print(f"    needs restart: {_text(waiting['value'])} from {waiting['source']}")

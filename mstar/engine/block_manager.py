@@ -24,10 +24,11 @@ def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...]) -> int:
 
 
 class BlockManager:
-    """Hands out KV cache blocks to sequences.
+    """Owns the KV cache blocks of every request, keyed by the request's number (``seq_no``).
 
-    Free blocks stay in an LRU pool with their content hash, so a later request with
-    the same prefix can reuse them until they are handed out for something else.
+    Free blocks stay in an LRU pool with their content hash, so a later request with the same
+    prefix can reuse them until they are handed out for something else. Nothing here writes a
+    ``Sequence``: the scheduler reads the block ids back by key.
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool,
@@ -39,6 +40,9 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.hash_to_block: dict[int, int] = {}
+        self.tables: dict[int, list[int]] = {}  # key -> block ids, in position order
+        self.num_hashed: dict[int, int] = {}  # key -> leading blocks already published
+        self.slots: dict[int, int] = {}  # key -> recurrent-state slot
 
     @property
     def num_free_blocks(self) -> int:
@@ -46,6 +50,12 @@ class BlockManager:
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
+
+    def block_ids(self, key: int) -> list[int]:
+        return self.tables.get(key, [])
+
+    def state_slot(self, key: int) -> int | None:
+        return self.slots.get(key)
 
     def _allocate_fresh(self) -> int:
         block_id, _ = self.free.popitem(last=False)
@@ -85,61 +95,63 @@ class BlockManager:
         if need_fresh + hits_in_free > self.num_free_blocks:
             return None
         if self.state_slots is not None:
-            seq.state_slot = self.state_slots.take()
-            if seq.state_slot is None:
+            slot = self.state_slots.take()
+            if slot is None:
                 return None
+            self.slots[seq.seq_no] = slot
         for block_id in hits:
             block = self.blocks[block_id]
             if block.ref_count == 0:
                 del self.free[block_id]
             block.ref_count += 1
-        seq.block_table = hits + [self._allocate_fresh() for _ in range(need_fresh)]
-        seq.num_hashed_blocks = len(hits)
-        seq.num_computed_tokens = num_cached
-        seq.num_cached_tokens = num_cached
+        self.tables[seq.seq_no] = hits + [self._allocate_fresh() for _ in range(need_fresh)]
+        self.num_hashed[seq.seq_no] = len(hits)
         return num_cached
 
-    def _shortfall(self, seq: Sequence, num_tokens: int) -> int:
-        return max(0, self.blocks_needed(num_tokens) - len(seq.block_table))
+    def _shortfall(self, key: int, num_tokens: int) -> int:
+        return max(0, self.blocks_needed(num_tokens) - len(self.block_ids(key)))
 
-    def can_grow_to(self, seq: Sequence, num_tokens: int) -> bool:
-        """Whether ``seq`` can get blocks for ``num_tokens`` tokens in total."""
-        return self._shortfall(seq, num_tokens) <= self.num_free_blocks
+    def can_grow_to(self, key: int, num_tokens: int) -> bool:
+        """Whether request ``key`` can get blocks for ``num_tokens`` tokens in total."""
+        return self._shortfall(key, num_tokens) <= self.num_free_blocks
 
-    def can_grow_all(self, seqs: list[Sequence], totals: list[int]) -> bool:
-        need = sum(self._shortfall(s, t) for s, t in zip(seqs, totals, strict=True))
+    def can_grow_all(self, keys: list[int], totals: list[int]) -> bool:
+        need = sum(self._shortfall(k, t) for k, t in zip(keys, totals, strict=True))
         return need <= self.num_free_blocks
 
-    def grow_to(self, seq: Sequence, num_tokens: int) -> None:
-        while len(seq.block_table) < self.blocks_needed(num_tokens):
-            seq.block_table.append(self._allocate_fresh())
+    def grow_to(self, key: int, num_tokens: int) -> tuple[int, ...]:
+        """Blocks for ``num_tokens`` tokens in total; returns the ids added to the table."""
+        table = self.tables[key]
+        new = [self._allocate_fresh() for _ in range(self.blocks_needed(num_tokens) - len(table))]
+        table += new
+        return tuple(new)
 
-    def commit_full_blocks(self, seq: Sequence) -> None:
-        """Publish blocks whose K/V are now fully computed so later requests can reuse them."""
+    def commit_full_blocks(self, seq: Sequence, num_computed: int) -> None:
+        """Publish blocks whose K/V are now in the cache (``num_computed`` tokens of ``seq``)
+        so later requests can reuse them."""
         if not self.enable_prefix_caching:
             return
-        full = seq.num_computed_tokens // self.block_size
-        prev = None
-        if seq.num_hashed_blocks:
-            prev = self.blocks[seq.block_table[seq.num_hashed_blocks - 1]].hash
-        for i in range(seq.num_hashed_blocks, full):
-            block = self.blocks[seq.block_table[i]]
+        key, table = seq.seq_no, self.tables[seq.seq_no]
+        done = self.num_hashed[key]
+        full = num_computed // self.block_size
+        prev = self.blocks[table[done - 1]].hash if done else None
+        for i in range(done, full):
+            block = self.blocks[table[i]]
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
             prev = chain_hash(prev, tokens)
             block.hash, block.token_ids = prev, tokens
             self.hash_to_block.setdefault(prev, block.block_id)
-        seq.num_hashed_blocks = max(seq.num_hashed_blocks, full)
+        self.num_hashed[key] = max(done, full)
 
-    def free_seq(self, seq: Sequence) -> None:
+    def free_request(self, key: int) -> None:
+        """Return a request's blocks (to the LRU pool, hashes kept) and its state slot."""
         # Reverse order: the tail of a chain is evicted before its (more shareable) head.
-        for block_id in reversed(seq.block_table):
+        for block_id in reversed(self.tables.pop(key, [])):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
                 self.free[block_id] = None
-        seq.block_table = []
-        seq.num_hashed_blocks = 0
-        seq.num_computed_tokens = 0
-        if seq.state_slot is not None:
-            self.state_slots.release(seq.state_slot)
-            seq.state_slot = None
+        self.num_hashed.pop(key, None)
+        slot = self.slots.pop(key, None)
+        if slot is not None:
+            self.state_slots.release(slot)

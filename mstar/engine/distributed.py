@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from mstar.models.parallel import TensorParallel
+from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +58,7 @@ def free_port(addr: str) -> int:
         return s.getsockname()[1]
 
 
-def group_rendezvous(settings, replica: int) -> list[Rendezvous | None]:
+def group_rendezvous(settings: WorkerSettings, replica: int) -> list[Rendezvous | None]:
     """One entry per rank of replica ``replica``: [None] when it is a single process."""
     size = settings.tensor_parallel_size
     if size == 1:
@@ -67,7 +68,7 @@ def group_rendezvous(settings, replica: int) -> list[Rendezvous | None]:
     return [Rendezvous(addr, port, rank, size) for rank in range(size)]
 
 
-def check_deterministic_loop(settings) -> None:
+def check_deterministic_loop(settings: WorkerSettings) -> None:
     """The ranks' step loops must take the same decisions: a timed yield would not."""
     if settings.tensor_parallel_size > 1 and settings.spec_yield_hold_ms > 0:
         raise ValueError(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import structlog
 import torch
 
+from mstar.settings import WorkerSettings
+
 log = structlog.get_logger(__name__)
 
 
@@ -19,7 +21,7 @@ def attention_layers(model) -> list:
     return [layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn")]
 
 
-def memory_budget(settings, device: torch.device) -> float:
+def memory_budget(settings: WorkerSettings, device: torch.device) -> float:
     """Bytes the caches (KV, and recurrent state for hybrid models) may use together."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
@@ -27,7 +29,7 @@ def memory_budget(settings, device: torch.device) -> float:
     return settings.cpu_kv_cache_gb * (1 << 30)
 
 
-def num_blocks_for(settings, bytes_per_block: int, max_model_len: int, budget: float) -> int:
+def num_blocks_for(settings: WorkerSettings, bytes_per_block: int, max_model_len: int, budget: float) -> int:
     """Explicit ``num_kv_blocks``, else ``budget``, capped at what the seq cap can use."""
     if settings.num_kv_blocks is not None:
         return settings.num_kv_blocks

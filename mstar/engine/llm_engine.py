@@ -16,10 +16,12 @@ from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_logit_bias_ids, check_request_fits
 from mstar.engine.model_runner import ModelRunner
-from mstar.engine.outputs import RequestOutput, StepResult, TokenLogprob
+from mstar.engine.outputs import RequestOutput, TokenLogprob
+from mstar.engine.overlap_policy import OverlapPolicy
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sampling_state import new_sampling_state
-from mstar.engine.scheduler import ScheduledBatch, Scheduler, ready_to_run
+from mstar.engine.scheduler import Scheduler, ready_to_run
+from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
@@ -27,6 +29,7 @@ from mstar.engine.structured_output import GrammarCompilePool
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
+from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +38,7 @@ GRAMMAR_WAIT_S = 0.02  # longest block on compiling grammars when nothing else c
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_device_dtype(settings) -> tuple[torch.device, torch.dtype]:
+def resolve_device_dtype(settings: WorkerSettings) -> tuple[torch.device, torch.dtype]:
     name = settings.device
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,7 +56,7 @@ class LLMEngine:
     this process's rank in a tensor-parallel group (``mstar.engine.distributed``).
     """
 
-    def __init__(self, settings, timer_label: int = 0,
+    def __init__(self, settings: WorkerSettings, timer_label: int = 0,
                  parallel: TensorParallel | None = None) -> None:
         start = time.perf_counter()
         self.settings = settings
@@ -86,11 +89,11 @@ class LLMEngine:
             StateSlots(self.model_runner.num_state_slots) if self.model_runner.num_state_slots
             else None)
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
-                                   settings.max_num_batched_tokens)
+                                   settings.max_num_batched_tokens,
+                                   OverlapPolicy(settings, self.device.type))
         self.seqs: dict[str, Sequence] = {}
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
                              timer_label)
-        self.pending_aborts: list[str] = []  # aborts that arrived while a step was in flight
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(settings.seed)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
@@ -155,21 +158,15 @@ class LLMEngine:
             if self.seqs.get(seq.request_id) is seq:
                 log.error("grammar_compile_failed", request_id=seq.request_id,
                           error=str(seq.sampling_state.grammar.exception()))
-                self._abort_now(seq.request_id)
+                self.abort_request(seq.request_id)
                 outputs.append(RequestOutput(seq.request_id, finished=True,
                                              finish_reason="abort",
                                              num_prompt_tokens=seq.num_prompt_tokens))
         return outputs
 
     def abort_request(self, request_id: str) -> None:
-        """Abort a request; its blocks are freed at once, or right after the step in flight (no
-        block is freed while a forward may still write to it)."""
-        if self.loop.in_flight:
-            self.pending_aborts.append(request_id)
-        else:
-            self._abort_now(request_id)
-
-    def _abort_now(self, request_id: str) -> None:
+        """Abort a request, like a finish: nothing more is emitted; its blocks are freed at once,
+        or once no step in flight may write to them (the scheduler's rule)."""
         seq = self.seqs.pop(request_id, None)
         if seq is not None:
             self.scheduler.finish(seq)
@@ -181,7 +178,7 @@ class LLMEngine:
         self.loop.shutdown()
         self.grammars.shutdown()
 
-    def apply_settings(self, settings) -> None:
+    def apply_settings(self, settings: WorkerSettings) -> None:
         """A settings reload, between steps: only the step loop's knobs change at run time."""
         self.settings = settings
         self.loop.apply(settings)
@@ -219,30 +216,12 @@ class LLMEngine:
         if pending:
             wait(pending, timeout=GRAMMAR_WAIT_S, return_when=FIRST_COMPLETED)
 
-    def postprocess(self, batch: ScheduledBatch, result: StepResult) -> list[RequestOutput]:
-        """Apply a finished step: progress, sampled tokens, stops; then the aborts that waited."""
-        tokens = result.token_ids.tolist()
-        outputs = []
-        k = 0
-        for i, seq in enumerate(batch.seqs):
-            samples = batch.samples(i)
-            if seq.is_finished:  # finished (or aborted) after this step was launched: a wasted row
-                k += samples
-                continue
-            seq.num_computed_tokens = batch.starts[i] + batch.num_new_tokens[i]
-            self.block_manager.commit_full_blocks(seq)
-            if not samples:
-                continue
-            logprobs = result.logprobs[k] if result.logprobs else None
-            outputs.append(self._append(seq, tokens[k], logprobs))
-            k += 1
-        aborts, self.pending_aborts = self.pending_aborts, []
-        for request_id in aborts:
-            self._abort_now(request_id)
-        return outputs
+    def postprocess(self, out: SchedulerOutput, result: RunnerOutput) -> list[RequestOutput]:
+        """Apply a finished step (the scheduler's progress), then each sampled token's stops."""
+        return [self._append(seq, token, logprobs)
+                for seq, token, logprobs in self.scheduler.update(out, result)]
 
     def _append(self, seq: Sequence, token: int, logprobs: TokenLogprob | None) -> RequestOutput:
-        seq.append_token(token)
         params = seq.params
         reason = None
         # A constrained request ends where its grammar does: it allows EOS only once complete.

@@ -1,8 +1,6 @@
-"""Loads the model, owns the KV cache, and runs one scheduled batch on the device."""
+"""Loads the model, owns the KV cache and the persistent input batch, and runs each step."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
@@ -13,6 +11,7 @@ from mstar.engine.attention import (
     model_attention_features,
 )
 from mstar.engine.compilation import compile_model
+from mstar.engine.input_batch import InputBatch, StepTensors
 from mstar.engine.kv_cache import (
     allocate_kv_cache,
     attention_layers,
@@ -21,28 +20,17 @@ from mstar.engine.kv_cache import (
     num_blocks_for,
 )
 from mstar.engine.logit_adjustments import adjusts_logits
-from mstar.engine.outputs import StepResult
 from mstar.engine.sampler import Sampler, SamplingMetadata
-from mstar.engine.scheduler import ScheduledBatch
+from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_bytes
 from mstar.models.loader import load_model
 from mstar.models.parallel import TensorParallel
 from mstar.models.state_layout import StateLayout
-
-
-@dataclass
-class ModelInput:
-    batch: ScheduledBatch
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    attn_metadata: object
-    sample_indices: torch.Tensor  # rows of the flattened tokens whose logits are sampled
-    sampling: SamplingMetadata | None
-    input_index: torch.Tensor | None = None  # a continuation's rows in the previous step's tokens
+from mstar.settings import WorkerSettings
 
 
 class ModelRunner:
-    def __init__(self, settings, model_dir, hf_config, device: torch.device,
+    def __init__(self, settings: WorkerSettings, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype, max_model_len: int,
                  parallel: TensorParallel | None = None) -> None:
         self.device = device
@@ -69,85 +57,51 @@ class ModelRunner:
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
         self.sampler = Sampler()
+        self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
 
-    def prepare(self, batch: ScheduledBatch) -> ModelInput:
-        """Flatten the batch into the step's tensors.
-
-        Rows of a continuation run past the sequence's end: their input ids are not known yet, and
-        the caller passes them to ``execute`` (``input_ids``) once the previous step sampled them.
-        """
-        bs = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        seq_index: list[int] = []
-        sample_rows: list[int] = []
-        ctx_lens: list[int] = []
-        sampled = []
-        max_blocks = max(len(s.block_table) for s in batch.seqs)
-        tables = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in batch.seqs]
-        for i, (seq, start, n) in enumerate(zip(batch.seqs, batch.starts, batch.num_new_tokens,
-                                                strict=True)):
-            ids = seq.token_ids[start : start + n]
-            input_ids += ids + [0] * (n - len(ids))  # 0: placeholder for a continuation's input
-            positions += range(start, start + n)
-            seq_index += [i] * n
-            ctx_lens.append(start + n)
-            if batch.samples(i):
-                sample_rows.append(len(input_ids) - 1)
-                sampled.append(seq)
-        block_tables = self._tensor(tables)
-        pos = torch.tensor(positions, dtype=torch.int64)
-        rows = torch.tensor(seq_index, dtype=torch.int64)
-        slots = torch.tensor(tables, dtype=torch.int64)[rows, pos // bs] * bs + pos % bs
-        num_decodes = 0
-        while num_decodes < len(batch) and batch.num_new_tokens[num_decodes] == 1:
-            num_decodes += 1
+    def _attention(self, step: StepTensors, keys: list[int]):
+        """The backend's metadata for the step (built on the thread that runs it)."""
         inputs = AttentionInputs(
-            slot_mapping=slots.to(self.device, non_blocking=True),
-            block_tables=block_tables,
-            context_lens=self._tensor(ctx_lens),
-            query_lens=batch.num_new_tokens,
-            context_lens_list=ctx_lens,
-            num_decodes=num_decodes,
-            block_size=bs,
+            slot_mapping=step.slot_mapping.to(self.device, non_blocking=True),
+            block_tables=step.block_tables.to(self.device, non_blocking=True),
+            context_lens=self._tensor(step.context_lens),
+            query_lens=step.query_lens,
+            context_lens_list=step.context_lens,
+            num_decodes=step.num_decodes,
+            block_size=self.block_size,
             dtype=self.dtype,
-            seq_keys=[s.seq_no for s in batch.seqs],
-            state_layout=self._state_layout(batch, num_decodes) if self.num_state_slots else None,
+            seq_keys=keys,
+            state_layout=self._state_layout(step, keys) if self.num_state_slots else None,
         )
-        return ModelInput(
-            batch=batch,
-            input_ids=self._tensor(input_ids),
-            positions=pos.to(self.device, non_blocking=True),
-            attn_metadata=self.attn_backend.build(inputs),
-            sample_indices=self._tensor(sample_rows),
-            sampling=self._sampling_metadata(sampled) if sampled else None,
-            input_index=None if batch.input_rows is None else self._tensor(batch.input_rows),
-        )
+        return self.attn_backend.build(inputs)
 
-    def _state_layout(self, batch: ScheduledBatch, num_decodes: int) -> StateLayout:
-        """Each sequence's state slot; a span starting at token 0 starts from a zero state."""
-        slots = [seq.state_slot for seq in batch.seqs]
-        spans, row = [], num_decodes
-        for i in range(num_decodes, len(batch)):
-            n = batch.num_new_tokens[i]
-            spans.append((row, n, slots[i], batch.starts[i] == 0))
+    def _state_layout(self, step: StepTensors, keys: list[int]) -> StateLayout:
+        """Each row's state slot; a span starting at token 0 starts from a zero state."""
+        batch = self.batch
+        slots = [batch.requests[batch.slot_of[k]].state_slot for k in keys]
+        nd = step.num_decodes
+        starts = [c - q for c, q in zip(step.context_lens, step.query_lens, strict=True)]
+        spans, row = [], nd
+        for i in range(nd, len(keys)):
+            n = step.query_lens[i]
+            spans.append((row, n, slots[i], starts[i] == 0))
             row += n
-        starts_fresh = [start == 0 for start in batch.starts[:num_decodes]]
+        starts_fresh = [start == 0 for start in starts[:nd]]
         keep = None
         if any(starts_fresh):  # one-token prompts: their slot still holds a previous owner's state
             keep = self._tensor([[[0.0 if f else 1.0]] for f in starts_fresh], self.dtype)
-        return StateLayout(num_decodes, self._tensor(slots[:num_decodes]), keep, spans)
+        return StateLayout(nd, self._tensor(slots[:nd]), keep, spans)
 
-    @staticmethod
-    def _sampling_metadata(seqs) -> SamplingMetadata:
-        params = [s.params for s in seqs]
-        states = [s.sampling_state for s in seqs]
+    def _sampling_metadata(self, step: StepTensors) -> SamplingMetadata:
+        reqs = [self.batch.requests[slot] for slot in step.sample_slots]
+        params = [r.params for r in reqs]
+        states = [r.sampling_state for r in reqs]
         return SamplingMetadata(
             params=params,
-            generators=[s.generator for s in seqs],
+            generators=[r.generator for r in reqs],
             states=states,
             all_greedy=all(p.greedy for p in params),
             any_adjustment=any(map(adjusts_logits, params)),
@@ -182,19 +136,20 @@ class ModelRunner:
             self.model.compute_logits(hidden[-1:]).argmax(-1).tolist()
 
     @torch.inference_mode()
-    def execute(self, model_input: ModelInput, input_ids: torch.Tensor | None = None) -> StepResult:
-        """Forward pass + sampling: one token id (and logprobs, if asked for) per sampled row.
-
-        ``input_ids`` (the previous step's sampled tokens) replaces a continuation's placeholder
-        inputs: known only once that step is done.
-        """
-        model_input.attn_metadata.begin_forward()
-        ids = model_input.input_ids
-        if input_ids is not None:
-            ids = input_ids.index_select(0, model_input.input_index)
-        hidden = self.model(ids, model_input.positions, model_input.attn_metadata)
-        if model_input.sampling is None:
-            return StepResult(torch.empty(0, dtype=torch.int64))
-        logits = self.model.compute_logits(hidden[model_input.sample_indices])
-        tokens, logprobs = self.sampler(logits, model_input.sampling)
-        return StepResult(tokens, logprobs)
+    def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        """Apply the step's diffs to the persistent batch, run the forward, sample one token per
+        sampled row and record it in the batch (the next step's input, if it continues)."""
+        self.batch.apply(out)
+        step = self.batch.tensors(out)
+        attn_metadata = self._attention(step, [row.key for row in out.rows])
+        attn_metadata.begin_forward()
+        hidden = self.model(step.input_ids.to(self.device, non_blocking=True),
+                            step.positions.to(self.device, non_blocking=True), attn_metadata)
+        if not step.sample_slots:
+            return RunnerOutput([])
+        logits = self.model.compute_logits(
+            hidden[step.sample_indices.to(self.device, non_blocking=True)])
+        tokens, logprobs = self.sampler(logits, self._sampling_metadata(step))
+        token_ids = tokens.tolist()
+        self.batch.record(step, token_ids)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots)

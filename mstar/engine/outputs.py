@@ -6,10 +6,7 @@ hottest message (one ``Outputs`` per step).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
-import torch
 
 
 class TokenLogprob(msgspec.Struct, array_like=True):
@@ -32,11 +29,3 @@ class RequestOutput(msgspec.Struct, array_like=True):
     num_output_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """The model runner's answer for one step: a token per sampled row, in row order."""
-
-    token_ids: torch.Tensor
-    logprobs: list[TokenLogprob | None] | None = None

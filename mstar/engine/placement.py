@@ -5,6 +5,8 @@ from __future__ import annotations
 import structlog
 import torch
 
+from mstar.settings import WorkerSettings
+
 log = structlog.get_logger(__name__)
 
 
@@ -19,7 +21,7 @@ def device_index(device_ids: list[int] | None, num_devices: int, slot: int) -> i
     return ids[slot % len(ids)]
 
 
-def place_rank(settings, replica: int, rank: int) -> None:
+def place_rank(settings: WorkerSettings, replica: int, rank: int) -> None:
     """Make this process's CUDA device the one the settings give the rank (nothing on CPU)."""
     if settings.device == "cpu" or not torch.cuda.is_available():
         if settings.device_ids:

@@ -1,54 +1,30 @@
-"""Continuous batching with chunked prefill and preemption by recompute."""
+"""Continuous batching with chunked prefill and preemption by recompute.
+
+The scheduler alone owns each request's progress (``status``, ``num_computed_tokens``, the
+tokens appended from each step's output); the block manager owns its blocks. Every step is one
+immutable ``SchedulerOutput`` from ``schedule()``, and its ``RunnerOutput`` comes back through
+``update()``. ``num_computed_tokens`` counts the tokens scheduled so far: a step's sampled token is
+in flight (a placeholder) until its output arrives.
+
+A request that finishes or is aborted while a step in flight still has a row for it keeps its
+blocks until that step's output arrives, so no block is freed while a forward may write to it.
+"""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import structlog
 
 from mstar.engine.block_manager import BlockManager
+from mstar.engine.outputs import TokenLogprob
+from mstar.engine.overlap_policy import OverlapPolicy
+from mstar.engine.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.sequence import Sequence, SequenceStatus
 
 log = structlog.get_logger(__name__)
 
-
-@dataclass
-class ScheduledBatch:
-    """Sequences to run this step, where each one starts and how many new tokens it computes.
-
-    ``starts[i]`` is how many of sequence i's tokens are already in the KV cache when the step
-    runs. A sequence whose new tokens reach its end is sampled; a partially prefilled one
-    (chunked prefill) is not. A continuation (see ``Scheduler.schedule_continuation``) is planned
-    before its input token exists, so its rows run one past the sequence's current end.
-    """
-
-    seqs: list[Sequence] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    num_new_tokens: list[int] = field(default_factory=list)
-    # A continuation's input ids: row i takes the previous step's sampled token input_rows[i].
-    input_rows: list[int] | None = None
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.num_new_tokens)
-
-    def add(self, seq: Sequence, start: int, num_new_tokens: int) -> None:
-        self.seqs.append(seq)
-        self.starts.append(start)
-        self.num_new_tokens.append(num_new_tokens)
-
-    def samples(self, i: int) -> bool:
-        return self.starts[i] + self.num_new_tokens[i] >= len(self.seqs[i])
-
-    def decodes_first(self) -> ScheduledBatch:
-        """Single-token (decode) rows first: the attention backend batches them together."""
-        order = sorted(range(len(self)), key=lambda i: self.num_new_tokens[i] != 1)
-        return ScheduledBatch([self.seqs[i] for i in order], [self.starts[i] for i in order],
-                              [self.num_new_tokens[i] for i in order])
+Sampled = tuple[Sequence, int, "TokenLogprob | None"]
 
 
 def ready_to_run(seq: Sequence) -> bool:
@@ -60,21 +36,29 @@ class Scheduler:
     """Decides every step which sequences run, within a token budget and a sequence cap.
 
     Running sequences go first (oldest first); when the KV cache is full the newest
-    running sequence is preempted (its blocks freed, recomputed later), so the oldest
-    request always makes progress. Waiting requests are admitted FCFS, skipping those whose
-    grammar is still compiling.
+    running sequence is preempted (its blocks freed, recomputed later) and goes back to the front
+    of the queue, so the oldest request always makes progress. Waiting requests are admitted FCFS,
+    skipping those whose grammar is still compiling.
     """
 
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int,
+                 max_num_batched_tokens: int, policy: OverlapPolicy | None = None) -> None:
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.policy = policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.live: dict[int, Sequence] = {}  # seq_no -> unfinished request
         self.num_preemptions = 0
+        self.in_flight: list[SchedulerOutput] = []  # issued, output not yet applied
+        self.retiring: list[int] = []  # finished, but a step in flight still has a row for them
+        self.removed: list[int] = []  # for the runner to drop, sent with the next step
+        self.known: set[int] = set()  # requests the runner holds a row slot for
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self.live[seq.seq_no] = seq
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -87,8 +71,38 @@ class Scheduler:
         """The oldest waiting sequence that is ready to run (FCFS among the ready ones)."""
         return next((seq for seq in self.waiting if ready_to_run(seq)), None)
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    # ---- the one entry point -------------------------------------------------------------
+
+    def schedule(self, after: SchedulerOutput | None = None) -> SchedulerOutput | None:
+        """The next step, or None when there is nothing to run.
+
+        ``after``: the step in flight (the overlapped loop). Then the next step continues it by
+        one token for every request it samples, counting that token as in flight, when the
+        overlap policy says so and the KV cache holds the extra tokens; else None, and the loop
+        asks again for a fresh step once ``after``'s output is in.
+        """
+        if after is None:
+            rows, new = self._fresh()
+        else:
+            rows, new = self._continue(after), []
+        if not rows:
+            return None
+        rows.sort(key=lambda r: r.num_tokens != 1)  # decodes first: batched by the backend
+        out = SchedulerOutput(tuple(rows), tuple(new), tuple(self.removed), after is not None)
+        self.removed = []
+        self.in_flight.append(out)
+        return out
+
+    def _row(self, seq: Sequence, num_tokens: int, new_blocks: tuple[int, ...]) -> ScheduledRow:
+        start = seq.num_computed_tokens
+        seq.num_computed_tokens = start + num_tokens
+        return ScheduledRow(seq.seq_no, start, num_tokens, new_blocks,
+                            samples=start + num_tokens >= len(seq))
+
+    def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest]]:
+        assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
+        bm = self.block_manager
+        rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
         preempted = False
         i = 0
@@ -96,68 +110,113 @@ class Scheduler:
             seq = self.running[i]
             n = min(len(seq) - seq.num_computed_tokens, budget)
             total = seq.num_computed_tokens + n
-            while not self.block_manager.can_grow_to(seq, total):
+            while not bm.can_grow_to(seq.seq_no, total):
                 victim = self.running.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
                     break
             else:
-                self.block_manager.grow_to(seq, total)
-                batch.add(seq, seq.num_computed_tokens, n)
+                rows.append(self._row(seq, n, bm.grow_to(seq.seq_no, total)))
                 budget -= n
                 i += 1
                 continue
             break
+        new: list[NewRequest] = []
         while not preempted and self.waiting and budget > 0:
             if len(self.running) >= self.max_num_seqs:
                 break
             seq = self._next_admissible()
-            if seq is None or self.block_manager.allocate_prompt(seq, budget) is None:
+            num_cached = None if seq is None else bm.allocate_prompt(seq, budget)
+            if num_cached is None:
                 break
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
+            seq.num_computed_tokens = seq.num_cached_tokens = num_cached
             self.running.append(seq)
-            n = min(len(seq) - seq.num_computed_tokens, budget)
-            batch.add(seq, seq.num_computed_tokens, n)
+            new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), bm.state_slot(seq.seq_no),
+                                  seq.params, seq.generator, seq.sampling_state))
+            self.known.add(seq.seq_no)
+            n = min(len(seq) - num_cached, budget)
+            rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
             budget -= n
-        return batch.decodes_first()
+        return rows, new
 
-    def schedule_continuation(self, batch: ScheduledBatch) -> ScheduledBatch | None:
-        """Plan the step after ``batch`` before ``batch`` has run: one more token for every
-        sequence it samples, at the position right after its new tokens.
+    def _continue(self, after: SchedulerOutput) -> list[ScheduledRow]:
+        if self.policy is None or not self.policy.should_continue(self.can_admit):
+            return []
+        seqs = [self.live[r.key] for r in after.rows
+                if r.samples and r.key in self.live and not self.live[r.key].is_finished]
+        totals = [seq.num_computed_tokens + 1 for seq in seqs]
+        keys = [seq.seq_no for seq in seqs]
+        if not seqs or not self.block_manager.can_grow_all(keys, totals):
+            return []
+        return [self._row(seq, 1, self.block_manager.grow_to(seq.seq_no, total))
+                for seq, total in zip(seqs, totals, strict=True)]
 
-        Used by the overlapped loop. Grows block tables as needed; None when nothing is sampled or
-        the KV cache cannot hold the extra tokens (the loop then takes a fresh ``schedule()``).
-        """
-        cont = ScheduledBatch(input_rows=[])
-        sampled = 0
-        for i, seq in enumerate(batch.seqs):
-            if not batch.samples(i):
+    # ---- a step's output comes back ---------------------------------------------------------
+
+    def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[Sampled]:
+        """Apply a finished step: publish full blocks, append sampled tokens. Returns (request,
+        token, logprobs) for every sampled row of a request still unfinished; rows of requests
+        that finished or were aborted after the step was scheduled are wasted, never emitted."""
+        self.in_flight.remove(out)
+        sampled: list[Sampled] = []
+        k = 0
+        for row in out.rows:
+            seq = self.live.get(row.key)
+            if seq is None or seq.status is not SequenceStatus.RUNNING:
+                k += row.samples
                 continue
-            if not seq.is_finished:
-                cont.add(seq, batch.starts[i] + batch.num_new_tokens[i], 1)
-                cont.input_rows.append(sampled)
-            sampled += 1
-        totals = [start + 1 for start in cont.starts]
-        if not cont.seqs or not self.block_manager.can_grow_all(cont.seqs, totals):
-            return None
-        for seq, total in zip(cont.seqs, totals, strict=True):
-            self.block_manager.grow_to(seq, total)
-        return cont
+            self.block_manager.commit_full_blocks(seq, row.end)
+            if row.samples:
+                token = result.token_ids[k]
+                seq.append_token(token)
+                sampled.append((seq, token, result.logprobs[k] if result.logprobs else None))
+                k += 1
+        self._free_retired()
+        return sampled
+
+    def _in_flight(self, key: int) -> bool:
+        return any(row.key == key for out in self.in_flight for row in out.rows)
+
+    def _free_retired(self) -> None:
+        keep = []
+        for key in self.retiring:
+            if self._in_flight(key):
+                keep.append(key)
+            else:
+                self.block_manager.free_request(key)
+        self.retiring = keep
+
+    def _forget(self, seq: Sequence) -> None:
+        """The runner drops the request's row with the next step."""
+        if seq.seq_no in self.known:
+            self.known.discard(seq.seq_no)
+            self.removed.append(seq.seq_no)
 
     def _preempt(self, seq: Sequence) -> None:
-        self.block_manager.free_seq(seq)
+        self.block_manager.free_request(seq.seq_no)  # nothing in flight: see _fresh
+        self._forget(seq)
+        seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
         log.debug("preempted", request_id=seq.request_id, num_tokens=len(seq))
 
     def finish(self, seq: Sequence) -> None:
-        """Mark finished and free its blocks at once (also used for abort)."""
+        """Finished or aborted, the same way: out of the queues at once; its blocks are freed now,
+        or once the last step in flight with a row for it is done."""
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
-        self.block_manager.free_seq(seq)
+        else:
+            return
         seq.status = SequenceStatus.FINISHED
+        del self.live[seq.seq_no]
+        self._forget(seq)
+        if self._in_flight(seq.seq_no):
+            self.retiring.append(seq.seq_no)
+        else:
+            self.block_manager.free_request(seq.seq_no)

@@ -19,10 +19,12 @@ class SequenceStatus(enum.Enum):
 
 
 class Sequence:
-    """Token ids, KV block table and progress of one request.
+    """Token ids and progress of one request, on the main thread only.
 
-    ``num_computed_tokens`` counts tokens whose K/V are already in the cache; after a
-    preemption it drops to 0 and the prompt plus the outputs so far are recomputed.
+    The scheduler alone writes ``status``, ``num_computed_tokens`` (tokens whose K/V are in the
+    cache once the steps scheduled so far have run; after a preemption it drops to 0 and the
+    prompt plus the outputs so far are recomputed) and ``token_ids`` (a sampled token is appended
+    when its step's output arrives). Its KV blocks are the block manager's, keyed by ``seq_no``.
     """
 
     _numbers = itertools.count()
@@ -47,9 +49,6 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
-        self.block_table: list[int] = []
-        self.num_hashed_blocks = 0
-        self.state_slot: int | None = None  # recurrent-state slot (hybrid models), while admitted
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import structlog
 import torch
 
+from mstar.settings import WorkerSettings
+
 log = structlog.get_logger(__name__)
 
 # The recurrent state accumulates over the whole sequence: kept in float32 whatever the model dtype.
@@ -40,7 +42,7 @@ def slot_bytes(model, dtype: torch.dtype) -> int:
     return total
 
 
-def num_slots_for(settings, per_slot: int, budget: float) -> int:
+def num_slots_for(settings: WorkerSettings, per_slot: int, budget: float) -> int:
     """One slot per schedulable sequence, but at most ``MAX_BUDGET_FRACTION`` of the budget
     (then fewer sequences run at once: admission waits for a free slot)."""
     if not per_slot:

@@ -59,6 +59,8 @@ class Knob:
     secret: bool
     security: bool            # problems are errors in every mode (see schema.knob)
     reloadable: bool          # applied on SIGHUP without a restart (see reloadable.py)
+    auto: bool = False        # also takes the word "auto" (resolved where the knob is used)
+    no_effect: str | None = None  # since when and why the knob does nothing (see schema.knob)
 
 
 def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool]:
@@ -74,6 +76,14 @@ def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool]:
     return minimum, maximum, exclusive
 
 
+def _is_auto_union(annotation: Any) -> bool:
+    """``int | Literal["auto"]`` (bounds on the int): a number, or the word auto."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    return any(typing.get_origin(a) is typing.Literal and typing.get_args(a) == ("auto",)
+               for a in typing.get_args(annotation))
+
+
 def _describe(name: str) -> Knob:
     field = WorkerSettings.model_fields[name]
     annotation = field.annotation
@@ -82,6 +92,11 @@ def _describe(name: str) -> Knob:
     if optional:
         annotation = next(a for a in args if a is not type(None))
     metadata = list(field.metadata)
+    auto = _is_auto_union(annotation)
+    if auto:
+        annotation = next(a for a in args if typing.get_origin(a) is not typing.Literal)
+        annotation, *extras = typing.get_args(annotation) or (annotation,)
+        metadata = [m for a in extras for m in a.metadata]
     choices = None
     if typing.get_origin(annotation) is typing.Literal:
         kind, choices = Kind.CHOICE, tuple(typing.get_args(annotation))
@@ -98,7 +113,8 @@ def _describe(name: str) -> Knob:
                 description=field.description or "", category=extra["category"],
                 unit=extra["unit"], optional=optional, minimum=minimum, maximum=maximum,
                 min_exclusive=exclusive, choices=choices, secret=extra["secret"],
-                security=extra["security"], reloadable=name in RELOADABLE)
+                security=extra["security"], reloadable=name in RELOADABLE, auto=auto,
+                no_effect=extra.get("no_effect"))
 
 
 KNOBS: tuple[Knob, ...] = tuple(_describe(n) for g in GROUPS for n in g.model_fields)

@@ -115,13 +115,20 @@ def bounds_text(knob: Knob) -> str:
     if knob.minimum is None and knob.maximum is None:
         return ""
     prefix = "each " if knob.kind.value == "int list" else ""
-    return prefix + describe_range(knob)
+    return prefix + describe_range(knob) + (" | auto" if knob.auto else "")
+
+
+def describe(knob: Knob) -> str:
+    """The knob's description, led by "No effect since ..." for a knob that does nothing now."""
+    if knob.no_effect:
+        return f"No effect since {knob.no_effect}. {knob.description}"
+    return knob.description
 
 
 def _row(knob: Knob) -> str:
     cells = [f"``{knob.env}``", _literal(knob.default), knob.unit or "",
              bounds_text(knob), "yes" if knob.reloadable else "",
-             knob.description.replace("*", "\\*")]
+             describe(knob).replace("*", "\\*")]
     first, *rest = cells
     return "   * - " + first + "\n" + "".join(f"     - {c}".rstrip() + "\n" for c in rest)
 

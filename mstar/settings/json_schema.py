@@ -48,6 +48,9 @@ def _forms(knob: Knob) -> list[dict[str, Any]]:
     kind = knob.kind
     if kind is Kind.BOOL:
         return [{"type": "boolean"}, _text(*map(_any_case, TRUE_WORDS + FALSE_WORDS))]
+    if kind is Kind.INT and knob.auto:
+        return [{"type": "integer", **_bounds(knob)}, {"const": "auto"},
+                _text(INT_RE.pattern, _any_case("auto"))]
     if kind is Kind.INT:
         return [{"type": "integer", **_bounds(knob)}, _text(INT_RE.pattern)]
     if kind is Kind.FLOAT:

@@ -7,6 +7,7 @@ passed in code) into the value to use:
   blanks), so the value from lower-precedence sources stands;
 - a malformed value raises ``Rejected``: the caller keeps the value it had (the default unless a
   lower-precedence source set one) and reports the problem;
+- a knob that takes ``auto`` takes it in any case;
 - a value below the minimum is raised to it, above the maximum lowered to it, with a reason;
 - anything else is used exactly as given.
 
@@ -177,6 +178,8 @@ def coerce(knob: Knob, raw: Any) -> tuple[Any, str | None]:
         if knob.security:
             raise Rejected("is set but empty; unset the variable to turn it off")
         return UNSET, None
+    if knob.auto and text.lower() == "auto":
+        return "auto", None
     value = parse_text(knob, text)
     if knob.kind not in (Kind.INT, Kind.FLOAT):
         return value, None

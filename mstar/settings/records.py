@@ -26,6 +26,7 @@ def knob_record(knob: Knob, loaded: LoadedSettings,
         "category": knob.category,
         "description": knob.description,
         "reloadable": knob.reloadable,
+        "no_effect": knob.no_effect,
         "pending_restart": waiting,
     }
 

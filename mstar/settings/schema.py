@@ -28,17 +28,26 @@ MAX_WAIT_S = threading.TIMEOUT_MAX
 MAX_WAIT_MS = threading.TIMEOUT_MAX * 1000.0
 # Upper bound for counts, so that a typo such as 10**20 cannot reach torch or the allocator.
 MAX_COUNT = 2**31 - 1
+# What MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=auto picks, by device (resolved by the engine).
+SERIAL_ON_CPU = 0
+OVERLAP_CAP_ON_CUDA = 1024
+PLANNING_THREAD_GONE = "0.1.0 (steps are scheduled from values; no planning thread)"
+CUDA_GRAPHS_GONE = "0.1.0 (the unwired CUDA-graph runner was deleted)"
 
 
 def knob(default: Any, description: str, *, category: str, unit: str | None = None,
-         secret: bool = False, security: bool = False, **bounds: Any) -> Any:
+         secret: bool = False, security: bool = False, no_effect: str | None = None,
+         **bounds: Any) -> Any:
     """A field with the metadata every consumer of the schema relies on.
 
     ``secret`` masks the value wherever it is shown. ``security`` marks a knob whose lenient
     fallback could weaken security: every problem with it (a malformed or empty value, a near-miss
-    name) is an error in every mode.
+    name) is an error in every mode. ``no_effect``: the knob no longer does anything; the text
+    says since when and why. It still parses (old env files keep working), setting it warns
+    "MSTAR_X has no effect since ...", and ``mstar config show`` marks it.
     """
-    extra = {"unit": unit, "category": category, "secret": secret, "security": security}
+    extra = {"unit": unit, "category": category, "secret": secret, "security": security,
+             "no_effect": no_effect}
     return Field(default, description=description, json_schema_extra=extra, **bounds)
 
 
@@ -55,17 +64,19 @@ class WorkerLoopKnobs(BaseModel):
         5.0, "After submitting step N+1, how long the main thread waits for the forward-launch "
         "event before going on (a GIL throttle meant to expire early).",
         unit="ms", ge=0.0, le=MAX_WAIT_MS)
-    max_consecutive_spec_steps: int = _loop(
-        1024, "Speculative steps in a row before the engine takes a fresh batch from the "
+    max_consecutive_spec_steps: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Literal["auto"] = _loop(
+        "auto", "Speculative steps in a row before the engine takes a fresh batch from the "
         "scheduler. A speculative step is the overlapped next step (N+1 planned while N runs), not "
-        "speculative decoding. 0 turns the overlap off (a serial loop) and warns at startup.",
-        ge=0, le=MAX_COUNT)
+        "speculative decoding. 0 turns the overlap off (a serial loop) and warns at startup. "
+        f"auto = {SERIAL_ON_CPU} on CPU (the overlap costs more than it hides there; see "
+        f"docs/worker_loop.rst) and {OVERLAP_CAP_ON_CUDA} on CUDA.")
     spec_peek_for_fairness: bool = _loop(
         True, "Yield to the scheduler early when other work (a waiting or preempted request) "
         "could be admitted now.")
     pre_plan_spec: bool = _loop(
-        True, "Build step N+1's input tensors and block tables on a separate planning thread; "
-        "off builds them inline.")
+        True, "Was: build step N+1's input tensors and block tables on a separate planning "
+        "thread. The model runner now builds them from its persistent batch on the forward "
+        "thread.", no_effect=PLANNING_THREAD_GONE)
     spec_yield_hold_ms: float = _loop(
         0.0, "How long other work must stay ready before a speculating worker yields to it.",
         unit="ms", ge=0.0, le=MAX_WAIT_MS)
@@ -116,10 +127,22 @@ class ServerKnobs(BaseModel):
         "list (e.g. 'gpt-4o-mini,default'); /v1/models lists them too. The served name (the "
         "model directory's name, or the built-in model's) and MSTAR_MODEL itself always work; "
         "any other name is a 404 model_not_found.")
-    tool_call_parser: Literal["auto", "hermes"] = _server(
+    tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "pythonic",
+                              "qwen3_coder"] = _server(
         "auto", "How tool calls are read from the model's output: hermes = "
-        "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates). auto = chosen from the "
-        "model's chat template (hermes when nothing else matches).")
+        "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates); llama3_json = a JSON "
+        "object {name, parameters} as the reply (Llama 3.1/3.2); mistral = [TOOL_CALLS] then a "
+        "JSON list or name[ARGS]{json}; pythonic = [f(a=1), g()] (Llama 3.2/4); qwen3_coder = "
+        "<tool_call><function=f><parameter=a>..., XML (Qwen3-Coder). auto = chosen from the "
+        "model's chat template (hermes when nothing else matches; docs/tool_calling.rst).")
+    tool_call_undeclared: Literal["text", "drop"] = _server(
+        "text", "What a parsed tool call to a function the request did not declare in 'tools' "
+        "becomes (tool_choice auto): text = its markup stays in the message content; drop = it "
+        "is removed from the reply. It is never returned as a tool call.")
+    reasoning_parser: Literal["auto", "none", "think"] = _server(
+        "auto", "How reasoning is split out of the model's output: think = <think>...</think> "
+        "goes to the message's reasoning_content; none = all output is content. auto = think "
+        "when the model's chat template writes <think>, else none (docs/reasoning.rst).")
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
@@ -163,15 +186,11 @@ class EngineKnobs(BaseModel):
         "auto", "Attention kernels: torch (SDPA over gathered pages) or triton (paged kernels reading "
         "the cache in place; needs CUDA and the triton package). auto = triton on CUDA, else torch.")
     cuda_graph: bool = _engine(
-        True, "Capture the decode forward as CUDA graphs at start-up, one per size in "
-        "MSTAR_CUDA_GRAPH_BATCH_SIZES; a decode batch pads up to the next captured size, larger "
-        "batches and prefills run eagerly. No effect on CPU. Not yet wired into the model runner "
-        "(the capture runner in mstar/engine/cuda_graphs.py awaits a GPU to verify it): "
-        "validated, no effect yet.")
+        True, "Was: capture the decode forward as CUDA graphs. The capture runner was never wired "
+        "into the model runner and is gone.", no_effect=CUDA_GRAPHS_GONE)
     cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = _engine(
-        None, "Decode batch sizes to capture CUDA graphs for, a comma list; sizes above "
-        "MSTAR_MAX_NUM_SEQS are dropped. Unset = 1, 2, 4, 8, then steps of 8 to 64 and of 16 "
-        "beyond, up to MSTAR_MAX_NUM_SEQS. No effect on CPU.", unit="sequences")
+        None, "Was: the decode batch sizes to capture CUDA graphs for, a comma list.",
+        unit="sequences", no_effect=CUDA_GRAPHS_GONE)
     quantization: Literal["none", "int8", "q4"] = _engine(
         "none", "Weight-only quantization of the linear layers (CPU): int8 = per output channel, "
         "q4 = 4-bit groups of 32 with a scale and a minimum (GGUF Q4_1). The LM head is int8 in "

@@ -45,7 +45,9 @@ class Source:
 class Problem:
     """One thing wrong with the configuration: a warning, or an error in strict mode.
 
-    ``error`` marks a problem that is an error in every mode (one touching a security knob).
+    ``error`` marks a problem that is an error in every mode (one touching a security knob);
+    ``stale`` one that is a warning in every mode (a knob that no longer has an effect is set, so
+    that existing env files keep working).
     """
 
     variable: str
@@ -54,6 +56,7 @@ class Problem:
     value: str | None = None
     used: Any = None
     error: bool = False
+    stale: bool = False  # a knob with no effect was set: a warning even in strict mode
 
     def message(self) -> str:
         if self.value is None:
@@ -176,6 +179,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterabl
             continue
         values[knob.name] = value
         sources[knob.name] = Source(origin, shown, "clamped") if reason else Source(origin)
+        if knob.no_effect:
+            problems.append(Problem(knob.env, f"has no effect since {knob.no_effect}", origin,
+                                    stale=True))
         if reason:
             problems.append(Problem(knob.env, reason, origin, shown, display_value(knob, value),
                                     error=knob.security))
@@ -183,7 +189,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterabl
     loaded = LoadedSettings(settings, sources, tuple(problems), _notices(settings), inputs)
     if strict is None:
         strict = settings.config_strictness == "strict"
-    if problems and (strict or any(p.error for p in problems)):
+    if any(p.error or (strict and not p.stale) for p in problems):
         raise SettingsError(problems)
     return loaded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from mstar.settings.catalog import KNOBS, Knob
-from mstar.settings.docs import bounds_text, portable
+from mstar.settings.docs import bounds_text, describe, portable
 
 _HEADER = """\
 # mstar settings: every MSTAR_* knob, commented out at its default.
@@ -17,7 +17,7 @@ _HEADER = """\
 
 def _value(knob: Knob) -> str:
     value = portable(knob.default)
-    if value is None:
+    if value is None or knob.no_effect:  # left blank: uncommenting it changes nothing
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -37,7 +37,7 @@ def _facts(knob: Knob) -> str:
 
 
 def _entry(knob: Knob) -> str:
-    lines = textwrap.wrap(knob.description, 96, break_on_hyphens=False)
+    lines = textwrap.wrap(describe(knob), 96, break_on_hyphens=False)
     lines.append(f"({_facts(knob)})")
     return "".join(f"# {line}\n" for line in lines) + f"# {knob.env}={_value(knob)}\n"
 

@@ -17,10 +17,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mstar.engine.sampling_params import MAX_LOGIT_BIAS, MAX_PENALTY
+
 SEED_LIMIT = 2**64  # seeds are 0 .. SEED_LIMIT - 1
 MAX_INT32 = 2**31 - 1
-MAX_LOGIT_BIAS = 100.0
-MAX_PENALTY = 2.0
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 TokenId = Annotated[int, Field(ge=0, le=MAX_INT32)]

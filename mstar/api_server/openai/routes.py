@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,8 +31,9 @@ from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import CompletionRequest
 from mstar.api_server.openai.response_models import ChatCompletionResponse, CompletionResponse
 from mstar.api_server.openai.structured import structured_output
+from mstar.api_server.reasoning.plan import request_reasoning_plan
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, output_constraint, request_tool_plan
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, request_tool_plan
 from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.api_server.validation.request_rules import admit
 from mstar.engine.outputs import RequestOutput
@@ -45,10 +47,13 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
     tools = await request_tool_plan(req, state.settings.tool_call_parser,
-                                    state.tokenizer.chat_template)
-    structured = output_constraint(tools, await structured_output(req))
-    prompts = [await chat_prompt_ids(state, req, tools.shown_tools)]
-    jobs = jobs_for(state, req, prompts, "messages", structured)
+                                    state.tokenizer.chat_template, await structured_output(req),
+                                    state.settings.tool_call_undeclared)
+    reasoning = await request_reasoning_plan(req, state.settings.reasoning_parser,
+                                             state.tokenizer, tools.structured_output)
+    prompts = [await chat_prompt_ids(state, req, tools.shown_tools, reasoning.template_kwargs)]
+    jobs = jobs_for(state, req, prompts, "messages", reasoning.structured_output)
+    tools = replace(tools, new_reasoning=reasoning.new_stream)
     return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.kernels import triton_available, triton_interpreting
+from mstar.settings import WorkerSettings
 
 _BACKENDS = {
     "torch": ("mstar.engine.attention.torch_backend", "TorchAttentionBackend"),
@@ -45,7 +46,8 @@ def model_attention_features(model) -> set[str]:
     return found
 
 
-def choose_attention_backend(settings, device: torch.device, needs: set[str] = frozenset()) -> str:
+def choose_attention_backend(settings: WorkerSettings, device: torch.device,
+                             needs: set[str] = frozenset()) -> str:
     """The backend for MSTAR_ATTENTION_BACKEND on ``device``: auto = triton on CUDA, else torch.
 
     ``triton`` without the triton package is a start-up error, and so is ``triton`` on CPU unless

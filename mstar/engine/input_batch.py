@@ -1,0 +1,110 @@
+"""The model runner's persistent batch: one row slot per live request, kept across steps.
+
+Token ids and block tables live in preallocated CPU tensors, a row per slot. Each step's
+``SchedulerOutput`` changes them by its diffs (drop removed requests, add new ones, append new
+block ids), and the runner writes every sampled token into its row; nothing is rebuilt from
+Python lists. Only the thread running the runner's steps (one at a time, in order) touches it.
+
+A slot is a stable integer below ``max_num_seqs`` for as long as its request is live: the sampler
+keys its per-row state by it (``StepTensors.sample_slots``: the slots of the sampled rows, in the
+order of the logits rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mstar.engine.scheduler_output import NewRequest, SchedulerOutput
+
+
+@dataclass(frozen=True)
+class StepTensors:
+    """One step's flattened inputs (CPU), in row order."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor  # KV cache slot of every token
+    block_tables: torch.Tensor  # [rows, most blocks of a row]
+    context_lens: list[int]
+    query_lens: list[int]
+    num_decodes: int  # leading single-token rows
+    sample_indices: torch.Tensor  # rows of the flattened tokens whose logits are sampled
+    sample_slots: tuple[int, ...]  # their persistent-batch slots
+    sample_positions: tuple[int, ...]  # where each sampled token goes in its row
+
+
+class InputBatch:
+    def __init__(self, max_num_seqs: int, max_model_len: int, block_size: int) -> None:
+        self.block_size = block_size
+        # +1: a wasted row (its request finished meanwhile) may sample one past the last token.
+        self.token_ids = torch.zeros(max_num_seqs, max_model_len + 1, dtype=torch.int64)
+        self.block_table = torch.zeros(max_num_seqs, -(-(max_model_len + 1) // block_size),
+                                       dtype=torch.int64)
+        self.num_blocks = [0] * max_num_seqs
+        self.requests: list[NewRequest | None] = [None] * max_num_seqs  # sampler inputs
+        self.slot_of: dict[int, int] = {}
+        self.free_slots = list(range(max_num_seqs - 1, -1, -1))
+
+    def apply(self, out: SchedulerOutput) -> None:
+        """The step's diffs: removed requests first, then new ones, then new block ids."""
+        for key in out.removed:
+            slot = self.slot_of.pop(key, None)
+            if slot is not None:
+                self.requests[slot] = None
+                self.free_slots.append(slot)
+        for req in out.new:
+            slot = self.free_slots.pop()
+            self.slot_of[req.key] = slot
+            self.requests[slot] = req
+            self.num_blocks[slot] = 0
+            self.token_ids[slot, : len(req.token_ids)] = torch.tensor(req.token_ids)
+        for row in out.rows:
+            if row.new_block_ids:
+                slot = self.slot_of[row.key]
+                n = self.num_blocks[slot]
+                ids = torch.tensor(row.new_block_ids, dtype=torch.int64)
+                self.block_table[slot, n : n + len(ids)] = ids
+                self.num_blocks[slot] = n + len(ids)
+
+    def slots(self, out: SchedulerOutput) -> list[int]:
+        return [self.slot_of[row.key] for row in out.rows]
+
+    def tensors(self, out: SchedulerOutput) -> StepTensors:
+        """Gather the step's inputs from the persistent rows."""
+        bs = self.block_size
+        slots = self.slots(out)
+        query_lens = [row.num_tokens for row in out.rows]
+        n = torch.tensor(query_lens)
+        row_of_token = torch.repeat_interleave(torch.arange(len(slots)), n)
+        first = torch.cumsum(n, 0) - n
+        offsets = torch.arange(int(n.sum())) - first[row_of_token]
+        starts = torch.tensor([row.start for row in out.rows])
+        positions = starts[row_of_token] + offsets
+        slot_of_token = torch.tensor(slots)[row_of_token]
+        blocks = self.block_table[slot_of_token, positions // bs]
+        max_blocks = max(self.num_blocks[s] for s in slots)
+        sampled = [i for i, row in enumerate(out.rows) if row.samples]
+        num_decodes = 0
+        while num_decodes < len(query_lens) and query_lens[num_decodes] == 1:
+            num_decodes += 1
+        return StepTensors(
+            input_ids=self.token_ids[slot_of_token, positions],
+            positions=positions,
+            slot_mapping=blocks * bs + positions % bs,
+            block_tables=self.block_table[slots, :max_blocks],
+            context_lens=[row.end for row in out.rows],
+            query_lens=query_lens,
+            num_decodes=num_decodes,
+            sample_indices=(first + n - 1)[sampled],
+            sample_slots=tuple(slots[i] for i in sampled),
+            sample_positions=tuple(out.rows[i].end for i in sampled),
+        )
+
+    def record(self, step: StepTensors, tokens: list[int]) -> None:
+        """The step's sampled tokens, each into its row (a continuation's input comes from
+        here)."""
+        if tokens:
+            self.token_ids[list(step.sample_slots), list(step.sample_positions)] = torch.tensor(
+                tokens, dtype=torch.int64)

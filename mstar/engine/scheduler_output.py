@@ -1,0 +1,87 @@
+"""The values that cross from the scheduler to the model runner and back, one pair per step.
+
+The scheduler owns every request's progress and the block manager its block ids; the model runner
+keeps its own persistent copy (``mstar.engine.input_batch``), changed only by these diffs. Both
+values are immutable, so a step in flight on the forward thread shares nothing mutable with the
+main thread, which meanwhile schedules the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mstar.engine.outputs import TokenLogprob
+from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.sampling_state import SamplingState
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    """A request the runner has not seen, or one resumed after a preemption (from scratch).
+
+    ``token_ids``: every token known so far (prompt, then outputs). ``state_slot``: its
+    recurrent-state slot (hybrid models). ``params``, ``generator`` and ``sampling_state`` are
+    the sampler's inputs (the sampling state is the sampler's alone, see ``sampling_state``).
+    """
+
+    key: int
+    token_ids: tuple[int, ...]
+    state_slot: int | None
+    params: SamplingParams
+    generator: torch.Generator | None
+    sampling_state: SamplingState | None
+
+
+@dataclass(frozen=True)
+class ScheduledRow:
+    """One request's part of a step: ``num_tokens`` tokens from position ``start`` (the tokens
+    already in its KV cache when the step runs), and the blocks added to its table for them.
+
+    ``samples``: the row reaches the request's end, so its last token's logits are sampled. A
+    continuation row's input token is the one the previous step samples (a placeholder until it
+    runs): the runner, which runs the steps in order, has it by then.
+    """
+
+    key: int
+    start: int
+    num_tokens: int
+    new_block_ids: tuple[int, ...]
+    samples: bool
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_tokens
+
+
+@dataclass(frozen=True, eq=False)  # compared by identity: each step is its own value
+class SchedulerOutput:
+    """One step: the runner first drops ``removed`` (finished, aborted or preempted requests),
+    adds ``new``, then runs ``rows`` (single-token rows first). ``continuation``: planned while
+    the step before it ran (the overlapped loop's speculative step)."""
+
+    rows: tuple[ScheduledRow, ...]
+    new: tuple[NewRequest, ...] = ()
+    removed: tuple[int, ...] = ()
+    continuation: bool = False
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.rows)
+
+    def request_keys(self) -> set[int]:
+        return {r.key for r in self.rows}
+
+
+@dataclass(frozen=True)
+class RunnerOutput:
+    """The runner's answer for one step: a token per sampled row, in row order, and the rows'
+    logprobs when asked for. ``sample_slots``: the persistent-batch slots of those rows."""
+
+    token_ids: list[int]
+    logprobs: list[TokenLogprob | None] | None = None
+    sample_slots: tuple[int, ...] = ()

@@ -1,0 +1,71 @@
+"""The model runner's persistent batch follows the scheduler by diffs alone (no model needed).
+
+Through random interleavings (``test_kv_properties.scenarios``: admission, prefix hits,
+preemption, aborts, the overlapped loop's continuation scheduled while a step runs), every step's
+inputs gathered from the persistent rows equal what the scheduler and the block manager say:
+input ids are the request's tokens (a continuation's is the token sampled the step before),
+positions and KV slots follow the block table; every live request keeps one stable slot below
+``max_num_seqs``, and the sampled rows' slots are reported in row order.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from test_kv_properties import FAST, Sim, scenarios
+
+from mstar.engine.input_batch import InputBatch
+from mstar.engine.scheduler_output import SchedulerOutput
+
+MAX_MODEL_LEN = 64
+
+
+class BatchSim(Sim):
+    batch: InputBatch
+    slots: dict[int, int]
+
+    def run(self, out: SchedulerOutput) -> None:
+        self.batch.apply(out)
+        step = self.batch.tensors(out)
+        bs = self.bm.block_size
+        ids, positions, slot_mapping = (step.input_ids.tolist(), step.positions.tolist(),
+                                        step.slot_mapping.tolist())
+        flat = 0
+        for row in out.rows:
+            seq = self.every[row.key]
+            table = self.bm.block_ids(row.key)
+            slot = self.batch.slot_of[row.key]
+            assert self.slots.setdefault(row.key, slot) == slot, "a live request changed slot"
+            for pos in range(row.start, row.end):
+                assert positions[flat] == pos
+                assert slot_mapping[flat] == table[pos // bs] * bs + pos % bs
+                if pos < len(seq):  # else: a wasted row of a request aborted meanwhile
+                    assert ids[flat] == seq.token_ids[pos], "input id is not the request's token"
+                flat += 1
+        live = list(self.batch.slot_of.values())
+        assert len(set(live)) == len(live) and all(s < self.sched.max_num_seqs for s in live)
+        sampled = [self.batch.slot_of[r.key] for r in out.rows if r.samples]
+        assert list(step.sample_slots) == sampled
+        for key in out.removed:
+            self.slots.pop(key, None)
+        super().run(out)
+        self.batch.record(step, self.sampled_tokens(out))  # as the runner does
+
+
+@FAST
+@given(scenarios())
+def test_the_persistent_batch_matches_the_scheduler_step_by_step(scenario):
+    cfg, ops = scenario
+    sim = BatchSim.make(**cfg)
+    sim.batch = InputBatch(cfg["max_num_seqs"], MAX_MODEL_LEN, cfg["block_size"])
+    sim.slots = {}
+    for op in ops:
+        if op[0] == "add":
+            sim.add(op[1], op[2])
+        elif op[0] == "abort":
+            sim.abort(op[1])
+        elif op[0] == "overlapped":
+            sim.overlapped_step(op[1])
+        else:
+            sim.step()
+    while sim.live:
+        sim.step()
