@@ -139,7 +139,7 @@ def paged_greedy(model, prompt_ids: list[int], images, max_new: int, block_size:
             tokens = torch.tensor(new)
             embeds = model.embed(tokens)
             for item in images if start == 0 else ():
-                rows = torch.tensor(item.embed_positions(prompt_ids, model.image_token_id))
+                rows = torch.tensor(item.positions)
                 embeds = model.merge(embeds, rows, model.encode(item.tensors))
             hidden = model(tokens, torch.arange(start, start + n), meta, inputs_embeds=embeds)
             token = int(model.compute_logits(hidden[-1:]).argmax(-1))

@@ -29,6 +29,7 @@ from mstar.engine.structured_output import GrammarCompilePool
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
+from mstar.models.vision.inputs import ImageInput
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -68,11 +69,12 @@ class LLMEngine:
         self.device, self.dtype = resolve_device_dtype(settings)
         hf_config = AutoConfig.from_pretrained(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.max_model_len = settings.max_model_len or hf_config.max_position_embeddings
-        if self.max_model_len > hf_config.max_position_embeddings:
+        limit = hf_config.get_text_config().max_position_embeddings
+        self.max_model_len = settings.max_model_len or limit
+        if self.max_model_len > limit:
             raise ValueError(
                 f"max_model_len={self.max_model_len} exceeds the model's "
-                f"max_position_embeddings={hf_config.max_position_embeddings}"
+                f"max_position_embeddings={limit}"
             )
         self.eos_token_ids = self._eos_ids(model_dir)
         self.vocab_size = hf_config.get_text_config().vocab_size  # the width of the logits
@@ -90,7 +92,8 @@ class LLMEngine:
             else None)
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
                                    settings.max_num_batched_tokens,
-                                   OverlapPolicy(settings, self.device.type))
+                                   OverlapPolicy(settings, self.device.type),
+                                   settings.max_encoder_tokens_per_step)
         self.seqs: dict[str, Sequence] = {}
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
                              timer_label)
@@ -122,7 +125,9 @@ class LLMEngine:
     # ---- request lifecycle -------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_token_ids: list[int],
-                    params: SamplingParams) -> None:
+                    params: SamplingParams, images: tuple[ImageInput, ...] = ()) -> None:
+        """``images``: a vision model's inputs (``mstar.models.vision.inputs.build_prompt``),
+        their placeholders already in ``prompt_token_ids``."""
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
         check_request_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
@@ -143,7 +148,8 @@ class LLMEngine:
         detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
         state = new_sampling_state(params, prompt_token_ids, self.eos_token_ids, self.vocab_size,
                                    grammar, self.device)
-        seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state)
+        seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state,
+                       tuple(images))
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
         if grammar is not None:  # admitted once compiled; step() ends it if compiling fails

@@ -11,6 +11,7 @@ from mstar.engine.attention import (
     model_attention_features,
 )
 from mstar.engine.compilation import compile_model
+from mstar.engine.encoder_cache import EncoderCache
 from mstar.engine.input_batch import InputBatch, StepTensors
 from mstar.engine.kv_cache import (
     allocate_kv_cache,
@@ -26,6 +27,7 @@ from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_b
 from mstar.models.loader import load_model
 from mstar.models.parallel import TensorParallel
 from mstar.models.state_layout import StateLayout
+from mstar.models.vision.inputs import ImageInput
 from mstar.settings import WorkerSettings
 
 
@@ -58,6 +60,7 @@ class ModelRunner:
                                           self.block_size, device, dtype)
         self.sampler = Sampler()
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
+        self.encoder_cache = EncoderCache(int(settings.encoder_cache_mb * (1 << 20)), device)
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -109,6 +112,29 @@ class ModelRunner:
             any_state=any(s is not None for s in states),
         )
 
+    def _images_in_step(self, out: SchedulerOutput) -> list[tuple[ImageInput, list[int], list[int]]]:
+        """(image, its encoder rows used, the step's token rows taking them) for each image
+        whose placeholders the step's rows cover (a chunk may take part of a run)."""
+        found, first = [], 0
+        for row in out.rows:
+            req = self.batch.requests[self.batch.slot_of[row.key]]
+            for image in req.images:
+                if image.offset < row.end and image.end > row.start:
+                    picked = [j for j, p in enumerate(image.positions) if row.start <= p < row.end]
+                    found.append((image, picked,
+                                  [first + image.positions[j] - row.start for j in picked]))
+            first += row.num_tokens
+        return found
+
+    def _merged_embeds(self, input_ids: torch.Tensor, images) -> torch.Tensor:
+        """The step's token embeddings with each image's encoder rows at its placeholders."""
+        parts, rows = [], []
+        for image, picked, token_rows in images:
+            encoded = self.encoder_cache.get(image, self.model.encode)
+            parts.append(encoded[self._tensor(picked)])
+            rows += token_rows
+        return self.model.merge(self.model.embed(input_ids), self._tensor(rows), torch.cat(parts))
+
     @torch.inference_mode()
     def warmup(self) -> None:
         """A tiny prefill then decode in block 0 (still free) so lazy kernel set-up happens now."""
@@ -143,8 +169,14 @@ class ModelRunner:
         step = self.batch.tensors(out)
         attn_metadata = self._attention(step, [row.key for row in out.rows])
         attn_metadata.begin_forward()
-        hidden = self.model(step.input_ids.to(self.device, non_blocking=True),
-                            step.positions.to(self.device, non_blocking=True), attn_metadata)
+        input_ids = step.input_ids.to(self.device, non_blocking=True)
+        positions = step.positions.to(self.device, non_blocking=True)
+        images = self._images_in_step(out)
+        if images:
+            embeds = self._merged_embeds(input_ids, images)
+            hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
+        else:
+            hidden = self.model(input_ids, positions, attn_metadata)
         if not step.sample_slots:
             return RunnerOutput([])
         logits = self.model.compute_logits(

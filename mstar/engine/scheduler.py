@@ -27,6 +27,22 @@ log = structlog.get_logger(__name__)
 Sampled = tuple[Sequence, int, "TokenLogprob | None"]
 
 
+def encoder_cut(seq: Sequence, start: int, n: int, budget: int, fresh: bool) -> tuple[int, int]:
+    """(tokens to run, encoder tokens they take) for ``n`` tokens of ``seq`` from ``start``.
+
+    Each image whose placeholder run starts in the chunk is encoded in this step; the chunk stops
+    before the first one the step's encoder ``budget`` cannot hold. ``fresh`` (nothing encoded
+    in the step yet): an image larger than the whole budget still runs, alone.
+    """
+    used = 0
+    for image in seq.images:
+        if start <= image.offset < start + n:
+            if used + image.num_embeds > budget and not (fresh and used == 0):
+                return image.offset - start, used
+            used += image.num_embeds
+    return n, used
+
+
 def ready_to_run(seq: Sequence) -> bool:
     """A request waits until its structured-output grammar has compiled (off the hot path)."""
     return seq.sampling_state is None or seq.sampling_state.grammar_ready
@@ -42,8 +58,10 @@ class Scheduler:
     """
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
-                 max_num_batched_tokens: int, policy: OverlapPolicy | None = None) -> None:
+                 max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
+                 max_encoder_tokens: int = 2**31 - 1) -> None:
         self.block_manager = block_manager
+        self.max_encoder_tokens = max_encoder_tokens  # image embedding rows per step
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.policy = policy
@@ -104,11 +122,19 @@ class Scheduler:
         bm = self.block_manager
         rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
+        encoder = self.max_encoder_tokens
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(len(seq) - seq.num_computed_tokens, budget)
+            if seq.images:
+                n, cost = encoder_cut(seq, seq.num_computed_tokens, n, encoder,
+                                      encoder == self.max_encoder_tokens)
+                if n == 0:  # its next image waits for a step with encoder budget left
+                    i += 1
+                    continue
+                encoder -= cost
             total = seq.num_computed_tokens + n
             while not bm.can_grow_to(seq.seq_no, total):
                 victim = self.running.pop()
@@ -130,14 +156,21 @@ class Scheduler:
             num_cached = None if seq is None else bm.allocate_prompt(seq, budget)
             if num_cached is None:
                 break
+            n = min(len(seq) - num_cached, budget)
+            if seq.images:
+                n, cost = encoder_cut(seq, num_cached, n, encoder,
+                                      encoder == self.max_encoder_tokens)
+                if n == 0:  # its first image waits for a step with encoder budget left
+                    bm.free_request(seq.seq_no)
+                    break
+                encoder -= cost
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             seq.num_computed_tokens = seq.num_cached_tokens = num_cached
             self.running.append(seq)
             new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), bm.state_slot(seq.seq_no),
-                                  seq.params, seq.generator, seq.sampling_state))
+                                  seq.params, seq.generator, seq.sampling_state, seq.images))
             self.known.add(seq.seq_no)
-            n = min(len(seq) - num_cached, budget)
             rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
             budget -= n
         return rows, new

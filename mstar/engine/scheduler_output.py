@@ -15,6 +15,7 @@ import torch
 from mstar.engine.outputs import TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sampling_state import SamplingState
+from mstar.models.vision.inputs import ImageInput
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class NewRequest:
     params: SamplingParams
     generator: torch.Generator | None
     sampling_state: SamplingState | None
+    images: tuple[ImageInput, ...] = ()  # vision models: the encoder inputs of its prompt
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import torch
 from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sampling_state import SamplingState
+from mstar.models.vision.inputs import ImageInput
 
 
 class SequenceStatus(enum.Enum):
@@ -37,6 +38,7 @@ class Sequence:
         detokenizer: IncrementalDetokenizer,
         generator: torch.Generator | None,
         sampling_state: SamplingState | None = None,
+        images: tuple[ImageInput, ...] = (),
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
@@ -49,6 +51,11 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
+        self.images = images  # vision models: each image's tensors, hash and placeholder positions
+
+    def image_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
+        """Content hashes of the images whose placeholder runs overlap positions [start, end)."""
+        return tuple(im.content_hash for im in self.images if im.offset < end and im.end > start)
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -18,14 +18,22 @@ import torch
 class ImageInput:
     content_hash: str  # of the preprocessed tensors: same pixels, same encoder output
     tensors: dict[str, torch.Tensor]  # the encoder's input for this image alone
-    offset: int  # first prompt position of its placeholder run
-    length: int  # positions the run spans (other tokens, e.g. tile tags, may sit inside)
-    num_embeds: int  # positions in the run holding the image token: the encoder's output rows
+    positions: tuple[int, ...]  # prompt positions taking its encoder rows, in order (other
+    # tokens, e.g. tile tags, may sit between them)
 
-    def embed_positions(self, prompt_ids: list[int], image_token_id: int) -> list[int]:
-        """Prompt positions that take this image's encoder rows, in order."""
-        end = self.offset + self.length
-        return [p for p in range(self.offset, end) if prompt_ids[p] == image_token_id]
+    @property
+    def offset(self) -> int:
+        """First position of its placeholder run."""
+        return self.positions[0]
+
+    @property
+    def end(self) -> int:
+        """One past the last position of its placeholder run."""
+        return self.positions[-1] + 1
+
+    @property
+    def num_embeds(self) -> int:
+        return len(self.positions)
 
 
 def load_processor(model_dir):
@@ -74,8 +82,7 @@ def build_prompt(processor, text: str, images: list) -> tuple[list[int], list[Im
         if len(mine) != n:
             raise ValueError(f"the prompt has {len(where)} image tokens; the images need more")
         used += n
-        inputs.append(ImageInput(content_hash(tensors), tensors, mine[0], mine[-1] - mine[0] + 1,
-                                 n))
+        inputs.append(ImageInput(content_hash(tensors), tensors, tuple(mine)))
     if used != len(where):
         raise ValueError(f"the prompt has {len(where)} image tokens; its images fill {used}")
     return ids, inputs

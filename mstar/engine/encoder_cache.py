@@ -1,0 +1,54 @@
+"""The vision encoder's outputs, kept by image content hash within MSTAR_ENCODER_CACHE_MB.
+
+Owned by the model runner (the thread that runs the steps): a step's rows that cover an image's
+placeholders take its output from here, encoding it on a miss. Least recently used outputs are
+dropped first; an output larger than the whole cache is used once and not kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+
+from mstar.models.vision.inputs import ImageInput
+
+
+class EncoderCache:
+    def __init__(self, capacity_bytes: int, device: torch.device) -> None:
+        self.capacity = capacity_bytes
+        self.device = device
+        self.entries: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self.encode_seconds = 0.0  # summed over every encoding (per-step time: its deltas)
+
+    def get(self, image: ImageInput, encode: Callable[[dict], torch.Tensor]) -> torch.Tensor:
+        """The image's encoder rows [num_embeds, hidden]."""
+        out = self.entries.get(image.content_hash)
+        if out is not None:
+            self.entries.move_to_end(image.content_hash)
+            self.hits += 1
+            return out
+        self.misses += 1
+        start = time.perf_counter()
+        out = encode({k: v.to(self.device) for k, v in image.tensors.items()})
+        if out.shape[0] != image.num_embeds:
+            raise ValueError(f"the encoder gave {out.shape[0]} rows for an image with "
+                             f"{image.num_embeds} placeholder tokens")
+        self.encode_seconds += time.perf_counter() - start
+        self._keep(image.content_hash, out)
+        return out
+
+    def _keep(self, key: str, out: torch.Tensor) -> None:
+        size = out.numel() * out.element_size()
+        if size > self.capacity:
+            return
+        while self.used + size > self.capacity:
+            _, old = self.entries.popitem(last=False)
+            self.used -= old.numel() * old.element_size()
+        self.entries[key] = out
+        self.used += size

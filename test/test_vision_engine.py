@@ -1,0 +1,114 @@
+"""Vision-language models through the engine: greedy tokens equal transformers' generate alone,
+batched with text-only requests, with chunked prefill cutting through image placeholders, under
+preemption, with two images; the encoder cache and budget; prefix caching keyed by image."""
+
+from __future__ import annotations
+
+import pytest
+from vlm_helpers import image, make_tiny_vlm, prompt_text, transformers_greedy
+
+from mstar.engine.sampling_params import SamplingParams
+from mstar.models.vision.inputs import build_prompt, load_processor
+
+MAX_NEW = 10
+FAMILIES = ["smolvlm", "llava_clip"]
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory, tiny_tokenizer):
+    """Factory: family -> (model dir, processor, requests {id: (text, images)}, references)."""
+    made = {}
+
+    def get(family: str):
+        if family not in made:
+            path = make_tiny_vlm(family, tiny_tokenizer, tmp_path_factory.mktemp(family))
+            processor = load_processor(path)
+            requests = {
+                "one": (prompt_text(processor, "Describe the picture.", 1), [image(1)]),
+                "other": (prompt_text(processor, "Describe the picture.", 1), [image(2)]),
+                "two": (prompt_text(processor, "Compare them.", 2),
+                        [image(3, (30, 60)), image(4)]),
+                "text": (prompt_text(processor, "Paris is the capital of France.", 0), []),
+            }
+            refs = {rid: transformers_greedy(path, text, imgs, MAX_NEW)
+                    for rid, (text, imgs) in requests.items()}
+            made[family] = path, processor, requests, refs
+        return made[family]
+
+    return get
+
+
+def _run(engine, processor, requests, ids=None):
+    from conftest import run_engine
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    built = {}
+    for rid in ids or requests:
+        text, imgs = requests[rid]
+        built[rid] = build_prompt(processor, text, imgs)
+    for rid, (prompt, images) in built.items():
+        engine.add_request(rid, prompt, params, images)
+    results = run_engine(engine, {})
+    return {rid: results[rid]["token_ids"] for rid in built}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_alone_and_batched_with_text_match(family, vlm, make_engine):
+    path, processor, requests, refs = vlm(family)
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512)
+    for rid in ("one", "two"):
+        assert _run(engine, processor, requests, [rid]) == {rid: refs[rid]}
+    assert _run(engine, processor, requests) == refs
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chunked_prefill_through_placeholders_matches(family, vlm, make_engine):
+    path, processor, requests, refs = vlm(family)
+    # 7-token chunks: every image's placeholder run is split across steps.
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512, max_num_batched_tokens=7,
+                         encoder_cache_mb=0)
+    assert _run(engine, processor, requests) == refs
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_preemption_and_recompute_match(family, vlm, make_engine):
+    path, processor, requests, refs = vlm(family)
+    lens = {rid: len(build_prompt(processor, t, i)[0]) for rid, (t, i) in requests.items()}
+    # "one" and "other" are admitted together; both cannot also grow to their full length.
+    blocks = max(2 * -(-lens["one"] // 4) + 1, -(-(max(lens.values()) + MAX_NEW) // 4))
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=blocks,
+                         enable_prefix_caching=False)
+    assert _run(engine, processor, requests) == refs
+    assert engine.scheduler.num_preemptions > 0
+    assert engine.num_free_blocks() == blocks
+
+
+def test_encoder_budget_and_cache(vlm, make_engine):
+    path, processor, requests, refs = vlm("smolvlm")
+    # A budget of one tile: each image (several tiles) runs alone, in a step of its own.
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512, max_encoder_tokens_per_step=4,
+                         enable_prefix_caching=False)
+    assert _run(engine, processor, requests) == refs
+    cache = engine.model_runner.encoder_cache
+    assert (cache.hits, cache.misses) == (0, 4)
+    assert _run(engine, processor, requests, ["one"]) == {"one": refs["one"]}
+    assert (cache.hits, cache.misses) == (1, 4)
+
+
+def test_prefix_cache_shares_kv_only_for_the_same_image(vlm, make_engine):
+    path, processor, requests, refs = vlm("smolvlm")
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512, enable_prefix_caching=True)
+    assert _run(engine, processor, requests, ["one"]) == {"one": refs["one"]}
+    same_text_other_image = _cached(engine, processor, requests, "other")
+    same_image = _cached(engine, processor, requests, "one")
+    image_start = build_prompt(processor, *requests["one"])[1][0].offset
+    assert same_text_other_image <= image_start  # the shared text before the image only
+    assert same_image > image_start + 4
+
+
+def _cached(engine, processor, requests, rid) -> int:
+    from conftest import run_engine
+
+    prompt, images = build_prompt(processor, *requests[rid])
+    engine.add_request(rid + "-again", prompt, SamplingParams(temperature=0, max_tokens=2), images)
+    return run_engine(engine, {})[rid + "-again"]["cached_tokens"]
