@@ -32,6 +32,15 @@ class Metrics:
         self.preemptions = Gauge("mstar_num_preemptions",
                                  "Requests preempted so far (KV cache full; recomputed later), "
                                  "summed over workers.", registry=r)
+        self.encoder_hits = Gauge("mstar_encoder_cache_hits", "Images whose vision-encoder "
+                                  "output came from the encoder cache, summed over workers.",
+                                  registry=r)
+        self.encoder_misses = Gauge("mstar_encoder_cache_misses", "Images the vision encoder "
+                                    "ran on (not in the encoder cache), summed over workers.",
+                                    registry=r)
+        self.encoder_seconds = Gauge("mstar_encoder_seconds", "Time spent in the vision "
+                                     "encoder inside engine steps so far, summed over workers.",
+                                     registry=r)
         self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
                                    "as system_fingerprint in responses); always 1.",
                                    ["fingerprint"], registry=r)
@@ -52,6 +61,9 @@ class Metrics:
         self.waiting.set(sum(s.waiting for s in values))
         self.kv_usage.set(sum(s.kv_cache_usage for s in values) / len(values) if values else 0.0)
         self.preemptions.set(sum(s.preemptions for s in values))
+        self.encoder_hits.set(sum(s.encoder_cache_hits for s in values))
+        self.encoder_misses.set(sum(s.encoder_cache_misses for s in values))
+        self.encoder_seconds.set(sum(s.encoder_seconds for s in values))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -28,6 +28,7 @@ import uvicorn
 import uvloop
 
 from mstar.api_server.generation.engine_client import EngineClient, Failure, StartupError
+from mstar.api_server.media.model import model_media
 from mstar.conductor.process import conductor_main
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
@@ -67,6 +68,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # not fatal while starting; handled once ready
     settings = loaded.settings
     tokenizer = load_tokenizer(model_dir)
+    media = model_media(model_dir)
     socket_dir = create_socket_dir(settings)
     try:
         endpoints = make_endpoints(settings, socket_dir)
@@ -75,7 +77,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
         conductor = start_child(conductor_main, (settings, endpoints), "mstar-conductor")
         try:
             # uvloop: the event loop's own overhead is a share of every streamed token.
-            return uvloop.run(_serve(loaded, tokenizer, endpoints, conductor, sock))
+            return uvloop.run(_serve(loaded, tokenizer, media, endpoints, conductor, sock))
         finally:
             conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
             if conductor.is_alive():
@@ -87,8 +89,8 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
             shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-async def _serve(loaded: LoadedSettings, tokenizer: Any, endpoints: Any, conductor: Any,
-                 sock: socket.socket) -> int:
+async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
+                 conductor: Any, sock: socket.socket) -> int:
     from mstar.api_server.http.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.reload import reload_server_settings
@@ -118,7 +120,8 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, endpoints: Any, conduct
             return 0
         state = ServerState(settings=settings, tokenizer=tokenizer, client=client,
                             model_name=ready.model_name, max_model_len=ready.max_model_len,
-                            metrics=Metrics(), loaded=loaded)
+                            metrics=Metrics(), loaded=loaded, modalities=media.modalities,
+                            processor=media.processor)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, state)
         config = uvicorn.Config(build_app(state), log_config=None, access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=2)

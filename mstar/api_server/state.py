@@ -29,6 +29,7 @@ class ServerState:
     pending_restart: dict[str, dict] = field(default_factory=dict)
     # What a request may carry (``models.registry.accepted_modalities``): "text", "image".
     modalities: tuple[str, ...] = ("text",)
+    processor: Any = None  # a vision model's transformers processor (its PIL image processor)
     unknown_fields: UnknownFieldPolicy = field(init=False)
 
     def __post_init__(self) -> None:

@@ -201,6 +201,11 @@ class LLMEngine:
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions
 
+    def encoder_stats(self) -> tuple[int, int, float]:
+        """Vision encoder so far: (cache hits, misses, seconds encoding)."""
+        cache = self.model_runner.encoder_cache
+        return cache.hits, cache.misses, round(cache.encode_seconds, 4)
+
     def kv_cache_usage(self) -> float:
         return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
 

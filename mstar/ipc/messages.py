@@ -15,6 +15,7 @@ import msgspec
 
 from mstar.engine.outputs import RequestOutput
 from mstar.engine.sampling_params import SamplingParams
+from mstar.ipc.images import WireImage
 
 
 class _Message(msgspec.Struct, tag=True, array_like=True):
@@ -26,6 +27,7 @@ class AddRequest(_Message):
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    images: list[WireImage] = []  # a vision model's encoder inputs, placeholders in the prompt
 
 
 class AbortRequests(_Message):
@@ -99,6 +101,9 @@ class WorkerStats(_Message):
     waiting: int
     kv_cache_usage: float
     preemptions: int  # so far
+    encoder_cache_hits: int = 0  # vision models: images whose encoder output was cached
+    encoder_cache_misses: int = 0  # ... and images encoded
+    encoder_seconds: float = 0.0  # time in the vision encoder so far
 
 
 # conductor -> API server

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from mstar.ipc import messages as m
+from mstar.ipc.images import from_wire
 from mstar.ipc.settings_reload import apply_reloaded
 
 if TYPE_CHECKING:
@@ -91,7 +92,8 @@ class Worker:
 
     def add(self, msg: m.AddRequest) -> None:
         try:
-            self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params)
+            self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params,
+                                    tuple(from_wire(w) for w in msg.images))
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
             self.channel.send_to_api(m.RequestFailed(msg.request_id, 400, str(exc),
                                                      getattr(exc, "param", None)))
@@ -115,7 +117,7 @@ class Worker:
         """Send load gauges when they change (throttled), and always once idle."""
         engine = self.engine
         stats = (engine.num_running(), engine.num_waiting(), round(engine.kv_cache_usage(), 4),
-                 engine.num_preemptions())
+                 engine.num_preemptions(), *engine.encoder_stats())
         if stats == self._last_stats:
             return
         now = time.monotonic()

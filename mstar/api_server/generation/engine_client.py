@@ -14,6 +14,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from mstar.api_server.media.prompt import wire_images
 from mstar.engine.outputs import RequestOutput
 from mstar.engine.sampling_params import SamplingParams
 from mstar.ipc import messages as m
@@ -118,7 +119,8 @@ class EngineClient:
         if self.failure is not None:
             queue.put_nowait(Failure(503, self.failure))
             return queue
-        frames = [(rid, m.encode(m.AddRequest(rid, ids, params))) for rid, ids, params in requests]
+        frames = [(rid, m.encode(m.AddRequest(rid, list(ids), params, wire_images(ids))))
+                  for rid, ids, params in requests]
         sent: list[str] = []
         try:
             for rid, frame in frames:

@@ -26,6 +26,7 @@ from mstar.api_server.generation.run import (
 )
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
+from mstar.api_server.media.prompt import has_images, image_chat_prompt
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import CompletionRequest
@@ -51,7 +52,11 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
                                     state.settings.tool_call_undeclared)
     reasoning = await request_reasoning_plan(req, state.settings.reasoning_parser,
                                              state.tokenizer, tools.structured_output)
-    prompts = [await chat_prompt_ids(state, req, tools.shown_tools, reasoning.template_kwargs)]
+    if state.processor is not None and has_images(req):  # a vision model's image request
+        prompts = [await image_chat_prompt(state, req)]
+    else:
+        prompts = [await chat_prompt_ids(state, req, tools.shown_tools,
+                                         reasoning.template_kwargs)]
     jobs = jobs_for(state, req, prompts, "messages", reasoning.structured_output)
     tools = replace(tools, new_reasoning=reasoning.new_stream)
     return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)
