@@ -155,22 +155,19 @@ LOGITS = [3.0, 2.6, 2.0, 0.0, -50.0, -50.0]  # token 3 is EOS
 
 def _sample(params: SamplingParams, outputs: list[int] = (), prompt: list[int] = (5,),
             logits: list[float] = LOGITS):
-    """Greedy-sample one row after ``outputs`` were sampled before; (token, its state)."""
-    from mstar.engine.logit_adjustments import adjusts_logits
-    from mstar.engine.sampler import Sampler, SamplingMetadata
-    from mstar.engine.sampling_state import new_sampling_state
+    """Sample one row after ``outputs`` were sampled before; (token, the batch, logprobs)."""
+    from mstar.engine.sampling.batch import RowAdd, SamplingBatch
+    from mstar.engine.sampling.sampler import Sampler, SamplingStep
+    from mstar.engine.sampling.state import new_sampling_state
 
     vocab = len(logits)
-    state = new_sampling_state(params, list(prompt), {EOS}, vocab, None, torch.device("cpu"))
-    for token in outputs if state is not None else ():
-        state.record(token)
-    meta = SamplingMetadata(params=[params], generators=[None], states=[state],
-                            all_greedy=params.greedy, any_adjustment=adjusts_logits(params),
-                            any_logprobs=params.logprobs is not None,
-                            any_state=state is not None)
-    row = torch.tensor([logits])
-    tokens, logprobs = Sampler()(row, meta)
-    return int(tokens[0]), state, logprobs
+    batch = SamplingBatch(1, vocab, torch.device("cpu"), seed=0)
+    state = new_sampling_state(params, {EOS}, vocab, None)
+    sampler = Sampler(batch)
+    add = RowAdd(0, params, list(prompt), list(outputs), None, state)
+    started = sampler.begin(SamplingStep([0], added=[add]))
+    tokens, logprobs = sampler.sample(torch.tensor([logits]), started)
+    return int(tokens[0]), batch, logprobs
 
 
 @pytest.mark.parametrize(("presence", "frequency", "winner"), [
@@ -213,10 +210,10 @@ def test_min_tokens_keeps_eos_and_stop_ids_out():
     assert _sample(params, logits=only_eos)[0] == EOS
 
 
-def test_sampler_records_each_sampled_token_in_the_state():
+def test_sampler_counts_each_sampled_token():
     params = SamplingParams(temperature=0, frequency_penalty=0.1)
-    token, state, _ = _sample(params, outputs=[1])
-    assert token == 0 and state.output_counts == {1: 1, 0: 1} and state.num_sampled == 2
+    token, batch, _ = _sample(params, outputs=[1])
+    assert token == 0 and batch.output_counts[0].tolist() == [1, 1, 0, 0, 0, 0]
 
 
 def test_logprobs_come_from_the_raw_logits():

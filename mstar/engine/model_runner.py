@@ -20,9 +20,10 @@ from mstar.engine.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
-from mstar.engine.logit_adjustments import adjusts_logits
 from mstar.engine.outputs import StepResult
-from mstar.engine.sampler import Sampler, SamplingMetadata
+from mstar.engine.sampling.batch import SamplingBatch
+from mstar.engine.sampling.sampler import Sampler, SamplingStep
+from mstar.engine.sampling.slots import SlotTable
 from mstar.engine.scheduler import ScheduledBatch
 from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_bytes
 from mstar.models.loader import load_model
@@ -37,7 +38,7 @@ class ModelInput:
     positions: torch.Tensor
     attn_metadata: object
     sample_indices: torch.Tensor  # rows of the flattened tokens whose logits are sampled
-    sampling: SamplingMetadata | None
+    sampling: SamplingStep
     input_index: torch.Tensor | None = None  # a continuation's rows in the previous step's tokens
 
 
@@ -68,7 +69,12 @@ class ModelRunner:
             settings, device, model_attention_features(self.model)))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
-        self.sampler = Sampler()
+        # Sampling wiring (interim, until the persistent input batch owns the slots): a slot per
+        # running sequence; the batch's rows change with the step that carries the change.
+        self.sampler = Sampler(SamplingBatch(settings.max_num_seqs,
+                                             hf_config.get_text_config().vocab_size, device,
+                                             settings.seed))
+        self.slots = SlotTable(settings.max_num_seqs)
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -123,7 +129,7 @@ class ModelRunner:
             positions=pos.to(self.device, non_blocking=True),
             attn_metadata=self.attn_backend.build(inputs),
             sample_indices=self._tensor(sample_rows),
-            sampling=self._sampling_metadata(sampled) if sampled else None,
+            sampling=self._sampling_step(batch, sampled),
             input_index=None if batch.input_rows is None else self._tensor(batch.input_rows),
         )
 
@@ -141,19 +147,10 @@ class ModelRunner:
             keep = self._tensor([[[0.0 if f else 1.0]] for f in starts_fresh], self.dtype)
         return StateLayout(num_decodes, self._tensor(slots[:num_decodes]), keep, spans)
 
-    @staticmethod
-    def _sampling_metadata(seqs) -> SamplingMetadata:
-        params = [s.params for s in seqs]
-        states = [s.sampling_state for s in seqs]
-        return SamplingMetadata(
-            params=params,
-            generators=[s.generator for s in seqs],
-            states=states,
-            all_greedy=all(p.greedy for p in params),
-            any_adjustment=any(map(adjusts_logits, params)),
-            any_logprobs=any(p.logprobs is not None for p in params),
-            any_state=any(s is not None for s in states),
-        )
+    def _sampling_step(self, batch: ScheduledBatch, sampled) -> SamplingStep:
+        """Sampling wiring (interim): a fresh batch (not a continuation) updates the slots."""
+        removed, added = self.slots.update(batch.seqs) if batch.input_rows is None else ([], [])
+        return SamplingStep([self.slots.slot(s) for s in sampled], removed, added)
 
     @torch.inference_mode()
     def warmup(self) -> None:
@@ -188,13 +185,14 @@ class ModelRunner:
         ``input_ids`` (the previous step's sampled tokens) replaces a continuation's placeholder
         inputs: known only once that step is done.
         """
+        started = self.sampler.begin(model_input.sampling)  # the grammar masks fill meanwhile
         model_input.attn_metadata.begin_forward()
         ids = model_input.input_ids
         if input_ids is not None:
             ids = input_ids.index_select(0, model_input.input_index)
         hidden = self.model(ids, model_input.positions, model_input.attn_metadata)
-        if model_input.sampling is None:
+        if started is None:
             return StepResult(torch.empty(0, dtype=torch.int64))
         logits = self.model.compute_logits(hidden[model_input.sample_indices])
-        tokens, logprobs = self.sampler(logits, model_input.sampling)
+        tokens, logprobs = self.sampler.sample(logits, started)
         return StepResult(tokens, logprobs)

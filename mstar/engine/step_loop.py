@@ -16,7 +16,7 @@
     row, when other work has waited MSTAR_SPEC_YIELD_HOLD_MS (with MSTAR_SPEC_PEEK_FOR_FAIRNESS),
     and when blocks run out. A sequence that N finishes (or an abort) does not stop N+1, which was
     launched before N's outputs were applied: its row in N+1 is wasted and never emitted, and its
-    sampling state is dropped with it (see ``mstar.engine.sampling_state``).
+    sampling row is dropped with it (see ``mstar.engine.sampling``).
 
 Every knob comes from the frozen settings the engine was built with; ``StepLoop.apply`` takes the
 loop knobs from new settings between steps (a reload), including switching between the serial and

@@ -1,0 +1,115 @@
+"""Temperature, top-k, top-p and min-p, then one random draw per row: batched over the rows.
+
+The kept tokens of a row are a prefix of its tokens sorted by logit (top-k, top-p and min-p each
+keep a prefix), so a row is drawn by inverse CDF: one uniform number ``u`` per row picks the token
+where the running sum of the kept tokens' weights (``exp(logit - max)``, in that order) passes
+``u`` times their total. This is exact categorical sampling.
+
+No full-vocabulary sort: a row with top-k or top-p takes the ``topk`` of the batch's widest need
+(the largest top-k, or ``CANDIDATES`` for a top-p row without top-k) and only a row whose top-p
+nucleus is wider than that tries again, 16 times wider. A row with neither works on the whole row
+in token order (softmax, min-p mask, cumsum). Either way a row's token depends only on its own
+logits, params and ``u``, not on its batch mates (candidates tied in logit are ordered by id), so
+a seeded row drawn with its own generator is reproducible whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CANDIDATES = 64  # first width of a top-p row's candidates (grown x16 while its nucleus is wider)
+WIDEN = 16
+
+
+def draw(x: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+         min_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token id per row of logits ``x`` ([rows, vocab]); ``top_k`` is the vocabulary size
+    where a row has none. ``uniforms``: one number in [0, 1) per row."""
+    vocab = x.shape[1]
+    x = x / temperature.unsqueeze(1)
+    truncated = ((top_k < vocab) | (top_p < 1.0)).tolist()
+    if all(truncated):
+        return _from_candidates(x, top_k, top_p, min_p, uniforms, _width(top_k, top_p, vocab))
+    if not any(truncated):
+        return _from_whole_rows(x, min_p, uniforms)
+    out = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+    t = torch.tensor([i for i, c in enumerate(truncated) if c], device=x.device)
+    f = torch.tensor([i for i, c in enumerate(truncated) if not c], device=x.device)
+    out[t] = _from_candidates(x[t], top_k[t], top_p[t], min_p[t], uniforms[t],
+                              _width(top_k[t], top_p[t], vocab))
+    out[f] = _from_whole_rows(x[f], min_p[f], uniforms[f])
+    return out
+
+
+def kept_candidates(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                    min_p: torch.Tensor, width: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For rows with top-k or top-p (``x`` already divided by the temperature): the row's
+    ``width`` best token ids in order, the running sum of their weights, how many of them are
+    kept, and whether the row's nucleus may reach past ``width`` (then widen and try again)."""
+    vocab = x.shape[1]
+    values, ids = _ties_by_id(*x.topk(width))
+    best = values[:, :1]
+    weights = torch.exp(values - best)  # p / p_max, sorted: [:, 0] == 1
+    rank = torch.arange(width, device=x.device)
+    weights = weights.masked_fill(rank >= top_k.unsqueeze(1), 0.0)
+    cum = weights.cumsum(-1)
+    # top-p's mass is of the top-k tokens, or of the whole row when a row has no top-k
+    has_k = top_k < vocab
+    total = cum[:, -1]
+    nucleus = (~has_k) & (top_p < 1.0)
+    if bool(nucleus.any()):
+        whole = torch.exp(torch.logsumexp(x, dim=-1) - best.squeeze(1))
+        total = torch.where(nucleus, whole, total)
+    limit = (top_p * total).unsqueeze(1)
+    keep = ((cum - weights) < limit) | (top_p >= 1.0).unsqueeze(1)
+    keep &= (weights >= min_p.unsqueeze(1)) & (weights > 0)
+    num_kept = keep.sum(-1)
+    wider = nucleus & (num_kept == width) & (cum[:, -1] < limit.squeeze(1)) & (width < vocab)
+    return ids, cum, num_kept, wider
+
+
+def _from_candidates(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                     min_p: torch.Tensor, uniforms: torch.Tensor, width: int) -> torch.Tensor:
+    ids, cum, num_kept, wider = kept_candidates(x, top_k, top_p, min_p, width)
+    last = (num_kept - 1).unsqueeze(1)
+    target = uniforms.unsqueeze(1) * cum.gather(1, last)
+    pick = torch.minimum(torch.searchsorted(cum, target, right=True), last)
+    tokens = ids.gather(1, pick).squeeze(1)
+    if bool(wider.any()):
+        w = wider.nonzero().squeeze(1)
+        tokens[w] = _from_candidates(x[w], top_k[w], top_p[w], min_p[w], uniforms[w],
+                                     min(x.shape[1], width * WIDEN))
+    return tokens
+
+
+def _from_whole_rows(x: torch.Tensor, min_p: torch.Tensor, uniforms: torch.Tensor
+                     ) -> torch.Tensor:
+    """Rows without top-k or top-p: the whole row, in token order."""
+    probs = torch.softmax(x, dim=-1)
+    if bool((min_p > 0).any()):
+        floor = min_p.unsqueeze(1) * probs.max(dim=-1, keepdim=True).values
+        probs = probs.masked_fill(probs < floor, 0.0)
+    cum = probs.cumsum(-1)
+    target = uniforms.unsqueeze(1) * cum[:, -1:]
+    pick = torch.searchsorted(cum, target, right=True).clamp(max=x.shape[1] - 1)
+    return pick.squeeze(1)
+
+
+def _width(top_k: torch.Tensor, top_p: torch.Tensor, vocab: int) -> int:
+    """The candidates a batch of truncated rows needs: its largest top-k, or CANDIDATES for a
+    top-p row without one."""
+    has_k = top_k < vocab
+    width = int(top_k[has_k].max()) if bool(has_k.any()) else 1
+    if bool((~has_k).any()):
+        width = max(width, CANDIDATES)
+    return min(width, vocab)
+
+
+def _ties_by_id(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``topk``'s candidates with equal logits ordered by token id (topk leaves ties in any
+    order, which could depend on how many candidates the batch takes)."""
+    ids, by_id = ids.sort(dim=-1)
+    values = values.gather(1, by_id)
+    values, order = values.sort(dim=-1, descending=True, stable=True)
+    return values, ids.gather(1, order)
