@@ -50,6 +50,26 @@ def test_seeded_sampling_reproducible_and_batch_independent(engine, run, ids):
     assert other_seed["a"]["token_ids"] != alone
 
 
+def test_sampled_requests_give_the_same_tokens_in_serial_and_overlapped_loops(model_dir,
+                                                                            make_engine, run, ids):
+    """Seeded requests with top-k/top-p, penalties, logit_bias and min_tokens, more of them than
+    slots (max_num_seqs=3), ending at different steps: the overlapped loop (wasted rows, slots
+    freed and taken again) gives the serial loop's tokens."""
+    p, other = ids
+    jobs = {f"r{i}": (p if i % 2 else other, SamplingParams(
+        temperature=0.9, top_p=0.9, top_k=50 if i % 3 == 0 else -1, seed=i, max_tokens=6 + 3 * i,
+        ignore_eos=True, presence_penalty=0.4 * (i % 2), repetition_penalty=1.2 if i == 4 else 1,
+        logit_bias={5: 2.0} if i == 2 else {}, min_tokens=2)) for i in range(7)}
+    knobs = dict(kv_block_size=4, num_kv_blocks=256, max_num_seqs=3)
+    serial = run(make_engine(model_dir, max_consecutive_spec_steps=0, **knobs), jobs)
+    engine = make_engine(model_dir, **knobs)
+    overlapped = run(engine, jobs)
+    assert engine.loop.counters.speculative_steps > 0
+    assert {r: o["token_ids"] for r, o in overlapped.items()} == {
+        r: o["token_ids"] for r, o in serial.items()}
+    assert len({tuple(o["token_ids"][:6]) for o in serial.values()}) > 3
+
+
 def test_top_k_one_and_min_p_one_are_greedy(engine, run, ids):
     p, _ = ids
     greedy = _one(run, engine, p, temperature=0, max_tokens=12, ignore_eos=True)["token_ids"]

@@ -95,15 +95,15 @@ def batched_support(x: torch.Tensor, params: list[SamplingParams]) -> list[set[i
     """The tokens the batched sampler keeps per row: every token some uniform can pick."""
     vocab = x.shape[1]
     temperature, top_k, top_p, min_p = columns(params, vocab)
-    x = x / temperature.unsqueeze(1)
     out = []
     for i in range(x.shape[0]):
         if top_k[i] < vocab or top_p[i] < 1.0:
-            ids, _, kept, _ = kept_candidates(x[i:i + 1], top_k[i:i + 1], top_p[i:i + 1],
-                                              min_p[i:i + 1], vocab)
+            one = slice(i, i + 1)
+            ids, _, kept, _ = kept_candidates(x[one] / temperature[i], top_k[one], top_p[one],
+                                              min_p[one], vocab)
             out.append(set(ids[0, : int(kept[0])].tolist()))
         else:
-            probs = torch.softmax(x[i], -1)
+            probs = torch.softmax(x[i] / temperature[i], -1)
             out.append(set((probs >= min_p[i] * probs.max()).nonzero().squeeze(1).tolist()))
     return out
 
@@ -134,7 +134,7 @@ def test_draws_follow_the_reference_distribution(seed, params):
         def row(t, _i=i):
             return t[_i : _i + 1].expand(n, *t.shape[1:])
 
-        tokens = draw(row(x), row(temperature), row(top_k), row(top_p), row(min_p), uniforms)
+        tokens = draw(row(x) / temperature[i], row(top_k), row(top_p), row(min_p), uniforms)
         freq = torch.bincount(tokens, minlength=VOCAB).float() / n
         ref = reference_probs(x[i], p)
         assert torch.allclose(freq, ref / ref.sum(), atol=2.0 / n), p
@@ -148,7 +148,7 @@ def test_a_nucleus_wider_than_the_candidates_is_widened(seed, top_p, scale):
     vocab = 3000
     x = random_logits(seed, 3, vocab, scale)
     params = [SamplingParams(top_p=top_p)] * 3
-    temperature, top_k, tp, min_p = columns(params, vocab)
+    _, top_k, tp, min_p = columns(params, vocab)
     uniforms = torch.rand(3, generator=torch.Generator().manual_seed(seed))
     from mstar.engine.sampling.draw import _from_candidates
 

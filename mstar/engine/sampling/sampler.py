@@ -95,11 +95,13 @@ class Sampler:
                               device=logits.device)
         for k, generator in rows.seeded:
             uniforms[k] = torch.rand((), generator=generator, device=logits.device)
-        drawn = draw(logits if every else logits[sampled], rows.temperature, rows.top_k,
-                     rows.top_p, rows.min_p, uniforms)
+        scaled = (logits if every else logits[sampled]) / rows.temperature.unsqueeze(1)
+        drawn = draw(scaled, rows.top_k, rows.top_p, rows.min_p, uniforms)
         if every:
             return drawn
-        tokens = logits.argmax(dim=-1)
+        tokens = torch.empty(len(rows.slots), dtype=torch.int64, device=logits.device)
+        greedy = torch.tensor(rows.greedy, device=logits.device)
+        tokens[greedy] = logits[greedy].argmax(dim=-1)
         tokens[sampled] = drawn
         return tokens
 
