@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from mstar.engine.sampling.adjustments import apply_logit_bias, apply_penalties, block_early_stop
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
-from mstar.engine.sampling.draw import draw, kept_candidates
+from mstar.engine.sampling.draw import _from_candidates, draw, kept_candidates
+from mstar.engine.sampling.nucleus import nucleus
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.sampling_params import SamplingParams
@@ -97,13 +98,16 @@ def batched_support(x: torch.Tensor, params: list[SamplingParams]) -> list[set[i
     temperature, top_k, top_p, min_p = columns(params, vocab)
     out = []
     for i in range(x.shape[0]):
-        if top_k[i] < vocab or top_p[i] < 1.0:
-            one = slice(i, i + 1)
-            ids, _, kept, _ = kept_candidates(x[one] / temperature[i], top_k[one], top_p[one],
-                                              min_p[one], vocab)
+        one = slice(i, i + 1)
+        row = x[one] / temperature[i]
+        nuc = nucleus(row, top_p[one], min_p[one])
+        if top_k[i] == vocab and top_p[i] < 1.0 and bool(nuc.fits[0]):
+            out.append(set(nuc.kept_ids(0)))
+        elif top_k[i] < vocab or top_p[i] < 1.0:
+            ids, _, kept, _ = kept_candidates(row, top_k[one], top_p[one], min_p[one], vocab)
             out.append(set(ids[0, : int(kept[0])].tolist()))
         else:
-            probs = torch.softmax(x[i] / temperature[i], -1)
+            probs = torch.softmax(row[0], -1)
             out.append(set((probs >= min_p[i] * probs.max()).nonzero().squeeze(1).tolist()))
     return out
 
@@ -142,18 +146,18 @@ def test_draws_follow_the_reference_distribution(seed, params):
 
 @hypothesis.settings(max_examples=30, deadline=None)
 @hypothesis.given(seed=st.integers(0, 2**31), top_p=st.sampled_from([0.5, 0.9, 0.99, 0.9999]),
-                  scale=st.sampled_from([0.1, 1.0, 4.0]))
-def test_a_nucleus_wider_than_the_candidates_is_widened(seed, top_p, scale):
-    """Flat rows (small scale) need far more than 64 candidates: same tokens as with all."""
+                  scale=st.sampled_from([0.1, 1.0, 4.0]), spike=st.sampled_from([0, 8, 12, 14]))
+def test_top_p_rows_draw_as_from_the_whole_sorted_row(seed, top_p, scale, spike):
+    """Top-p rows, their nucleus within the floor or past it (a spike over a flat tail): the
+    same tokens as the whole row sorted, for the same uniforms."""
     vocab = 3000
-    x = random_logits(seed, 3, vocab, scale)
-    params = [SamplingParams(top_p=top_p)] * 3
+    x = random_logits(seed, 4, vocab, scale)
+    x[:, 0] += spike
+    params = [SamplingParams(top_p=top_p, min_p=0.001 * (i % 2)) for i in range(4)]
     _, top_k, tp, min_p = columns(params, vocab)
-    uniforms = torch.rand(3, generator=torch.Generator().manual_seed(seed))
-    from mstar.engine.sampling.draw import _from_candidates
-
-    assert torch.equal(_from_candidates(x, top_k, tp, min_p, uniforms, 64),
-                       _from_candidates(x, top_k, tp, min_p, uniforms, vocab))
+    uniforms = torch.rand(4, generator=torch.Generator().manual_seed(seed))
+    whole = _from_candidates(x, top_k, tp, min_p, uniforms, vocab)
+    assert torch.equal(draw(x, top_k, tp, min_p, uniforms), whole)
 
 
 @st.composite

@@ -1,26 +1,32 @@
-"""Temperature, top-k, top-p and min-p, then one random draw per row: batched over the rows.
+"""Top-k, top-p and min-p, then one random draw per row: batched over the rows.
 
 The kept tokens of a row are a prefix of its tokens sorted by logit (top-k, top-p and min-p each
 keep a prefix), so a row is drawn by inverse CDF: one uniform number ``u`` per row picks the token
 where the running sum of the kept tokens' weights (``exp(logit - max)``, in that order) passes
 ``u`` times their total. This is exact categorical sampling.
 
-No full-vocabulary sort: a row with top-k or top-p takes the ``topk`` of the batch's widest need
-(the largest top-k, or ``CANDIDATES`` for a top-p row without top-k) and only a row whose top-p
-nucleus is wider than that tries again, ``WIDEN`` times wider (then the whole row). A row with
-neither works on the whole row in token order (softmax, min-p mask, cumsum). Either way a row's token depends only on its own
-logits, params and ``u``, not on its batch mates (candidates tied in logit are ordered by id), so
-a seeded row drawn with its own generator is reproducible whatever else is in the batch.
+No full-vocabulary sort. Rows fall in three groups:
+
+- top-k (with or without top-p): the ``topk`` of the group's largest k;
+- top-p without top-k: the candidates within a floor of the row's best (``nucleus``); a row whose
+  nucleus reaches past them takes ``topk`` of ``WIDE`` tokens (then of the whole row);
+- neither: the whole row in token order (softmax, min-p mask, cumsum).
+
+A row's token depends only on its own logits, params and ``u``, not on its batch mates
+(candidates tied in logit are ordered by id), so a seeded row drawn with its own generator is
+reproducible whatever else is in the batch.
 """
 
 from __future__ import annotations
 
 import torch
 
-# First width of a top-p row's candidates. With the built-in model at temperature 0.8, top_p 0.95
-# the nucleus is a median 12 tokens, wider than 64 in a quarter of rows, than 1024 in 1%.
-CANDIDATES = 64
-WIDEN = 16  # a row whose nucleus is wider tries again this many times wider, then the whole row
+from mstar.engine.sampling.nucleus import draw_from, nucleus
+
+# With the built-in model at temperature 0.8 and top_p 0.95 the nucleus is a median 12 tokens,
+# wider than 64 in a quarter of rows and than 1024 in 1%.
+WIDE = 1024  # candidates of a top-p row whose nucleus passed the floor; then the whole row
+WIDEN = 16  # a top-k candidate list too short for its nucleus grows this many times
 
 
 def draw(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
@@ -28,18 +34,30 @@ def draw(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch
     """One token id per row of logits ``x`` ([rows, vocab], already divided by the temperature);
     ``top_k`` is the vocabulary size where a row has none. ``uniforms``: one in [0, 1) per row."""
     vocab = x.shape[1]
-    truncated = ((top_k < vocab) | (top_p < 1.0)).tolist()
-    if all(truncated):
-        return _from_candidates(x, top_k, top_p, min_p, uniforms, _width(top_k, top_p, vocab))
-    if not any(truncated):
-        return _from_whole_rows(x, min_p, uniforms)
+    has_k, has_p = (top_k < vocab).tolist(), (top_p < 1.0).tolist()
+    group = [_top_k_rows if k else _top_p_rows if p else _whole_rows
+             for k, p in zip(has_k, has_p, strict=True)]
+    if all(g is group[0] for g in group):
+        return group[0](x, top_k, top_p, min_p, uniforms)
     out = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
-    t = torch.tensor([i for i, c in enumerate(truncated) if c], device=x.device)
-    f = torch.tensor([i for i, c in enumerate(truncated) if not c], device=x.device)
-    out[t] = _from_candidates(x[t], top_k[t], top_p[t], min_p[t], uniforms[t],
-                              _width(top_k[t], top_p[t], vocab))
-    out[f] = _from_whole_rows(x[f], min_p[f], uniforms[f])
+    for fn in {*group}:
+        rows = torch.tensor([i for i, g in enumerate(group) if g is fn], device=x.device)
+        out[rows] = fn(x[rows], top_k[rows], top_p[rows], min_p[rows], uniforms[rows])
     return out
+
+
+def _top_k_rows(x, top_k, top_p, min_p, uniforms) -> torch.Tensor:
+    return _from_candidates(x, top_k, top_p, min_p, uniforms, int(top_k.max()))
+
+
+def _top_p_rows(x, top_k, top_p, min_p, uniforms) -> torch.Tensor:
+    nuc = nucleus(x, top_p, min_p)
+    tokens = draw_from(nuc, uniforms)
+    if not bool(nuc.fits.all()):
+        w = (~nuc.fits).nonzero().squeeze(1)
+        tokens[w] = _from_candidates(x[w], top_k[w], top_p[w], min_p[w], uniforms[w],
+                                     min(WIDE, x.shape[1]))
+    return tokens
 
 
 def kept_candidates(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -58,10 +76,11 @@ def kept_candidates(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
     has_k = top_k < vocab
     total = cum[:, -1]
     nucleus = (~has_k) & (top_p < 1.0)
-    if bool(nucleus.any()):
-        # sum(exp(x - max)) == 1 / p_max: one fused log_softmax, read at the best token
-        whole = torch.exp(-torch.log_softmax(x, dim=-1).gather(1, ids[:, :1]).squeeze(1))
-        total = torch.where(nucleus, whole, total)
+    rows = nucleus.nonzero().squeeze(1)
+    if len(rows):  # sum(exp(x - max)) == 1 / p_max: one fused log_softmax, at the best token
+        sub = x if len(rows) == len(x) else x[rows]
+        logp_best = torch.log_softmax(sub, dim=-1).gather(1, ids[rows, :1]).squeeze(1)
+        total = total.index_copy(0, rows, torch.exp(-logp_best))
     limit = (top_p * total).unsqueeze(1)
     keep = ((cum - weights) < limit) | (top_p >= 1.0).unsqueeze(1)
     keep &= (weights >= min_p.unsqueeze(1)) & (weights > 0)
@@ -80,32 +99,22 @@ def _from_candidates(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
     if bool(wider.any()):
         w = wider.nonzero().squeeze(1)
         vocab = x.shape[1]
-        wide = width * WIDEN if width * WIDEN * 4 <= vocab else vocab
-        tokens[w] = _from_candidates(x[w], top_k[w], top_p[w], min_p[w], uniforms[w], wide)
+        wider_width = width * WIDEN if width * WIDEN * 4 <= vocab else vocab
+        tokens[w] = _from_candidates(x[w], top_k[w], top_p[w], min_p[w], uniforms[w],
+                                     wider_width)
     return tokens
 
 
-def _from_whole_rows(x: torch.Tensor, min_p: torch.Tensor, uniforms: torch.Tensor
-                     ) -> torch.Tensor:
+def _whole_rows(x, top_k, top_p, min_p, uniforms) -> torch.Tensor:
     """Rows without top-k or top-p: the whole row, in token order."""
     probs = torch.softmax(x, dim=-1)
     if bool((min_p > 0).any()):
-        floor = min_p.unsqueeze(1) * probs.max(dim=-1, keepdim=True).values
+        floor = min_p.unsqueeze(1) * probs.amax(dim=-1, keepdim=True)
         probs = probs.masked_fill(probs < floor, 0.0)
     cum = probs.cumsum(-1)
     target = uniforms.unsqueeze(1) * cum[:, -1:]
     pick = torch.searchsorted(cum, target, right=True).clamp(max=x.shape[1] - 1)
     return pick.squeeze(1)
-
-
-def _width(top_k: torch.Tensor, top_p: torch.Tensor, vocab: int) -> int:
-    """The candidates a batch of truncated rows needs: its largest top-k, or CANDIDATES for a
-    top-p row without one."""
-    has_k = top_k < vocab
-    width = int(top_k[has_k].max()) if bool(has_k.any()) else 1
-    if bool((~has_k).any()):
-        width = max(width, CANDIDATES)
-    return min(width, vocab)
 
 
 def _ties_by_id(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

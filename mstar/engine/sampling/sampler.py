@@ -95,7 +95,7 @@ class Sampler:
                               device=logits.device)
         for k, generator in rows.seeded:
             uniforms[k] = torch.rand((), generator=generator, device=logits.device)
-        scaled = (logits if every else logits[sampled]) / rows.temperature.unsqueeze(1)
+        scaled = (logits if every else logits[sampled]) * (1.0 / rows.temperature).unsqueeze(1)
         drawn = draw(scaled, rows.top_k, rows.top_p, rows.min_p, uniforms)
         if every:
             return drawn
