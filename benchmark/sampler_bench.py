@@ -100,9 +100,11 @@ def lm_like_logits(rows: int, vocab: int, seed: int):
     return ranked.gather(1, order)
 
 
-def micro(steps: int) -> dict:
+def micro(steps: int, threads: int) -> dict:
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(0)
     device = torch.device("cpu")
     params = mixed_params()
@@ -142,7 +144,7 @@ def _child(mode: str, checkout: Path, args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     cmd = [sys.executable, str(HERE), "--child", mode, "--steps", str(args.steps),
            "--num-prompts", str(args.num_prompts), "--output-len", str(args.output_len),
-           "--dtype", args.dtype]
+           "--dtype", args.dtype, "--threads", str(args.threads)]
     done = subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -155,11 +157,13 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=96)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads in the micro-benchmark (0: torch's default)")
     parser.add_argument("--skip-offline", action="store_true")
     parser.add_argument("--child", choices=("micro", "offline"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "micro":
-        print(json.dumps(micro(args.steps)))
+        print(json.dumps(micro(args.steps, args.threads)))
         return
     if args.child == "offline":
         print(json.dumps(offline(args.num_prompts, args.output_len, args.dtype)))
