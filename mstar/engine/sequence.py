@@ -8,8 +8,8 @@ import itertools
 import torch
 
 from mstar.engine.detokenizer import IncrementalDetokenizer
+from mstar.engine.sampling.state import SamplingState
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.sampling_state import SamplingState
 
 
 class SequenceStatus(enum.Enum):
@@ -45,7 +45,7 @@ class Sequence:
         self.params = params
         self.detokenizer = detokenizer
         self.generator = generator
-        self.sampling_state = sampling_state  # the sampler's alone (see sampling_state.py)
+        self.sampling_state = sampling_state  # see mstar/engine/sampling/state.py
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
