@@ -13,7 +13,10 @@ from mstar.api_server.validation.field_table import TABLE, FieldRow, rst_table
 
 BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 2}),
-        "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2})}
+        "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+        "responses": ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
+        "messages": ("/v1/messages", {"model": "stub-model", "max_tokens": 2,
+                                      "messages": [{"role": "user", "content": "hi"}]})}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "openai_api.rst"
 CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints]
 

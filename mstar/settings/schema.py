@@ -119,6 +119,16 @@ class ServerKnobs(BaseModel):
         "auto", "How tool calls are read from the model's output: hermes = "
         "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates). auto = chosen from the "
         "model's chat template (hermes when nothing else matches).")
+    responses_store_capacity: int = _server(
+        1024, "Responses kept in memory for /v1/responses' store (GET, DELETE, "
+        "previous_response_id); when full, the least recently used goes. 0 stores nothing.",
+        unit="responses", ge=0, le=MAX_COUNT)
+    responses_store_ttl_s: float = _server(
+        3600.0, "How long a stored response is kept after it was created.", unit="s", gt=0.0,
+        le=MAX_WAIT_S)
+    responses_store_per_key: bool = _server(
+        True, "A stored response is visible only to requests that present the API key (Bearer or "
+        "x-api-key) that created it; off: to every client.")
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")

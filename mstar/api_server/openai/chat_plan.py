@@ -1,0 +1,101 @@
+"""A chat request made ready to run, and its output read back as pieces (text and tool calls).
+
+The chat route, the Responses API and the Anthropic Messages API all generate through this: each
+translates its request into a ``ChatCompletionRequest`` and reads the output with ``PieceReader``,
+so every API gets the same prompt, tool planning, output constraint and call parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from mstar.api_server.generation.prompts import chat_prompt_ids
+from mstar.api_server.generation.run import Job, jobs_for
+from mstar.api_server.http.errors import APIError, validation_error
+from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
+from mstar.api_server.openai.structured import structured_output
+from mstar.api_server.state import ServerState
+from mstar.api_server.tools.calls import Piece, ToolCall
+from mstar.api_server.tools.plan import ToolPlan, output_constraint, request_tool_plan
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    tools: ToolPlan
+    prompt: list[int]  # the prompt's token ids
+    jobs: list[Job]  # one per choice (n)
+
+
+async def plan_chat(state: ServerState, req: ChatCompletionRequest) -> ChatPlan:
+    """Tools, output constraint, prompt and sub-requests of a validated chat request."""
+    tools = await request_tool_plan(req, state.settings.tool_call_parser,
+                                    state.tokenizer.chat_template)
+    structured = output_constraint(tools, await structured_output(req))
+    prompt = await chat_prompt_ids(state, req, tools.shown_tools)
+    return ChatPlan(tools, prompt, jobs_for(state, req, [prompt], "messages", structured))
+
+
+Renames = list[tuple[re.Pattern[str], str]]  # chat field path -> the original API's
+
+
+@dataclass(frozen=True)
+class ChatTranslation:
+    """Another API's request as a chat request, and where each chat message came from."""
+
+    body: dict[str, Any]  # a ChatCompletionRequest's fields
+    origins: list[str]  # per chat message: the original field it came from
+    renames: Renames  # the original names of the other chat fields
+    messages_field: str  # the original field of the messages as a whole
+
+    def original_param(self, param: str | None) -> str | None:
+        """The original request's field a chat request's ``param`` names."""
+        if param is None:
+            return None
+        found = re.match(r"^messages(?:\.(\d+))?", param)
+        if found:
+            index = found[1]
+            known = index is not None and int(index) < len(self.origins)
+            return self.origins[int(index)] if known else self.messages_field
+        for pattern, replacement in self.renames:
+            param = pattern.sub(replacement, param)
+        return param
+
+
+async def plan_translated(state: ServerState, chat: ChatTranslation) -> ChatPlan:
+    """The plan of a chat request another API's request was translated into; an error's
+    ``param`` names the field of the original request."""
+    try:
+        return await plan_chat(state, ChatCompletionRequest.model_validate(chat.body))
+    except ValidationError as exc:
+        err = validation_error(exc, chat.body)
+        raise APIError(400, err.message, chat.original_param(err.param)) from None
+    except APIError as exc:
+        raise APIError(exc.status, exc.message, chat.original_param(exc.param), exc.code,
+                       exc.kind) from None
+
+
+class PieceReader:
+    """One choice's output text as it streams, as content text and complete tool calls (only the
+    first call without parallel_tool_calls)."""
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self._parser = plan.new_parser() if plan.new_parser is not None else None
+        self._parallel = plan.parallel
+        self.calls = 0
+
+    def read(self, text: str, finished: bool) -> list[Piece]:
+        if self._parser is None:
+            return [text] if text else []
+        pieces = self._parser.feed(text) + (self._parser.finish() if finished else [])
+        out: list[Piece] = []
+        for piece in pieces:
+            if isinstance(piece, ToolCall):
+                if self.calls and not self._parallel:
+                    continue
+                self.calls += 1
+            out.append(piece)
+        return out
