@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from mstar.api_server.http.openapi import ERROR_MEANINGS, GENERATION_ERRORS
+from mstar.api_server.http.sse_schema import typed_event_schema
 
 EVENTS = (
     "Server-sent events, each `event: <type>` with a JSON `data` object holding `type`: "
@@ -16,6 +17,19 @@ EVENTS = (
     "content_block_delta... (text_delta, input_json_delta for tool_use, thinking_delta) and "
     "content_block_stop; then message_delta (stop_reason, stop_sequence, usage.output_tokens) "
     "and message_stop. A failure midway is an `error` event, and the stream ends.")
+
+
+class MessageStreamEvent(BaseModel):
+    """The ``data`` of one event: which fields it has depends on its ``type``."""
+
+    type: Literal["message_start", "content_block_start", "content_block_delta",
+                  "content_block_stop", "message_delta", "message_stop", "error"]
+    message: dict[str, Any] | None = None  # message_start
+    index: int | None = None  # content_block_*
+    content_block: dict[str, Any] | None = None
+    delta: dict[str, Any] | None = None  # content_block_delta, message_delta
+    usage: dict[str, int] | None = None  # message_delta
+    error: dict[str, Any] | None = None  # error
 
 
 class AnthropicErrorDetail(BaseModel):
@@ -52,7 +66,7 @@ class AnthropicMessage(BaseModel):
 
 def _doc() -> dict[int | str, dict[str, Any]]:
     ok = {"model": AnthropicMessage, "content": {"text/event-stream": {
-        "schema": {"type": "string", "description": EVENTS}}}}
+        "schema": typed_event_schema(MessageStreamEvent, EVENTS)}}}
     errors = {status: {"model": AnthropicError, "description": ERROR_MEANINGS[status]}
               for status in GENERATION_ERRORS}
     return {200: ok, **errors}

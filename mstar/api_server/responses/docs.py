@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
+from mstar.api_server.http.sse_schema import typed_event_schema
 
 EVENTS = (
     "Server-sent events, each `event: <type>` with a JSON `data` object holding `type` and "
@@ -20,6 +21,36 @@ EVENTS = (
     "response.reasoning_text.done, then response.output_item.done; last response.completed, or "
     "response.incomplete when max_output_tokens cut it short. A failure midway is an `error` "
     "event, and the stream ends.")
+
+
+EVENT_TYPES = Literal[
+    "response.created", "response.in_progress", "response.output_item.added",
+    "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+    "response.content_part.done", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.reasoning_text.delta",
+    "response.reasoning_text.done", "response.output_item.done", "response.completed",
+    "response.incomplete", "error"]
+
+
+class ResponseStreamEvent(BaseModel):
+    """The ``data`` of one event: which fields it has depends on its ``type``."""
+
+    type: EVENT_TYPES
+    sequence_number: int
+    response: dict[str, Any] | None = None  # created, in_progress, completed, incomplete
+    output_index: int | None = None
+    item: dict[str, Any] | None = None  # output_item.added / .done
+    item_id: str | None = None
+    content_index: int | None = None
+    part: dict[str, Any] | None = None  # content_part.added / .done
+    delta: str | None = None
+    text: str | None = None
+    logprobs: list[Any] | None = None
+    name: str | None = None  # function_call_arguments.done
+    arguments: str | None = None
+    code: str | None = None  # error
+    message: str | None = None
+    param: str | None = None
 
 
 class OutputItem(BaseModel):
@@ -87,7 +118,8 @@ def _with_not_found(responses: dict[int | str, dict[str, Any]]) -> dict[int | st
 
 def _create_doc() -> dict[int | str, dict[str, Any]]:
     doc = _with_not_found(documented(ResponseObject, GENERATION_ERRORS, "text/event-stream"))
-    doc[200]["content"]["text/event-stream"]["schema"]["description"] = EVENTS
+    doc[200]["content"]["text/event-stream"]["schema"] = typed_event_schema(
+        ResponseStreamEvent, EVENTS)
     return doc
 
 
