@@ -63,6 +63,17 @@ class ToolChoice(StrictModel):
     disable_parallel_tool_use: bool = False
 
 
+class OutputFormat(StrictModel):
+    type: Literal["json_schema"]
+    json_schema: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(StrictModel):
+    format: OutputFormat | None = Field(None, description="Structured output: the text follows "
+                                        "this JSON schema.")
+    effort: Any = Field(None, description=NOT_SUPPORTED)
+
+
 class MessagesRequest(StrictModel):
     model: str = Field(description="The served model name or an alias.")
     messages: Annotated[list[Message], Field(min_length=1)]
@@ -75,9 +86,13 @@ class MessagesRequest(StrictModel):
     top_k: int = Field(-1, ge=-1, le=MAX_INT32, description="-1 (off) or >= 1.")
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
+    output_config: OutputConfig | None = None
     # Ignored by design.
     metadata: dict[str, Any] | None = Field(None, description="Ignored (informational).")
     service_tier: str | None = Field(None, description="Ignored: one tier.")
+    cache_control: dict[str, Any] | None = Field(None, description=IGNORED_CACHE)
+    speed: str | None = Field(None, description="Ignored: one speed.")
+    inference_geo: str | None = Field(None, description="Ignored: one place.")
     # Refused unless null (or the value that asks for nothing).
     thinking: Any = Field(None, description=NOT_SUPPORTED + ' ({"type": "disabled"} passes)')
     container: Any = Field(None, description=NOT_SUPPORTED)

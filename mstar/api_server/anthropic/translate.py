@@ -45,6 +45,9 @@ def check_request(req: MessagesRequest) -> None:
                            "tools only; no server tools)", f"tools.{i}.type")
         if tool.input_schema is None:
             raise APIError(400, "a tool needs 'input_schema'", f"tools.{i}.input_schema")
+    if req.output_config is not None and req.output_config.effort is not None:
+        raise APIError(400, "`output_config.effort` is not supported: no reasoning controls",
+                       "output_config.effort")
     choice = req.tool_choice
     if choice is not None and choice.type == "tool" and choice.name is None:
         raise APIError(400, "tool_choice of type 'tool' needs 'name'", "tool_choice.name")
@@ -103,8 +106,17 @@ def _tool_choice(req: MessagesRequest) -> Any:
 
 RENAMES = [(re.compile(r"^tools\.(\d+)\.function\.parameters"), r"tools.\1.input_schema"),
            (re.compile(r"^tools\.(\d+)\.function\."), r"tools.\1."),
+           (re.compile(r"^response_format\.json_schema\.schema"), "output_config.format.schema"),
+           (re.compile(r"^response_format.*"), "output_config.format"),
            (re.compile(r"^max_completion_tokens$"), "max_tokens"),
            (re.compile(r"^stop(\.|$)"), r"stop_sequences\1")]
+
+
+def _response_format(req: MessagesRequest) -> dict[str, Any] | None:
+    fmt = req.output_config.format if req.output_config is not None else None
+    if fmt is None:
+        return None
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.json_schema}}
 
 
 def to_chat(req: MessagesRequest) -> ChatTranslation:
@@ -116,15 +128,14 @@ def to_chat(req: MessagesRequest) -> ChatTranslation:
             pairs.append((_assistant(msg), f"messages.{i}"))
         else:
             pairs += _user(msg, f"messages.{i}")
-    tools = [{"type": "function", "function": {
+    tools = [{"type": "function", "function": {k: v for k, v in {
         "name": t.name, "description": t.description, "parameters": t.input_schema,
-        "strict": t.strict}} for t in req.tools or []]
+        "strict": t.strict}.items() if v is not None}} for t in req.tools or []]
     parallel = req.tool_choice is None or not req.tool_choice.disable_parallel_tool_use
-    body = {"model": req.model, "messages": [m for m, _ in pairs],
-            "tools": [{"type": "function", "function": {k: v for k, v in t["function"].items()
-                                                        if v is not None}} for t in tools] or None,
+    body = {"model": req.model, "messages": [m for m, _ in pairs], "tools": tools or None,
             "tool_choice": _tool_choice(req), "parallel_tool_calls": parallel,
-            "max_completion_tokens": req.max_tokens, "stop": req.stop_sequences,
-            "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k}
+            "response_format": _response_format(req), "max_completion_tokens": req.max_tokens,
+            "stop": req.stop_sequences, "temperature": req.temperature, "top_p": req.top_p,
+            "top_k": req.top_k}
     return ChatTranslation({k: v for k, v in body.items() if v is not None},
                            [origin for _, origin in pairs], RENAMES, "messages")

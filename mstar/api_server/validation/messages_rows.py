@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mstar.api_server.validation.field_rows import _rejected, _row
+from mstar.api_server.validation.field_rows import SCHEMA, _rejected, _row
 
 MESSAGES = ("messages",)
 TOOL = {"name": "f", "input_schema": {"type": "object"}}
@@ -54,9 +54,21 @@ ROWS: list[dict[str, Any]] = [
          "is), none; ``disable_parallel_tool_use``.",
          accepted={"tools": [TOOL], "tool_choice": {"type": "any"}},
          refused={"tool_choice": {"type": "sometimes"}}, param="tool_choice.type"),
+    _row("output_config", MESSAGES, "supported", "``format``: ``{\"type\": \"json_schema\", "
+         "\"schema\": ...}`` (structured output); ``effort`` is a 400.",
+         accepted={"output_config": {"format": {"type": "json_schema", "schema": SCHEMA}}},
+         refused={"output_config": {"format": {"type": "json_schema",
+                                               "schema": {"type": "nosuch"}}}},
+         param="output_config.format.schema"),
+    _row("output_config.effort", MESSAGES, "rejected", "No reasoning controls.",
+         refused={"output_config": {"effort": "high"}}),
     _row("metadata", MESSAGES, "ignored", "Informational.",
          accepted={"metadata": {"user_id": "u"}}),
     _row("service_tier", MESSAGES, "ignored", "One tier.", accepted={"service_tier": "auto"}),
+    _row("cache_control", MESSAGES, "ignored", "Prefix caching is automatic (on blocks too).",
+         accepted={"cache_control": {"type": "ephemeral"}}),
+    _row("speed", MESSAGES, "ignored", "One speed.", accepted={"speed": "fast"}),
+    _row("inference_geo", MESSAGES, "ignored", "One place.", accepted={"inference_geo": "us"}),
     _rejected("thinking", MESSAGES, "No extended thinking; ``{\"type\": \"disabled\"}`` passes.",
               {"type": "enabled", "budget_tokens": 1024}, allowed=(None, {"type": "disabled"})),
     _rejected("container", MESSAGES, "No code execution containers.", "c1"),
