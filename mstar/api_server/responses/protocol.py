@@ -118,6 +118,7 @@ class ResponsesRequest(StrictModel):
     safety_identifier: str | None = Field(None, description="Ignored (informational).")
     prompt_cache_key: str | None = Field(None, description="Ignored: prefix caching is automatic.")
     prompt_cache_retention: str | None = Field(None, description="Ignored.")
+    prompt_cache_options: dict[str, Any] | None = Field(None, description="Ignored.")
     # Refused unless null (or the value that asks for nothing).
     background: Any = Field(None, description=NOT_SUPPORTED + " (false passes)")
     conversation: Any = Field(None, description=NOT_SUPPORTED)

@@ -76,6 +76,8 @@ ROWS: list[dict[str, Any]] = [
          accepted={"prompt_cache_key": "k"}),
     _row("prompt_cache_retention", RESPONSES, "ignored", "Prefix caching is automatic.",
          accepted={"prompt_cache_retention": "24h"}),
+    _row("prompt_cache_options", RESPONSES, "ignored", "Prefix caching is automatic.",
+         accepted={"prompt_cache_options": {"ttl": "30m"}}),
     _rejected("background", RESPONSES, "Every response runs in the foreground; ``false`` "
               "passes.", True, allowed=(None, False)),
     _rejected("conversation", RESPONSES, "No conversations API: use previous_response_id.",
