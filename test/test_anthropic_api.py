@@ -175,3 +175,24 @@ def test_errors_are_in_anthropics_shape_and_name_the_field(stub, fragment, param
     assert body["type"] == "error" and set(body["error"]) >= {"type", "message"}
     assert body["error"]["type"] in ("invalid_request_error", "not_found_error")
     assert body["error"]["param"] == param, body
+
+
+def test_thinking_text_is_a_thinking_block_before_the_text():
+    """The hook a reasoning parser feeds."""
+    blocks = ContentBlocks()
+    events = blocks.thinking("Hm") + blocks.thinking("m.") + blocks.text("Yes.") + blocks.close()
+    assert [(k, d.get("delta", {}).get("type")) for k, d in events] == [
+        ("content_block_start", None), ("content_block_delta", "thinking_delta"),
+        ("content_block_delta", "thinking_delta"), ("content_block_stop", None),
+        ("content_block_start", None), ("content_block_delta", "text_delta"),
+        ("content_block_stop", None)]
+    assert blocks.blocks == [{"type": "thinking", "thinking": "Hmm.", "signature": ""},
+                             {"type": "text", "text": "Yes."}]
+
+
+def test_unknown_paths_under_messages_answer_in_anthropics_shape(stub):
+    client, _, _ = stub
+    resp = client.post("/v1/messages/count_tokens", json={})
+    assert resp.status_code == 404 and resp.json()["type"] == "error"
+    assert resp.json()["error"]["message"] == \
+        "/v1/messages/count_tokens is not served; see /openapi.json"

@@ -210,3 +210,23 @@ def test_models_retrieve_and_unknown_paths(stub):
     unknown = client.post("/v1/foo", json={})
     assert unknown.status_code == 404
     assert unknown.json()["error"]["message"] == "/v1/foo is not served; see /openapi.json"
+
+
+def test_reasoning_text_is_a_reasoning_item_before_the_message():
+    """The hook a reasoning parser feeds."""
+    from mstar.api_server.responses.output import OutputItems
+
+    items = OutputItems()
+    events = items.reasoning("Hm") + items.reasoning("m.") + items.text("Yes.")
+    events += items.close("completed")
+    kinds = [e["type"] for e in events]
+    assert kinds == ["response.output_item.added", "response.reasoning_text.delta",
+                     "response.reasoning_text.delta", "response.reasoning_text.done",
+                     "response.output_item.done", "response.output_item.added",
+                     "response.content_part.added", "response.output_text.delta",
+                     "response.output_text.done", "response.content_part.done",
+                     "response.output_item.done"]
+    reasoning, message = items.items
+    assert reasoning["type"] == "reasoning" and reasoning["content"] == [
+        {"type": "reasoning_text", "text": "Hmm."}]
+    assert message["content"][0]["text"] == "Yes." and events[5]["output_index"] == 1

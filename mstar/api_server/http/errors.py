@@ -133,5 +133,6 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail)
         if exc.status_code == 404:  # no route serves this path
             message = f"{request.url.path[:MAX_PATH_SHOWN]} is not served; see /openapi.json"
-        return JSONResponse(error_body(exc.status_code, message),
-                            status_code=exc.status_code, headers=exc.headers)
+        body = (anthropic_error_body(exc.status_code, message)
+                if is_anthropic_path(request.url.path) else error_body(exc.status_code, message))
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)

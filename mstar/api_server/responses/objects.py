@@ -33,8 +33,6 @@ def response_object(response_id: str, req: ResponsesRequest, model: str, created
     """``status``: in_progress (the stream's opening events), completed, or incomplete (cut by
     max_output_tokens)."""
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
-    tools = [{**t.model_dump(exclude_none=True), "strict": t.strict is not False}
-             for t in req.tools or []]
     return {
         "id": response_id, "object": "response", "created_at": created, "status": status,
         "background": False, "error": None, "incomplete_details": incomplete,
@@ -43,8 +41,8 @@ def response_object(response_id: str, req: ResponsesRequest, model: str, created
         "previous_response_id": req.previous_response_id,
         "reasoning": {"effort": None, "summary": None}, "store": req.store,
         "temperature": req.temperature, "text": {"format": _text_format(req)},
-        "tool_choice": _tool_choice(req), "tools": tools, "top_p": req.top_p,
-        "truncation": "disabled", "usage": usage, "user": req.user,
+        "tool_choice": _tool_choice(req), "tools": [t.resolved() for t in req.tools or []],
+        "top_p": req.top_p, "truncation": "disabled", "usage": usage, "user": req.user,
         "metadata": req.metadata or {}}
 
 

@@ -54,6 +54,11 @@ class FunctionTool(StrictModel):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
+    def resolved(self) -> dict[str, Any]:
+        """The tool as the response echoes it: ``strict`` is true unless it says false (OpenAI's
+        Responses API default, unlike chat's)."""
+        return {**self.model_dump(exclude_none=True), "strict": self.strict is not False}
+
 
 class FunctionChoice(StrictModel):
     type: Literal["function"]

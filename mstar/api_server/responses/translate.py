@@ -14,7 +14,7 @@ from typing import Any
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.chat_plan import ChatTranslation
-from mstar.api_server.responses.protocol import Content, FunctionTool, InputItem, ResponsesRequest
+from mstar.api_server.responses.protocol import Content, InputItem, ResponsesRequest
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 INCLUDABLE = ("reasoning.encrypted_content",)
@@ -96,13 +96,6 @@ def chat_messages(items: list[tuple[InputItem, str]]) -> tuple[list[dict], list[
     return messages, origins
 
 
-def _function(tool: FunctionTool) -> dict[str, Any]:
-    """A function tool in chat's shape; ``strict`` is true unless it says false (as OpenAI's
-    Responses API has it)."""
-    function = tool.model_dump(exclude_none=True, exclude={"type"})
-    return {**function, "strict": tool.strict is not False}
-
-
 def _tool_choice(choice: Any) -> Any:
     if choice is None or isinstance(choice, str):
         return choice
@@ -135,7 +128,8 @@ def to_chat(req: ResponsesRequest, history: list[InputItem]) -> ChatTranslation:
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
         origins.insert(0, "instructions")
-    tools = [{"type": "function", "function": _function(tool)} for tool in req.tools or []]
+    tools = [{"type": "function", "function": {k: v for k, v in tool.resolved().items()
+                                                if k != "type"}} for tool in req.tools or []]
     body = {"model": req.model, "messages": messages, "tools": tools or None,
             "tool_choice": _tool_choice(req.tool_choice),
             "parallel_tool_calls": req.parallel_tool_calls,
