@@ -85,7 +85,8 @@ class ServerKnobs(BaseModel):
     host: str = _server("127.0.0.1", "Address the HTTP server binds to.")
     port: int = _server(8000, "Port the HTTP server binds to.", ge=1, le=65535)
     api_key: SecretStr | None = _server(
-        None, "When set, every request except /health needs 'Authorization: Bearer <key>'. "
+        None, "When set, every request except /health needs 'Authorization: Bearer <key>' (or "
+        "'x-api-key: <key>'). "
         "Unset disables authentication. A security setting: any problem with it is an error.",
         secret=True, security=True)
     max_concurrent_requests: int = _server(
