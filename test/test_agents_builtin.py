@@ -1,6 +1,7 @@
-"""openai-agents over the Responses API (its default model path), written the way its docs show
-for a non-OpenAI server, against `mstar serve` on the built-in model (the shared server). The
-protocol is judged: the run ends with a final output, tools are called with valid arguments."""
+"""openai-agents over the Responses API (its default model path) and over chat completions,
+written the way its docs show for a non-OpenAI server, against `mstar serve` on the built-in model
+(the shared server). The protocol is judged: the run ends with a final output, tools are called
+with valid arguments."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ pydantic = pytest.importorskip("pydantic")
 MODEL = "SmolLM2-135M-Instruct"
 
 
-@pytest.fixture()
-def responses_api(builtin_server):
+def use_server(server, api: str) -> None:
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=builtin_server.url + "/v1", api_key="x", max_retries=0,
-                         timeout=60)
+    client = AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
     agents.set_default_openai_client(client, use_for_tracing=False)
-    agents.set_default_openai_api("responses")
+    agents.set_default_openai_api(api)
     agents.set_tracing_disabled(True)
 
 
+@pytest.fixture()
+def responses_api(builtin_server):
+    use_server(builtin_server, "responses")
+
+
 class Weather(pydantic.BaseModel):
-    city: str
-    summary: str
+    city: str = pydantic.Field(max_length=40)  # bounded: the JSON always fits max_tokens
+    summary: str = pydantic.Field(max_length=60)
 
 
 def _weather_agent(calls: list[str], **kw):
@@ -40,8 +44,11 @@ def _weather_agent(calls: list[str], **kw):
                         tools=[get_weather], **kw)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["run", "streamed"])
-def test_an_agent_calls_its_strict_tool_and_answers(responses_api, stream):
+@pytest.mark.parametrize(("api", "stream"), [("responses", False), ("responses", True),
+                                             ("chat_completions", False)],
+                         ids=["responses", "responses-streamed", "chat-completions"])
+def test_an_agent_calls_its_strict_tool_and_answers(builtin_server, api, stream):
+    use_server(builtin_server, api)
     calls: list[str] = []
     settings = agents.ModelSettings(tool_choice="required", max_tokens=40, temperature=0)
     agent = _weather_agent(calls, model_settings=settings)
@@ -68,6 +75,6 @@ def test_an_agent_calls_its_strict_tool_and_answers(responses_api, stream):
 def test_an_agent_with_a_strict_tool_and_an_output_type(responses_api):
     calls: list[str] = []
     agent = _weather_agent(calls, output_type=Weather,
-                           model_settings=agents.ModelSettings(max_tokens=60))
+                           model_settings=agents.ModelSettings(max_tokens=100))
     result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=4)
     assert isinstance(result.final_output, Weather)
