@@ -1,8 +1,9 @@
 """A chat request made ready to run, and its output read back as pieces (text and tool calls).
 
-The chat route, the Responses API and the Anthropic Messages API all generate through this: each
-translates its request into a ``ChatCompletionRequest`` and reads the output with ``PieceReader``,
-so every API gets the same prompt, tool planning, output constraint and call parsing.
+The chat route, the Responses API and the Anthropic Messages API all plan their generation here:
+the other two translate their request into a ``ChatCompletionRequest`` (``ChatTranslation``) and
+read the output with ``PieceReader`` (chat builds its own chunks in ``tools.response``), so every
+API gets the same prompt, tool planning, output constraint and call parsing.
 """
 
 from __future__ import annotations
