@@ -69,9 +69,6 @@ def test_an_agent_calls_its_strict_tool_and_answers(builtin_server, api, stream)
     assert isinstance(result.final_output, str) and result.final_output.strip()
 
 
-@pytest.mark.xfail(strict=True, reason="a strict tool together with text.format needs tools + "
-                   "response_format in one grammar (issue 21, Deliver 1: helper apitools); "
-                   "remove this mark once that is merged")
 def test_an_agent_with_a_strict_tool_and_an_output_type(responses_api):
     calls: list[str] = []
     agent = _weather_agent(calls, output_type=Weather,

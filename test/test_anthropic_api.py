@@ -163,7 +163,7 @@ def test_x_api_key_and_bearer_both_authenticate(tiny_tokenizer):
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]},
      "messages.0.content.0"),
     ({"tool_choice": {"type": "tool"}, "tools": [TOOL]}, "tool_choice.name"),
-    ({"tool_choice": {"type": "tool", "name": "nope"}, "tools": [TOOL]}, "tool_choice"),
+    ({"tool_choice": {"type": "tool", "name": "nope"}, "tools": [TOOL]}, "tool_choice.name"),
     ({"model": "other"}, "model"),
 ])
 def test_errors_are_in_anthropics_shape_and_name_the_field(stub, fragment, param):

@@ -193,6 +193,7 @@ def test_owners_are_key_digests():
      "text.format.schema"),
     ({"max_output_tokens": 5000}, "max_output_tokens"),
     ({"model": "other"}, "model"),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
 ])
 def test_what_is_not_served_is_refused_by_name(stub, fragment, param):
     client, _, _ = stub

@@ -10,7 +10,7 @@ import pytest
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.tools import hermes
-from mstar.api_server.tools.calls import ParsedOutput, ToolCall, collect, parse_all
+from mstar.api_server.tools.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
 from mstar.api_server.tools.grammar import forced_call_grammar
 from mstar.api_server.tools.plan import tool_plan
 from mstar.api_server.tools.registry import parser_name
@@ -24,10 +24,11 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
          {"type": "function", "function": {"name": "get_time"}}]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 WEATHER_CALL = ToolCall("get_weather", '{"city": "Paris"}')
+DECLARED = Declared({"get_weather": WEATHER, "get_time": {}, "f": {}})
 
 
 def parse(text: str) -> ParsedOutput:
-    return parse_all(hermes.stream(), text)
+    return parse_all(hermes.stream(DECLARED), text)
 
 
 def test_one_call_is_a_call_without_content():
@@ -71,7 +72,7 @@ def test_a_stream_split_anywhere_reads_as_the_whole_text(text):
     whole = parse(text)
     for cut in range(len(text) + 1):
         for second in (cut, (cut + len(text)) // 2):
-            stream = hermes.stream()
+            stream = hermes.stream(DECLARED)
             pieces = (stream.feed(text[:cut]) + stream.feed(text[cut:second])
                       + stream.feed(text[second:]) + stream.finish())
             assert collect(pieces) == whole, (cut, second)
@@ -79,7 +80,7 @@ def test_a_stream_split_anywhere_reads_as_the_whole_text(text):
 
 def test_streamed_content_never_shows_markup():
     text = f"Sure! {CALL}"
-    stream = hermes.stream()
+    stream = hermes.stream(DECLARED)
     pieces = [p for ch in text for p in stream.feed(ch)] + stream.finish()
     assert all("<" not in p for p in pieces if isinstance(p, str))
 
@@ -163,21 +164,58 @@ def test_a_strict_function_constrains_calls_in_auto_mode_and_leaves_text_free():
     assert not accepts(grammar, '<tool_call>\n{"name": "get_news", "arguments": {}}\n</tool_call>')
 
 
-def test_a_forced_call_and_another_output_constraint_are_a_400():
-    from mstar.api_server.tools.plan import output_constraint
-    from mstar.engine.sampling_params import StructuredOutput
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+JSON_FORMAT = {"response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": CITY}}}
 
-    forced = plan(tools=TOOLS, tool_choice="required")
-    assert output_constraint(forced, None).kind == "grammar"
-    with pytest.raises(APIError) as err:
-        output_constraint(forced, StructuredOutput(kind="json_object"))
-    assert err.value.param == "tool_choice"
+
+def constrained_plan(**fields):
+    from mstar.api_server.openai.structured import requested_constraints
+
+    req = request(**fields)
+    found = requested_constraints(req)
+    return tool_plan(req, "auto", "{{ messages }}", found[0][0] if found else None)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_auto_tools_with_response_format_allow_a_call_or_the_json(strict):
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "strict": strict}}, TOOLS[1]]
+    p = constrained_plan(tools=tools, **JSON_FORMAT)
+    grammar = p.structured_output.spec
+    assert accepts(grammar, '{"city": "Rome"}')
+    assert not accepts(grammar, '{"town": "Rome"}') and not accepts(grammar, "It is sunny.")
+    assert accepts(grammar, CALL)
+    assert accepts(grammar, CALL.replace('"Paris"', "3")) is not strict  # strict: schema holds
+    assert not accepts(grammar, '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>')
+    assert final_message(p, CALL, "stop")[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert final_message(p, '{"city": "Rome"}', "stop")[0]["content"] == '{"city": "Rome"}'
+
+
+def test_a_forced_call_with_response_format_constrains_this_turn_to_the_call():
+    p = constrained_plan(tools=TOOLS, tool_choice="required", **JSON_FORMAT)
+    assert accepts(p.structured_output.spec, CALL)
+    assert not accepts(p.structured_output.spec, '{"city": "Rome"}')
+    later = constrained_plan(tools=TOOLS, tool_choice="none", **JSON_FORMAT)
+    assert later.structured_output.kind == "json_schema"  # the text turn follows response_format
+
+
+def test_a_function_without_parameters_takes_an_empty_object():
+    grammar = plan(tools=[TOOLS[1]], tool_choice="required").structured_output.spec
+    assert accepts(grammar, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    assert not accepts(grammar, '<tool_call>\n{"name": "get_time", "arguments": {"a": 1}}\n'
+                                '</tool_call>')
+
+
+@pytest.mark.parametrize("undeclared, content", [("text", f"Sure. {CALL}"), ("drop", "Sure.")])
+def test_a_call_to_an_undeclared_function_is_never_a_tool_call(undeclared, content):
+    p = tool_plan(request(tools=[TOOLS[1]]), "auto", "", None, undeclared)
+    message, reason = final_message(p, f"Sure. {CALL}", "stop")
+    assert message == {"role": "assistant", "content": content} and reason == "stop"
 
 
 @pytest.mark.parametrize("fields, param", [
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-     "tool_choice"),
+     "tool_choice.function.name"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
      "tools.0.function.parameters"),
     ({"tools": [TOOLS[1], {"type": "function", "function": {

@@ -9,10 +9,12 @@ those tests skip where it is not there yet.
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import jsonschema
 import openai
 import pytest
+from pydantic import BaseModel, Field
 from serve_helpers import hard_timeout  # noqa: F401 (hard_timeout: autouse)
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
@@ -106,7 +108,8 @@ def test_tool_choice_none_answers_without_calls(client):
 
 @pytest.mark.parametrize("fields, param", [
     ({"tool_choice": "required", "tools": openai.NOT_GIVEN}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "get_news"}}}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_news"}}},
+     "tool_choice.function.name"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]},
      "tools.0.function.parameters"),
     ({"messages": QUESTION + [{"role": "tool", "tool_call_id": "call_9", "content": "x"}]},
@@ -118,3 +121,28 @@ def test_bad_tool_requests_are_a_400_naming_the_field(client, fields, param):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(**args)
     assert err.value.param == param
+
+
+class Weather(BaseModel):
+    city: str = Field(max_length=40)
+    unit: Literal["celsius", "fahrenheit"]
+
+
+class Answer(BaseModel):
+    sunny: bool
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_a_strict_tool_and_a_response_format_together(client, tool_choice):
+    """openai-python's ``parse(tools=[pydantic_function_tool(...)], response_format=Model)``, the
+    default of openai-agents and pydantic-ai: a call, or the answer in the format."""
+    reply = client.chat.completions.parse(
+        model="SmolLM2-135M-Instruct", messages=QUESTION, temperature=0, max_tokens=80,
+        tools=[openai.pydantic_function_tool(Weather)], tool_choice=tool_choice,
+        response_format=Answer)
+    choice = reply.choices[0]
+    if tool_choice == "required" or choice.finish_reason == "tool_calls":
+        assert choice.finish_reason == "tool_calls"
+        assert isinstance(choice.message.tool_calls[0].function.parsed_arguments, Weather)
+    else:
+        assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Answer)

@@ -116,10 +116,22 @@ class ServerKnobs(BaseModel):
         "list (e.g. 'gpt-4o-mini,default'); /v1/models lists them too. The served name (the "
         "model directory's name, or the built-in model's) and MSTAR_MODEL itself always work; "
         "any other name is a 404 model_not_found.")
-    tool_call_parser: Literal["auto", "hermes"] = _server(
+    tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "pythonic",
+                              "qwen3_coder"] = _server(
         "auto", "How tool calls are read from the model's output: hermes = "
-        "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates). auto = chosen from the "
-        "model's chat template (hermes when nothing else matches).")
+        "<tool_call>{json}</tool_call> (Qwen2/Qwen3-style templates); llama3_json = a JSON "
+        "object {name, parameters} as the reply (Llama 3.1/3.2); mistral = [TOOL_CALLS] then a "
+        "JSON list or name[ARGS]{json}; pythonic = [f(a=1), g()] (Llama 3.2/4); qwen3_coder = "
+        "<tool_call><function=f><parameter=a>..., XML (Qwen3-Coder). auto = chosen from the "
+        "model's chat template (hermes when nothing else matches; docs/tool_calling.rst).")
+    tool_call_undeclared: Literal["text", "drop"] = _server(
+        "text", "What a parsed tool call to a function the request did not declare in 'tools' "
+        "becomes (tool_choice auto): text = its markup stays in the message content; drop = it "
+        "is removed from the reply. It is never returned as a tool call.")
+    reasoning_parser: Literal["auto", "none", "think"] = _server(
+        "auto", "How reasoning is split out of the model's output: think = <think>...</think> "
+        "goes to the message's reasoning_content; none = all output is content. auto = think "
+        "when the model's chat template writes <think>, else none (docs/reasoning.rst).")
     responses_store_capacity: int = _server(
         1024, "Responses kept in memory for /v1/responses' store (GET, DELETE, "
         "previous_response_id); when full, the least recently used goes. 0 stores nothing.",

@@ -24,9 +24,14 @@ from mstar.api_server.anthropic.protocol import MessagesRequest
 from mstar.api_server.generation.run import first_output, new_request_id, replay, run_requests
 from mstar.api_server.http.errors import APIError, anthropic_error_body, validation_error
 from mstar.api_server.openai import formatting as fmt
-from mstar.api_server.openai.chat_plan import ChatPlan, PieceReader, plan_translated
+from mstar.api_server.openai.chat_plan import (
+    ChatPlan,
+    PieceReader,
+    ReasoningText,
+    plan_translated,
+)
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.calls import Piece, ToolCall
 from mstar.api_server.validation.request_rules import check_model, check_rejected_fields
 from mstar.api_server.validation.unknown_fields import unknown_fields
 from mstar.engine.outputs import RequestOutput
@@ -113,7 +118,7 @@ async def _events(state: ServerState, req: MessagesRequest, plan: ChatPlan, shel
             token_ids += out.new_token_ids
             cached = out.num_cached_tokens
             for piece in reader.read(out.new_text, out.finished):
-                for e in blocks.call(piece) if isinstance(piece, ToolCall) else blocks.text(piece):
+                for e in _piece_events(blocks, piece):
                     yield e
             finished, finish = out.finished, out.finish_reason
     if not finished:  # the client went away
@@ -129,6 +134,12 @@ async def _events(state: ServerState, req: MessagesRequest, plan: ChatPlan, shel
     yield event("message_stop")
     yield event("message_final", message={**shell, "content": blocks.blocks, "stop_reason": reason,
                                           "stop_sequence": stop, "usage": counts})
+
+
+def _piece_events(blocks: ContentBlocks, piece: Piece | ReasoningText) -> list[Event]:
+    if isinstance(piece, ReasoningText):
+        return blocks.thinking(piece.text)
+    return blocks.call(piece) if isinstance(piece, ToolCall) else blocks.text(piece)
 
 
 async def _sse(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:

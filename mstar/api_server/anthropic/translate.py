@@ -104,7 +104,8 @@ def _tool_choice(req: MessagesRequest) -> Any:
     return TOOL_CHOICES[choice.type]
 
 
-RENAMES = [(re.compile(r"^tools\.(\d+)\.function\.parameters"), r"tools.\1.input_schema"),
+RENAMES = [(re.compile(r"^tool_choice\.function\."), "tool_choice."),
+           (re.compile(r"^tools\.(\d+)\.function\.parameters"), r"tools.\1.input_schema"),
            (re.compile(r"^tools\.(\d+)\.function\."), r"tools.\1."),
            (re.compile(r"^response_format\.json_schema\.schema"), "output_config.format.schema"),
            (re.compile(r"^response_format.*"), "output_config.format"),

@@ -22,9 +22,11 @@ from mstar.engine.limits import check_prompt_fits
 
 
 async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
-                          tools: list[dict] | None = None) -> list[int]:
-    """``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``)."""
-    return await asyncio.to_thread(_chat_prompt_ids, state, req, tools)
+                          tools: list[dict] | None = None,
+                          template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``);
+    ``template_kwargs``: more chat-template arguments (see ``reasoning.plan``)."""
+    return await asyncio.to_thread(_chat_prompt_ids, state, req, tools, template_kwargs or {})
 
 
 async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int]]
@@ -38,11 +40,12 @@ async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int
 
 
 def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
-                     tools: list[dict] | None) -> list[int]:
+                     tools: list[dict] | None, template_kwargs: dict[str, Any]) -> list[int]:
     messages, extra = template_inputs(req.messages, tools, state.tokenizer.chat_template)
     try:
         text = state.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                   add_generation_prompt=True, **extra)
+                                                   add_generation_prompt=True, **extra,
+                                                   **template_kwargs)
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
     return encode(state.tokenizer, text, False, state.max_model_len, "messages")

@@ -9,7 +9,7 @@ API gets the same prompt, tool planning, output constraint and call parsing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,9 +19,10 @@ from mstar.api_server.generation.run import Job, jobs_for
 from mstar.api_server.http.errors import APIError, validation_error
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.structured import structured_output
+from mstar.api_server.reasoning.plan import request_reasoning_plan
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.calls import Piece, ToolCall
-from mstar.api_server.tools.plan import ToolPlan, output_constraint, request_tool_plan
+from mstar.api_server.tools.plan import ToolPlan, request_tool_plan
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,15 @@ class ChatPlan:
 
 
 async def plan_chat(state: ServerState, req: ChatCompletionRequest) -> ChatPlan:
-    """Tools, output constraint, prompt and sub-requests of a validated chat request."""
+    """Tools, reasoning, output constraint, prompt and sub-requests of a validated chat request."""
     tools = await request_tool_plan(req, state.settings.tool_call_parser,
-                                    state.tokenizer.chat_template)
-    structured = output_constraint(tools, await structured_output(req))
-    prompt = await chat_prompt_ids(state, req, tools.shown_tools)
-    return ChatPlan(tools, prompt, jobs_for(state, req, [prompt], "messages", structured))
+                                    state.tokenizer.chat_template, await structured_output(req),
+                                    state.settings.tool_call_undeclared)
+    reasoning = await request_reasoning_plan(req, state.settings.reasoning_parser,
+                                             state.tokenizer, tools.structured_output)
+    prompt = await chat_prompt_ids(state, req, tools.shown_tools, reasoning.template_kwargs)
+    jobs = jobs_for(state, req, [prompt], "messages", reasoning.structured_output)
+    return ChatPlan(replace(tools, new_reasoning=reasoning.new_stream), prompt, jobs)
 
 
 Renames = list[tuple[re.Pattern[str], str]]  # chat field path -> the original API's
@@ -79,21 +83,34 @@ async def plan_translated(state: ServerState, chat: ChatTranslation) -> ChatPlan
                        exc.kind) from None
 
 
+@dataclass(frozen=True)
+class ReasoningText:
+    """Reasoning the model wrote before its answer (split out by the reasoning parser)."""
+
+    text: str
+
+
 class PieceReader:
-    """One choice's output text as it streams, as content text and complete tool calls (only the
-    first call without parallel_tool_calls)."""
+    """One choice's output text as it streams: reasoning first (with a reasoning parser), then
+    content text and complete tool calls (only the first call without parallel_tool_calls)."""
 
     def __init__(self, plan: ToolPlan) -> None:
         self._parser = plan.new_parser() if plan.new_parser is not None else None
+        self._reasoning = plan.new_reasoning() if plan.new_reasoning is not None else None
         self._parallel = plan.parallel
         self.calls = 0
 
-    def read(self, text: str, finished: bool) -> list[Piece]:
+    def read(self, text: str, finished: bool) -> list[Piece | ReasoningText]:
+        out: list[Piece | ReasoningText] = []
+        if self._reasoning is not None:
+            reasoning, text = self._reasoning.feed(text)
+            if finished:
+                more_reasoning, more_text = self._reasoning.finish()
+                reasoning, text = reasoning + more_reasoning, text + more_text
+            out += [ReasoningText(reasoning)] if reasoning else []
         if self._parser is None:
-            return [text] if text else []
-        pieces = self._parser.feed(text) + (self._parser.finish() if finished else [])
-        out: list[Piece] = []
-        for piece in pieces:
+            return out + ([text] if text else [])
+        for piece in self._parser.feed(text) + (self._parser.finish() if finished else []):
             if isinstance(piece, ToolCall):
                 if self.calls and not self._parallel:
                     continue

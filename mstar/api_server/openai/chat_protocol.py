@@ -37,6 +37,17 @@ class ChatMessage(StrictModel):
         return "".join(part.text or "" for part in self.content if part.type == "text")
 
 
+class ChatTemplateKwargs(StrictModel):
+    """Arguments for the chat template; other keys follow MSTAR_UNKNOWN_REQUEST_FIELDS."""
+
+    enable_thinking: bool | None = Field(
+        None, description="The template's thinking switch (Qwen3, SmolLM3...); a 400 when the "
+        "model's template has none. See docs/reasoning.rst.")
+
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
@@ -45,6 +56,10 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ChatTool] | None = None  # tool calling: see mstar/api_server/tools/
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
+    # Reasoning models: see mstar/api_server/reasoning/.
+    reasoning_effort: ReasoningEffort | None = Field(
+        None, description="Mapped to the chat template's reasoning switch; a 400 when it has none.")
+    chat_template_kwargs: ChatTemplateKwargs | None = None
     # Ignored by design.
     metadata: dict[str, str] | None = Field(None, description="Ignored: nothing is stored.")
     service_tier: str | None = Field(None, description="Ignored: one tier.")
@@ -58,7 +73,6 @@ class ChatCompletionRequest(SamplingFields):
     function_call: Any = Field(None, description=NOT_SUPPORTED + " Use tool_choice.")
     audio: Any = Field(None, description=NOT_SUPPORTED)
     prediction: Any = Field(None, description=NOT_SUPPORTED)
-    reasoning_effort: Any = Field(None, description=NOT_SUPPORTED)
     verbosity: Any = Field(None, description=NOT_SUPPORTED)
     web_search_options: Any = Field(None, description=NOT_SUPPORTED)
 

@@ -29,6 +29,7 @@ class Usage(BaseModel):
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"]
     content: str | None
+    reasoning_content: str | None = None  # with a reasoning parser (docs/reasoning.rst)
 
 
 class ChatChoice(BaseModel):

@@ -19,7 +19,12 @@ from mstar.api_server.generation.run import first_output, new_request_id, replay
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.middleware import presented_key
 from mstar.api_server.openai import formatting as fmt
-from mstar.api_server.openai.chat_plan import ChatPlan, PieceReader, plan_translated
+from mstar.api_server.openai.chat_plan import (
+    ChatPlan,
+    PieceReader,
+    ReasoningText,
+    plan_translated,
+)
 from mstar.api_server.responses import translate
 from mstar.api_server.responses.docs import CREATE_DOC, DELETE_DOC, GET_DOC
 from mstar.api_server.responses.objects import as_input, response_object, usage
@@ -27,7 +32,7 @@ from mstar.api_server.responses.output import OutputItems
 from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
 from mstar.api_server.responses.store import ResponseStore, StoredResponse, owner_of
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.calls import Piece, ToolCall
 from mstar.api_server.validation.request_rules import check_model, check_rejected_fields
 from mstar.api_server.validation.unknown_fields import unknown_fields
 from mstar.engine.outputs import RequestOutput
@@ -125,8 +130,7 @@ async def _events(state: ServerState, req: ResponsesRequest, response_id: str, p
             output_tokens += len(out.new_token_ids)
             cached = out.num_cached_tokens
             for piece in reader.read(out.new_text, out.finished):
-                for event in (items.call(piece) if isinstance(piece, ToolCall)
-                              else items.text(piece)):
+                for event in _piece_events(items, piece):
                     yield event
             if out.finished:
                 finish = out.finish_reason
@@ -139,6 +143,12 @@ async def _events(state: ServerState, req: ResponsesRequest, response_id: str, p
                            usage(len(plan.prompt), output_tokens, cached))
     keep(body)
     yield items.event(f"response.{status}", response=body)
+
+
+def _piece_events(items: OutputItems, piece: Piece | ReasoningText) -> list[dict[str, Any]]:
+    if isinstance(piece, ReasoningText):
+        return items.reasoning(piece.text)
+    return items.call(piece) if isinstance(piece, ToolCall) else items.text(piece)
 
 
 async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -113,7 +113,8 @@ def _response_format(req: ResponsesRequest) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {k: v for k, v in spec.items() if v is not None}}
 
 
-RENAMES = [(re.compile(r"^tools\.(\d+)\.function\."), r"tools.\1."),
+RENAMES = [(re.compile(r"^tool_choice\.function\."), "tool_choice."),
+           (re.compile(r"^tools\.(\d+)\.function\."), r"tools.\1."),
            (re.compile(r"^response_format\.json_schema\.schema"), "text.format.schema"),
            (re.compile(r"^response_format.*"), "text.format"),
            (re.compile(r"^max_(completion_)?tokens$"), "max_output_tokens")]

@@ -6,9 +6,9 @@ feeding it at once, so streaming and non-streaming responses agree by constructi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,30 @@ class ToolCall:
 
 
 Piece = str | ToolCall  # content text, or one complete call
+
+
+class Dropped:
+    """A call to an undeclared function that the policy removes from the reply."""
+
+
+DROPPED = Dropped()
+Verdict = ToolCall | None | Dropped  # a call; None: keep its markup as content; or dropped
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The functions a reply may call (name -> its ``parameters`` schema), and what becomes of a
+    call to any other (``MSTAR_TOOL_CALL_UNDECLARED``): its markup stays content (``text``), or
+    it is removed from the reply (``drop``)."""
+
+    functions: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    undeclared: Literal["text", "drop"] = "text"
+
+    def judge(self, call: ToolCall | None) -> Verdict:
+        """What a decoded call (None: markup that did not decode) becomes."""
+        if call is None or call.name in self.functions:
+            return call
+        return DROPPED if self.undeclared == "drop" else None
 
 
 class CallStream(Protocol):

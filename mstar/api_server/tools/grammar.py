@@ -11,6 +11,8 @@ its ``parameters`` schema.
   EBNF.
 * ``calls_in_text_grammar`` (tool_choice ``auto`` with a ``strict`` function): any text, and
   whatever follows a ``<tool_call>`` tag is a valid call (xgrammar's triggered tags).
+* ``calls_or_output_grammar`` (tool_choice ``auto`` with ``response_format`` or a ``guided_*``
+  constraint): either calls, as in ``forced_call_grammar``, or the requested output.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import re
 
 from mstar.api_server.tools.hermes import END, START
+from mstar.engine.sampling_params import StructuredOutput
 
 ONE_CALL_RULE = "tool_call_one"
 
@@ -40,6 +43,31 @@ def forced_call_grammar(functions: list[tuple[str, dict]], parallel: bool) -> st
 def calls_in_text_grammar(functions: list[tuple[str, dict]], parallel: bool) -> str:
     """EBNF text of free text in which every call is to one of ``functions``, validly."""
     return _in_text(json.dumps(functions, sort_keys=True), parallel)
+
+
+def calls_or_output_grammar(functions: list[tuple[str, dict]], parallel: bool,
+                            output: StructuredOutput) -> str:
+    """EBNF text of either calls (as ``forced_call_grammar``) or the ``output`` constraint."""
+    import xgrammar as xgr
+
+    calls = xgr.Grammar.from_ebnf(forced_call_grammar(functions, parallel))
+    return str(xgr.Grammar.union(calls, output_grammar(output)))
+
+
+def output_grammar(output: StructuredOutput):
+    """The xgrammar Grammar of a request's structured-output constraint (any kind)."""
+    import xgrammar as xgr
+
+    from mstar.engine.structured_output import ANY_OBJECT_SCHEMA, choice_grammar
+
+    if output.kind in ("json_object", "json_schema"):
+        schema = ANY_OBJECT_SCHEMA if output.kind == "json_object" else output.spec
+        return xgr.Grammar.from_json_schema(schema, any_whitespace=False)
+    if output.kind == "regex":
+        return xgr.Grammar.from_regex(output.spec)
+    if output.kind == "choice":
+        return xgr.Grammar.from_ebnf(choice_grammar(list(output.choices)))
+    return xgr.Grammar.from_ebnf(output.spec)
 
 
 def _call_head(name: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.calls import Declared, ToolCall
 from mstar.api_server.tools.tagged import TaggedCallStream
 
 START = "<tool_call>"
@@ -25,7 +25,7 @@ def decode(body: str) -> ToolCall | None:
     returned arguments."""
     try:
         obj = json.loads(body, strict=False)  # raw control characters in strings are kept
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting in model output is not a call
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
@@ -35,5 +35,5 @@ def decode(body: str) -> ToolCall | None:
     return ToolCall(obj["name"], json.dumps(arguments, ensure_ascii=False))
 
 
-def stream() -> TaggedCallStream:
-    return TaggedCallStream(START, END, decode)
+def stream(declared: Declared) -> TaggedCallStream:
+    return TaggedCallStream(START, END, decode, declared)

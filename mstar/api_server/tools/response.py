@@ -1,5 +1,7 @@
 """Tool calls in OpenAI's response shapes: the final message, and the deltas of a stream.
 
+With a reasoning parser, reasoning is split out first: ``message.reasoning_content`` (null when
+there is none) and ``reasoning_content`` deltas; calls are read from the content that follows.
 A reply with calls ends with finish_reason ``tool_calls`` (unless it was cut by max_tokens:
 ``length`` stays). Without parallel_tool_calls only the first call is returned. Each call gets an
 id ``call_<24 hex>``. In a stream a call is sent once it is complete: a first delta with index, id,
@@ -11,6 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from mstar.api_server.reasoning.split import read_all
 from mstar.api_server.tools.calls import Piece, ToolCall, parse_all
 from mstar.api_server.tools.plan import ToolPlan
 
@@ -22,11 +25,14 @@ def new_call_id() -> str:
 def final_message(plan: ToolPlan, text: str, finish_reason: str | None
                   ) -> tuple[dict[str, Any], str | None]:
     """The assistant message of a non-streaming choice, and its finish_reason."""
+    message: dict[str, Any] = {"role": "assistant"}
+    if plan.new_reasoning is not None:
+        message["reasoning_content"], text = read_all(plan.new_reasoning(), text)
     if plan.new_parser is None:
-        return {"role": "assistant", "content": text}, finish_reason
+        return {**message, "content": text}, finish_reason
     parsed = parse_all(plan.new_parser(), text)
     calls = parsed.calls if plan.parallel else parsed.calls[:1]
-    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    message["content"] = parsed.content
     if calls:
         message["tool_calls"] = [
             {"id": new_call_id(), "type": "function",
@@ -39,6 +45,7 @@ class StreamedChoice:
 
     def __init__(self, plan: ToolPlan) -> None:
         self._parser = plan.new_parser() if plan.new_parser is not None else None
+        self._reasoning = plan.new_reasoning() if plan.new_reasoning is not None else None
         self._parallel = plan.parallel
         self._calls = 0
 
@@ -46,10 +53,20 @@ class StreamedChoice:
         """The stream choices for this new text. ``item`` holds index, logprobs and finish_reason:
         logprobs go on the first chunk, finish_reason on the last. Nothing when the text was all
         held back (a possible tag) and there is nothing else to send."""
-        if self._parser is None:
+        if self._parser is None and self._reasoning is None:
             return [{**item, "delta": {"content": text}}]
-        pieces = self._parser.feed(text) + (self._parser.finish() if finished else [])
-        deltas = [d for piece in pieces for d in self._deltas(piece)]
+        deltas = []
+        if self._reasoning is not None:
+            reasoning, text = self._reasoning.feed(text)
+            if finished:
+                more_reasoning, more_text = self._reasoning.finish()
+                reasoning, text = reasoning + more_reasoning, text + more_text
+            deltas += [{"reasoning_content": reasoning}] if reasoning else []
+        if self._parser is None:
+            deltas += [{"content": text}] if text else []
+        else:
+            pieces = self._parser.feed(text) + (self._parser.finish() if finished else [])
+            deltas += [d for piece in pieces for d in self._deltas(piece)]
         reason = _finish_reason(item["finish_reason"], self._calls > 0)
         if not deltas:
             return [{**item, "delta": {}, "finish_reason": reason}] if (

@@ -1,23 +1,24 @@
 """Calls written between a start and an end tag (``<tool_call>...</tool_call>``), read as they
 stream: text that may be the start of a tag is held back until it is known not to be one, so no
 markup ever reaches a content delta. A call whose body does not decode stays content, tags and all,
-as does a call the output ends inside.
+as does a call the output ends inside; a call to an undeclared function is judged by ``Declared``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from mstar.api_server.tools.calls import Piece, ToolCall, TrimmedContent
+from mstar.api_server.tools.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
 
 DecodeBody = Callable[[str], ToolCall | None]
 
 
 class TaggedCallStream:
-    def __init__(self, start: str, end: str, decode: DecodeBody) -> None:
+    def __init__(self, start: str, end: str, decode: DecodeBody, declared: Declared) -> None:
         self._start = start
         self._end = end
         self._decode = decode
+        self._declared = declared
         self._buffer = ""
         self._in_call = False
         self._content = TrimmedContent()
@@ -37,7 +38,7 @@ class TaggedCallStream:
                 self._add_content(before, pieces)
             self._in_call = not self._in_call
         if not self._in_call:
-            keep = _partial_tag_len(self._buffer, self._start)
+            keep = partial_tag_len(self._buffer, self._start)
             safe = self._buffer[:len(self._buffer) - keep]
             self._buffer = self._buffer[len(safe):]
             self._add_content(safe, pieces)
@@ -51,11 +52,11 @@ class TaggedCallStream:
         return pieces
 
     def _close_call(self, body: str, pieces: list[Piece]) -> None:
-        call = self._decode(body)
-        if call is None:
+        verdict = self._declared.judge(self._decode(body))
+        if verdict is None:
             self._add_content(self._start + body + self._end, pieces)
-        else:
-            pieces.append(call)
+        elif verdict is not DROPPED:
+            pieces.append(verdict)
 
     def _add_content(self, text: str, pieces: list[Piece]) -> None:
         out = self._content.push(text)
@@ -63,7 +64,7 @@ class TaggedCallStream:
             pieces.append(out)
 
 
-def _partial_tag_len(text: str, tag: str) -> int:
+def partial_tag_len(text: str, tag: str) -> int:
     """Length of the longest end of ``text`` that is a proper beginning of ``tag``."""
     for n in range(min(len(text), len(tag) - 1), 0, -1):
         if tag.startswith(text[-n:]):

@@ -103,7 +103,14 @@ ROWS: list[dict[str, Any]] = [
     _rejected("modalities", CHAT, "Text output only; ``[\"text\"]`` passes.", ["text", "audio"],
               allowed=(None, ["text"])),
     _rejected("prediction", CHAT, "No predicted outputs.", {"type": "content", "content": "x"}),
-    _rejected("reasoning_effort", CHAT, "No reasoning models.", "low"),
+    _row("reasoning_effort", CHAT, "supported", "none .. xhigh, mapped to the chat template's "
+         "reasoning switch (docs/reasoning.rst); a 400 when the model's template has none.",
+         refused={"reasoning_effort": "low"}),
+    _row("chat_template_kwargs", CHAT, "extra", "``enable_thinking``: the template's thinking "
+         "switch (docs/reasoning.rst); a 400 naming it when the template has none.",
+         accepted={"chat_template_kwargs": {}},
+         refused={"chat_template_kwargs": {"enable_thinking": True}},
+         param="chat_template_kwargs.enable_thinking"),
     _rejected("verbosity", CHAT, "Not supported.", "low"),
     _rejected("web_search_options", CHAT, "No web search.", {}),
     _rejected("store", CHAT, "Nothing is stored; ``false`` passes.", True, allowed=(None, False)),
