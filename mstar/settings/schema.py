@@ -96,7 +96,8 @@ class ServerKnobs(BaseModel):
     host: str = _server("127.0.0.1", "Address the HTTP server binds to.")
     port: int = _server(8000, "Port the HTTP server binds to.", ge=1, le=65535)
     api_key: SecretStr | None = _server(
-        None, "When set, every request except /health needs 'Authorization: Bearer <key>'. "
+        None, "When set, every request except /health needs 'Authorization: Bearer <key>' (or "
+        "'x-api-key: <key>'). "
         "Unset disables authentication. A security setting: any problem with it is an error.",
         secret=True, security=True)
     max_concurrent_requests: int = _server(
@@ -142,6 +143,16 @@ class ServerKnobs(BaseModel):
         "auto", "How reasoning is split out of the model's output: think = <think>...</think> "
         "goes to the message's reasoning_content; none = all output is content. auto = think "
         "when the model's chat template writes <think>, else none (docs/reasoning.rst).")
+    responses_store_capacity: int = _server(
+        1024, "Responses kept in memory for /v1/responses' store (GET, DELETE, "
+        "previous_response_id); when full, the least recently used goes. 0 stores nothing.",
+        unit="responses", ge=0, le=MAX_COUNT)
+    responses_store_ttl_s: float = _server(
+        3600.0, "How long a stored response is kept after it was created.", unit="s", gt=0.0,
+        le=MAX_WAIT_S)
+    responses_store_per_key: bool = _server(
+        True, "A stored response is visible only to requests that present the API key (Bearer or "
+        "x-api-key) that created it; off: to every client.")
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")

@@ -18,6 +18,11 @@ def sse(payload: Any) -> bytes:
     return b"data: " + _json.encode(payload) + b"\n\n"
 
 
+def named_sse(event: str, payload: Any) -> bytes:
+    """A server-sent event with its type on an ``event:`` line (the Responses and Anthropic APIs)."""
+    return b"event: " + event.encode() + b"\ndata: " + _json.encode(payload) + b"\n\n"
+
+
 def json_line(payload: Any) -> bytes:
     return _json.encode(payload) + b"\n"
 
