@@ -94,7 +94,7 @@ def test_a_frame_over_the_limit_never_arrives_and_is_never_sent(ctx, pair):
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=512))
 def test_any_bytes_give_an_accepted_message_or_nothing(frame):
-    inbox = SimpleNamespace(accepts=m.TO_WORKER, limit=LIMIT, dropped=Counter(), logged_at={},
+    inbox = SimpleNamespace(accepts=m.TO_WORKER, dropped=Counter(), logged_at={},
                             last_endpoint=b"ipc://test")
     data = SimpleNamespace(buffer=memoryview(frame), get=lambda _: "peer")
     msg = admit(inbox, data)

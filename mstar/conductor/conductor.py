@@ -148,7 +148,8 @@ class Conductor:
             model_name=first.model_name, max_model_len=first.max_model_len,
             num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()]))
         log.info("workers_ready", num_workers=len(self.workers), model=first.model_name,
-                 tensor_parallel_size=self.settings.tensor_parallel_size)
+                 tensor_parallel_size=self.settings.tensor_parallel_size,
+                 fingerprint=self.settings.fingerprint())
         return True
 
     def setup_done(self, msg: m.SetupDone) -> None:

@@ -4,10 +4,12 @@ All of mstar's traffic is zmq PUSH/PULL: a PULL socket is bound by its one reade
 connect to it. Sends never block (PUSH queues), so nobody awaits a send.
 
 Every socket applies the instance's ``SocketSecurity``: CURVE over tcp (bound sockets are the
-servers), and ``MAXMSGSIZE`` (zmq drops the connection of a peer that sends more). Every frame
-received is checked before anyone sees it: one that does not decode, is not a message this inbox
-accepts, or is larger than the limit is dropped, counted on its inbox (``dropped_frames``) and
-logged at most once per peer and minute. A receive never raises on what a peer sent.
+servers; a peer without the cluster secret never completes the handshake), and the frame limit:
+a receiver sets ``MAXMSGSIZE`` (zmq closes the connection of a peer that sends more, before
+reading it), a sender refuses to send more (``MessageTooLarge``). Every frame received is checked
+before anyone sees it: one that does not decode or is not a message this inbox ``accepts`` is
+dropped, counted on its inbox (``dropped_frames``) and logged at most once per peer and minute.
+A receive never raises on what a peer sent.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ class Inbox(zmq.Socket):
     """A bound PULL socket that admits only well-formed frames of the messages it ``accepts``."""
 
     accepts: tuple[type, ...] = ()
-    limit: int = 0
     dropped: Counter | None = None  # reason -> frames dropped so far
     reported: int = 0  # dropped frames already reported by ``drops_report``
     logged_at: dict | None = None  # peer -> when its drops were last logged
@@ -68,7 +69,7 @@ def push_socket(ctx: zmq.Context, address: str, security: SocketSecurity) -> Out
 def pull_socket(ctx: zmq.Context, address: str, security: SocketSecurity,
                 accepts: tuple[type, ...]) -> Inbox:
     sock = ctx.socket(zmq.PULL, socket_class=Inbox)
-    sock.accepts, sock.limit = accepts, security.max_message_bytes
+    sock.accepts = accepts
     sock.dropped, sock.logged_at = Counter(), {}
     sock.setsockopt(zmq.MAXMSGSIZE, security.max_message_bytes)
     if security.keys is not None:
@@ -118,8 +119,6 @@ def receive(sock: Inbox, timeout_ms: int) -> list[Message]:
 
 def admit(sock: Inbox, data: zmq.Frame) -> Message | None:
     """The message in one frame, or None (counted and logged) when it is not one for ``sock``."""
-    if len(data.buffer) > sock.limit:
-        return _drop(sock, data, "too_large", f"{len(data.buffer)} bytes")
     try:
         msg = decode(data.buffer)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

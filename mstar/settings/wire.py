@@ -47,6 +47,9 @@ def differences(local: WorkerSettings, sent: WorkerSettings) -> dict[str, tuple[
     out = {}
     for name, value in theirs.items():
         if mine[name] != value:
-            secret = name in SECRETS
-            out[name] = (MASK if secret else str(mine[name]), MASK if secret else str(value))
+            out[name] = (_shown(name, mine[name]), _shown(name, value))
     return out
+
+
+def _shown(name: str, value: object) -> str:
+    return MASK if name in SECRETS and value is not None else str(value)
