@@ -52,6 +52,9 @@ class StubEngine:
     def abort(self, request_ids: list) -> None:
         pass
 
+    def dropped_frames(self) -> dict:
+        return {"api_server": {"undecodable": 1}}
+
 
 def stub_app(tokenizer, **settings):
     """(the ASGI app, its stub engine) for these settings."""

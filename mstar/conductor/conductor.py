@@ -22,7 +22,7 @@ from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.settings_reload import apply_reloaded
-from mstar.ipc.sockets import pull_socket, push_socket, receive, send
+from mstar.ipc.sockets import drops_report, pull_socket, push_socket, receive, send
 from mstar.settings.wire import settings_to_json
 from mstar.worker.process import worker_main
 
@@ -52,8 +52,9 @@ class Conductor:
         self.settings = settings
         self.endpoints = endpoints
         self.ctx = zmq.Context()
-        self.inbox = pull_socket(self.ctx, endpoints.conductor)
-        self.to_api = push_socket(self.ctx, endpoints.api)
+        self.security = endpoints.security
+        self.inbox = pull_socket(self.ctx, endpoints.conductor, self.security, m.TO_CONDUCTOR)
+        self.to_api = push_socket(self.ctx, endpoints.api, self.security)
         self.workers: list[WorkerHandle] = []
         self.owner: dict[str, WorkerHandle] = {}
         self.poller = zmq.Poller()
@@ -98,7 +99,8 @@ class Conductor:
                 log.info("worker_started", worker=i, pid=proc.pid, rank=rank)
                 self.poller.register(proc.sentinel, zmq.POLLIN)
                 ranks.append(RankProcess(rank, proc))
-            self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address)))
+            self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address,
+                                                                   self.security)))
 
     def poll(self, timeout_ms: int) -> list[Any]:
         """Messages from the inbox; raises WorkerDied as soon as a worker process exits (naming
@@ -115,7 +117,11 @@ class Conductor:
                     dead.append((code is None or code >= 0, f"{w.name(r)} {describe_exit(code)}"))
         if dead:
             raise WorkerDied("; ".join(text for _, text in sorted(dead)))
-        return receive(self.inbox, 0) if self.inbox in events else []
+        msgs = receive(self.inbox, 0) if self.inbox in events else []
+        report = drops_report(self.inbox, "conductor")
+        if report is not None:
+            send(self.to_api, report)
+        return msgs
 
     def ranks(self) -> list[tuple[WorkerHandle, RankProcess]]:
         return [(w, r) for w in self.workers for r in w.ranks]
@@ -133,7 +139,7 @@ class Conductor:
                 if isinstance(msg, m.Shutdown):
                     return False
                 if isinstance(msg, m.SetupDone):
-                    self.workers[msg.worker].ranks[msg.rank].setup = msg
+                    self.setup_done(msg)
                 elif isinstance(msg, m.Join):
                     self.join(msg)
         self.check_fingerprints()
@@ -142,8 +148,17 @@ class Conductor:
             model_name=first.model_name, max_model_len=first.max_model_len,
             num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()]))
         log.info("workers_ready", num_workers=len(self.workers), model=first.model_name,
-                 tensor_parallel_size=self.settings.tensor_parallel_size)
+                 tensor_parallel_size=self.settings.tensor_parallel_size,
+                 fingerprint=self.settings.fingerprint())
         return True
+
+    def setup_done(self, msg: m.SetupDone) -> None:
+        if not (0 <= msg.worker < len(self.workers)
+                and 0 <= msg.rank < len(self.workers[msg.worker].ranks)):
+            log.warning("setup_done_dropped", worker=msg.worker, rank=msg.rank, pid=msg.pid,
+                        reason="no such worker rank")
+            return
+        self.workers[msg.worker].ranks[msg.rank].setup = msg
 
     def join(self, msg: m.Join) -> None:
         """A replica on another host asks for the settings: it runs with the conductor's."""
@@ -153,7 +168,12 @@ class Conductor:
             return
         w = self.workers[msg.worker]
         if w.channel is None:
-            w.channel = push_socket(self.ctx, msg.address)
+            try:
+                w.channel = push_socket(self.ctx, msg.address, self.security)
+            except zmq.ZMQError as exc:
+                log.warning("join_refused", worker=msg.worker, address=msg.address,
+                            reason=f"not an address zmq can connect to: {exc}")
+                return
             log.info("remote_worker_joined", worker=w.index, address=msg.address, pid=msg.pid,
                      same_settings=msg.fingerprint == self.settings.fingerprint())
         send(w.channel, m.SettingsSync(settings_to_json(self.settings)))

@@ -115,11 +115,26 @@ class Fatal(_Message):
     message: str
 
 
+# conductor or worker -> API server
+class TransportDrops(_Message):
+    """Frames a process's inbox dropped so far, by reason (``mstar.ipc.sockets``): the API
+    server shows them in /metrics."""
+
+    process: str
+    counts: dict[str, int]
+
+
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
     RequestsDone, Outputs, RequestFailed,
-    WorkerStats, Ready, Fatal,
+    WorkerStats, Ready, Fatal, TransportDrops,
 ]
+
+# What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
+TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops)
+TO_CONDUCTOR = (AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, RequestsDone)
+TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
+TO_JOINING_WORKER = (SettingsSync,)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -245,6 +245,17 @@ class TransportKnobs(BaseModel):
         "the last ones. Needs the tcp transport (MSTAR_ZMQ_TRANSPORT=tcp).", ge=0, le=256)
     socket_dir: Path | None = _transport(
         None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
+    cluster_secret: SecretStr | None = _transport(
+        None, "The secret every process of the cluster holds: over tcp, the ZeroMQ CURVE keys "
+        "that encrypt and authenticate all traffic are derived from it, and a peer without it "
+        "cannot connect. Required with MSTAR_REMOTE_WORKERS (the same on every host); unset "
+        "with tcp on one host, a random secret is made per instance. Not used by the ipc "
+        "transport. A security setting: any problem with it is an error.",
+        secret=True, security=True)
+    max_message_mb: float = _transport(
+        64.0, "Largest message between processes. A larger frame is dropped (and counted) by its "
+        "receiver, and a larger message is never sent: the request that would need it fails.",
+        unit="MiB", gt=0.0, le=2047.0)
 
 
 class ConfigKnobs(BaseModel):

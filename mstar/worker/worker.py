@@ -65,7 +65,7 @@ class Worker:
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
-                 seconds=round(seconds, 2))
+                 seconds=round(seconds, 2), fingerprint=self.settings.fingerprint())
         self.channel.send_to_conductor(m.SetupDone(
             worker=self.index, pid=os.getpid(), fingerprint=self.settings.fingerprint(),
             model_name=Path(engine.model_name).name, max_model_len=engine.max_model_len,

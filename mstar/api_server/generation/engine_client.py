@@ -18,7 +18,15 @@ from mstar.engine.outputs import RequestOutput
 from mstar.engine.sampling_params import SamplingParams
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
-from mstar.ipc.sockets import drain, pull_socket, push_socket, send
+from mstar.ipc.sockets import (
+    MessageTooLarge,
+    drain,
+    dropped_frames,
+    encode_for,
+    pull_socket,
+    push_socket,
+    send,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -45,11 +53,12 @@ class EngineClient:
     def __init__(self, endpoints: Endpoints, conductor: BaseProcess):
         self.conductor = conductor
         self.ctx = zmq.Context()  # plain sockets: sends never block on PUSH, reads drain
-        self.inbox = pull_socket(self.ctx, endpoints.api)
+        self.inbox = pull_socket(self.ctx, endpoints.api, endpoints.security, m.TO_API)
         self.inbox_waiter = zmq.asyncio.Socket.from_socket(self.inbox)  # awaits readability only
-        self.to_conductor = push_socket(self.ctx, endpoints.conductor)
+        self.to_conductor = push_socket(self.ctx, endpoints.conductor, endpoints.security)
         self.queues: dict[str, asyncio.Queue] = {}
         self.stats: dict[int, m.WorkerStats] = {}
+        self.drops: dict[str, dict[str, int]] = {}  # process -> reason -> frames dropped
         self.failure: str | None = None
         self.failed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -78,6 +87,17 @@ class EngineClient:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._dispatch())
+        self._task.add_done_callback(self._dispatch_ended)
+
+    def _dispatch_ended(self, task: asyncio.Task) -> None:
+        """Supervision: the routing task must never end on its own while serving; if it dies,
+        the server fails loudly (every pending request and /health get 503, the process exits
+        non-zero) instead of hanging."""
+        if task.cancelled() or self.failure is not None:
+            return
+        exc = task.exception()
+        log.error("output_routing_failed", error=repr(exc), exc_info=exc)
+        self._fail(f"output routing failed: {exc!r}")
 
     async def _dispatch(self) -> None:
         while self.failure is None:
@@ -100,6 +120,12 @@ class EngineClient:
                 queue.put_nowait(Failure(msg.status, msg.message, msg.param))
         elif isinstance(msg, m.Fatal):
             self._fail(msg.message)
+        elif isinstance(msg, m.TransportDrops):
+            self.drops[msg.process] = msg.counts
+
+    def dropped_frames(self) -> dict[str, dict[str, int]]:
+        """Frames dropped by every process's inbox, by process and reason."""
+        return {**self.drops, "api_server": dropped_frames(self.inbox)}
 
     def _fail(self, message: str) -> None:
         log.error("serving_failed", reason=message, pending=len(self.queues))
@@ -118,7 +144,12 @@ class EngineClient:
         if self.failure is not None:
             queue.put_nowait(Failure(503, self.failure))
             return queue
-        frames = [(rid, m.encode(m.AddRequest(rid, ids, params))) for rid, ids, params in requests]
+        try:
+            frames = [(rid, encode_for(self.to_conductor, m.AddRequest(rid, ids, params)))
+                      for rid, ids, params in requests]
+        except MessageTooLarge as exc:
+            queue.put_nowait(Failure(413, str(exc)))
+            return queue
         sent: list[str] = []
         try:
             for rid, frame in frames:

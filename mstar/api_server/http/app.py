@@ -49,6 +49,7 @@ def build_app(state: ServerState) -> FastAPI:
     @app.get("/metrics", response_model=None, responses={**METRICS_DOC, **error_responses((401,))})
     async def metrics(request: Request) -> Response:
         state.metrics.update_workers(state.client.stats)
+        state.metrics.update_dropped_frames(state.client.dropped_frames())
         state.metrics.in_flight.set(state.in_flight)
         state.metrics.show_fingerprint(state.settings.fingerprint())
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
