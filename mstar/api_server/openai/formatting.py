@@ -33,11 +33,10 @@ async def coalesce(outputs: AsyncIterator[tuple[int, RequestOutput]], interval: 
     async for i, out in outputs:
         prev = pending.pop(i, None)
         if prev is not None:
-            out = RequestOutput(
-                out.request_id, prev.new_token_ids + out.new_token_ids,
-                prev.new_text + out.new_text, out.finished, out.finish_reason,
-                out.num_prompt_tokens, out.num_output_tokens,
-                (prev.logprobs or []) + (out.logprobs or []) or None)
+            out = msgspec.structs.replace(
+                out, new_token_ids=prev.new_token_ids + out.new_token_ids,
+                new_text=prev.new_text + out.new_text,
+                logprobs=(prev.logprobs or []) + (out.logprobs or []) or None)
         if out.finished or len(out.new_token_ids) >= interval:
             yield i, out
         else:
