@@ -7,7 +7,6 @@ import itertools
 
 import torch
 
-from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sampling_state import SamplingState
 
@@ -32,7 +31,6 @@ class Sequence:
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
-        detokenizer: IncrementalDetokenizer,
         generator: torch.Generator | None,
         sampling_state: SamplingState | None = None,
     ) -> None:
@@ -41,7 +39,6 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
-        self.detokenizer = detokenizer
         self.generator = generator
         self.sampling_state = sampling_state  # the sampler's alone (see sampling_state.py)
         self.status = SequenceStatus.WAITING
