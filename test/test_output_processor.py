@@ -116,3 +116,4 @@ def test_equal_shown_tokens_never_collide_and_the_chosen_keeps_its_key():
     e = TokenLogprob(7, -0.25, [(3, -0.1), (7, -0.25), (9, -2.0)])
     from mstar.api_server.openai.formatting import top_logprobs_dict
     assert top_logprobs_dict(Vocab(), e) == {"x": -0.25, "x#3": -0.1, "x#9": -2.0}
+

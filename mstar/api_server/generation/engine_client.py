@@ -57,6 +57,17 @@ class LiveRequest:
     worker: int
 
 
+def least_loaded(load: list[int], stats: dict[int, m.WorkerStats]) -> int:
+    """The replica for a new request: fewest live requests here, then (by its last stats) fewest
+    waiting and least KV cache in use, then the lowest index."""
+    def key(i: int) -> tuple:
+        reported = stats.get(i)
+        return (load[i], reported.waiting if reported else 0,
+                reported.kv_cache_usage if reported else 0.0, i)
+
+    return min(range(len(load)), key=key)
+
+
 class EngineClient:
     def __init__(self, endpoints: Endpoints, conductor: BaseProcess, tokenizer: Any):
         self.conductor = conductor
@@ -156,14 +167,7 @@ class EngineClient:
         self.failed.set()
 
     def place(self) -> int:
-        """The replica for a new request: fewest live requests here, then (by its last stats)
-        fewest waiting and least KV cache in use, then the lowest index."""
-        def key(i: int) -> tuple:
-            stats = self.stats.get(i)
-            return (self.load[i], stats.waiting if stats else 0,
-                    stats.kv_cache_usage if stats else 0.0, i)
-
-        return min(range(len(self.to_workers)), key=key)
+        return least_loaded(self.load, self.stats)
 
     def submit(self, requests: list[tuple[str, list[int], SamplingParams]]) -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
