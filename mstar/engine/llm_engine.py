@@ -1,4 +1,8 @@
-"""LLMEngine: requests in, per-step token/text deltas out, through the one step loop."""
+"""LLMEngine: requests in, per-step token deltas out, through the one step loop.
+
+The engine deals in token ids only: text, stop strings and logprob formatting are the caller's
+(``mstar.output``).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from mstar.engine.block_manager import BlockManager
-from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_logit_bias_ids, check_request_fits
 from mstar.engine.model_runner import ModelRunner
@@ -138,9 +141,8 @@ class LLMEngine:
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
-        seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state)
+        seq = Sequence(request_id, prompt_token_ids, params, generator, state)
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
         if grammar is not None:  # admitted once compiled; step() ends it if compiling fails
@@ -224,7 +226,7 @@ class LLMEngine:
         reason = None
         # A constrained request ends where its grammar does: it allows EOS only once complete.
         ends_at_eos = not params.ignore_eos or params.structured_output is not None
-        if seq.detokenizer.append(token) or token in params.stop_token_ids or (
+        if token in params.stop_token_ids or (
             ends_at_eos and token in self.eos_token_ids
         ):
             reason = "stop"
@@ -236,7 +238,6 @@ class LLMEngine:
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=[token],
-            new_text=seq.detokenizer.take_delta(finished=reason is not None),
             finished=reason is not None,
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
