@@ -220,13 +220,27 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
     def empty():
         return {"token_ids": [], "text": "", "finish_reason": None, "cached_tokens": 0}
 
+    from mstar.output.processor import RequestText, ends_in_engine
+
     results = {rid: empty() for rid in requests}
+    texts = getattr(engine, "_test_texts", {})  # requests added by earlier calls keep their text
+    engine._test_texts = texts
+    for rid, seq in engine.seqs.items():  # added by the test itself
+        if rid not in texts:
+            texts[rid] = RequestText(engine.tokenizer, seq.token_ids[:seq.num_prompt_tokens],
+                                     seq.params)
     for rid, (prompt_ids, params) in requests.items():
         engine.add_request(rid, prompt_ids, params)
+        texts[rid] = RequestText(engine.tokenizer, prompt_ids, params)
     for _ in range(max_steps):
         if not engine.has_unfinished_requests():
             break
-        for out in engine.step():
+        for raw in engine.step():
+            out = texts[raw.request_id].to_text(raw)
+            if out is None:
+                continue
+            if ends_in_engine(out, raw):
+                engine.abort_request(raw.request_id)
             r = results.setdefault(out.request_id, empty())
             r["token_ids"] += out.new_token_ids
             r["text"] += out.new_text

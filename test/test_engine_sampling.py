@@ -50,6 +50,26 @@ def test_seeded_sampling_reproducible_and_batch_independent(engine, run, ids):
     assert other_seed["a"]["token_ids"] != alone
 
 
+def test_sampled_requests_give_the_same_tokens_in_serial_and_overlapped_loops(model_dir,
+                                                                            make_engine, run, ids):
+    """Seeded requests with top-k/top-p, penalties, logit_bias and min_tokens, more of them than
+    slots (max_num_seqs=3), ending at different steps: the overlapped loop (wasted rows, slots
+    freed and taken again) gives the serial loop's tokens."""
+    p, other = ids
+    jobs = {f"r{i}": (p if i % 2 else other, SamplingParams(
+        temperature=0.9, top_p=0.9, top_k=50 if i % 3 == 0 else -1, seed=i, max_tokens=6 + 3 * i,
+        ignore_eos=True, presence_penalty=0.4 * (i % 2), repetition_penalty=1.2 if i == 4 else 1,
+        logit_bias={5: 2.0} if i == 2 else {}, min_tokens=2)) for i in range(7)}
+    knobs = dict(kv_block_size=4, num_kv_blocks=256, max_num_seqs=3)
+    serial = run(make_engine(model_dir, max_consecutive_spec_steps=0, **knobs), jobs)
+    engine = make_engine(model_dir, max_consecutive_spec_steps=1024, **knobs)
+    overlapped = run(engine, jobs)
+    assert engine.loop.counters.speculative_steps > 0
+    assert {r: o["token_ids"] for r, o in overlapped.items()} == {
+        r: o["token_ids"] for r, o in serial.items()}
+    assert len({tuple(o["token_ids"][:6]) for o in serial.values()}) > 3
+
+
 def test_top_k_one_and_min_p_one_are_greedy(engine, run, ids):
     p, _ = ids
     greedy = _one(run, engine, p, temperature=0, max_tokens=12, ignore_eos=True)["token_ids"]
@@ -155,22 +175,19 @@ LOGITS = [3.0, 2.6, 2.0, 0.0, -50.0, -50.0]  # token 3 is EOS
 
 def _sample(params: SamplingParams, outputs: list[int] = (), prompt: list[int] = (5,),
             logits: list[float] = LOGITS):
-    """Greedy-sample one row after ``outputs`` were sampled before; (token, its state)."""
-    from mstar.engine.logit_adjustments import adjusts_logits
-    from mstar.engine.sampler import Sampler, SamplingMetadata
-    from mstar.engine.sampling_state import new_sampling_state
+    """Sample one row after ``outputs`` were sampled before; (token, the batch, logprobs)."""
+    from mstar.engine.sampling.batch import RowAdd, SamplingBatch
+    from mstar.engine.sampling.sampler import Sampler, SamplingStep
+    from mstar.engine.sampling.state import new_sampling_state
 
     vocab = len(logits)
-    state = new_sampling_state(params, list(prompt), {EOS}, vocab, None, torch.device("cpu"))
-    for token in outputs if state is not None else ():
-        state.record(token)
-    meta = SamplingMetadata(params=[params], generators=[None], states=[state],
-                            all_greedy=params.greedy, any_adjustment=adjusts_logits(params),
-                            any_logprobs=params.logprobs is not None,
-                            any_state=state is not None)
-    row = torch.tensor([logits])
-    tokens, logprobs = Sampler()(row, meta)
-    return int(tokens[0]), state, logprobs
+    batch = SamplingBatch(1, vocab, torch.device("cpu"), seed=0)
+    state = new_sampling_state(params, {EOS}, vocab, None)
+    sampler = Sampler(batch)
+    add = RowAdd(0, params, list(prompt), list(outputs), None, state)
+    started = sampler.begin(SamplingStep([0], added=[add]))
+    tokens, logprobs = sampler.sample(torch.tensor([logits]), started)
+    return int(tokens[0]), batch, logprobs
 
 
 @pytest.mark.parametrize(("presence", "frequency", "winner"), [
@@ -213,10 +230,10 @@ def test_min_tokens_keeps_eos_and_stop_ids_out():
     assert _sample(params, logits=only_eos)[0] == EOS
 
 
-def test_sampler_records_each_sampled_token_in_the_state():
+def test_sampler_counts_each_sampled_token():
     params = SamplingParams(temperature=0, frequency_penalty=0.1)
-    token, state, _ = _sample(params, outputs=[1])
-    assert token == 0 and state.output_counts == {1: 1, 0: 1} and state.num_sampled == 2
+    token, batch, _ = _sample(params, outputs=[1])
+    assert token == 0 and batch.output_counts[0].tolist() == [1, 1, 0, 0, 0, 0]
 
 
 def test_logprobs_come_from_the_raw_logits():

@@ -7,9 +7,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mstar"
 
-# Lowest first. ``llm`` (the offline API) sits on the engine; ``kernels`` under the models.
-LAYERS = ("settings", "logging_setup", "kernels", "graph", "models", "engine", "llm", "ipc", "worker",
-          "conductor", "api_server", "cli")
+# Lowest first. ``llm`` (the offline API) sits on the engine and ``output`` (token ids -> text);
+# ``kernels`` under the models.
+LAYERS = ("settings", "logging_setup", "kernels", "graph", "models", "engine", "output", "llm",
+          "ipc", "worker", "conductor", "api_server", "cli")
 ENTRY_MODULES = ("__init__", "__main__")  # the package's own entry points may import anything
 
 

@@ -13,7 +13,10 @@ from mstar.api_server.validation.field_table import TABLE, FieldRow, rst_table
 
 BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 2}),
-        "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2})}
+        "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+        "responses": ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
+        "messages": ("/v1/messages", {"model": "stub-model", "max_tokens": 2,
+                                      "messages": [{"role": "user", "content": "hi"}]})}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "openai_api.rst"
 CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints]
 
@@ -71,3 +74,23 @@ def test_the_docs_table_is_the_table_in_code():
     assert text[start:end].strip() == rst_table().strip(), (
         "docs/openai_api.rst is stale: paste the output of "
         "`python -m mstar.api_server.validation.field_table` between its field-table markers")
+
+
+@pytest.mark.parametrize(("doc", "endpoint"), [("openai_api.rst", "responses"),
+                                               ("anthropic_api.rst", "messages")])
+def test_the_docs_tables_of_responses_and_messages_are_the_tables_in_code(doc, endpoint):
+    text = (DOCS.parent / doc).read_text()
+    start = text.index(f".. {endpoint}-table-start") + len(f".. {endpoint}-table-start\n\n")
+    end = text.index(f".. {endpoint}-table-end")
+    assert text[start:end].strip() == rst_table((endpoint,)).strip(), (
+        f"docs/{doc} is stale: paste the output of "
+        f"`python -m mstar.api_server.validation.field_table {endpoint}` between its markers")
+
+
+def test_every_responses_and_messages_field_has_a_row():
+    from mstar.api_server.anthropic.protocol import MessagesRequest
+    from mstar.api_server.responses.protocol import ResponsesRequest
+
+    for endpoint, model in (("responses", ResponsesRequest), ("messages", MessagesRequest)):
+        rows = {row.name.split(".")[0].split(" ")[0] for row in TABLE if endpoint in row.endpoints}
+        assert rows == set(model.model_fields), endpoint

@@ -25,7 +25,10 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/generate"),
               ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/health"),
               ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/v1/config")]
-EXAMPLES = {"POST": 40, "GET": 3}
+OPERATIONS += [("GET", "/v1/models/{model_id}"), ("POST", "/v1/responses"),
+               ("GET", "/v1/responses/{response_id}"), ("DELETE", "/v1/responses/{response_id}"),
+               ("POST", "/v1/messages")]
+EXAMPLES = {"POST": 40, "GET": 3, "DELETE": 3}
 
 
 @pytest.fixture(scope="module")

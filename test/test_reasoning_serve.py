@@ -87,3 +87,26 @@ def test_a_tool_and_response_format_together_are_answered(client):
     else:  # the grammar allows nothing else, and both are short
         assert reply.choices[0].finish_reason == "stop"
         assert json.loads(message.content)["ok"] in ("yes", "no")
+
+
+def test_responses_and_messages_show_the_reasoning_chat_shows(client, server):
+    """The Responses API's reasoning item and Anthropic's thinking block hold what chat returns
+    as reasoning_content (the same greedy reply), before the answer."""
+    import anthropic
+
+    reasoning, content, _ = ask(client, False)
+    response = client.responses.create(model="m", input=MESSAGES[0]["content"], temperature=0,
+                                       max_output_tokens=40)
+    kinds = [item.type for item in response.output]
+    shown = [item.content[0].text for item in response.output if item.type == "reasoning"]
+    assert shown == ([reasoning] if reasoning else []) and kinds[0] == kinds_first(reasoning)
+    assert response.output_text == content
+    message = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0).messages.create(
+        model="m", max_tokens=40, messages=MESSAGES, extra_body={"temperature": 0})
+    thinking = [block.thinking for block in message.content if block.type == "thinking"]
+    assert thinking == ([reasoning] if reasoning else [])
+    assert "".join(b.text for b in message.content if b.type == "text") == content
+
+
+def kinds_first(reasoning: str | None) -> str:
+    return "reasoning" if reasoning else "message"

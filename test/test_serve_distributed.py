@@ -15,6 +15,7 @@ import httpx
 import pytest
 from serve_helpers import Server, alive, free_port, free_port_block, hard_timeout, wait_running  # noqa: F401
 
+CLUSTER_SECRET = "two-hosts-test-secret"
 TP_ENV = {"MSTAR_TENSOR_PARALLEL_SIZE": "2", "MSTAR_TORCH_NUM_THREADS": "1",
           "MSTAR_MAX_NUM_SEQS": "4"}
 
@@ -75,9 +76,10 @@ def two_hosts(tiny_model_dir, tmp_path_factory):
     base = free_port_block(4)
     server = Server(tiny_model_dir("llama"), root / "conductor.log", {
         "MSTAR_ZMQ_TRANSPORT": "tcp", "MSTAR_ZMQ_TCP_BASE_PORT": str(base),
-        "MSTAR_REMOTE_WORKERS": "1", "MSTAR_TORCH_NUM_THREADS": "1", "MSTAR_MAX_NUM_SEQS": "4"})
+        "MSTAR_REMOTE_WORKERS": "1", "MSTAR_TORCH_NUM_THREADS": "1", "MSTAR_MAX_NUM_SEQS": "4",
+        "MSTAR_CLUSTER_SECRET": CLUSTER_SECRET})
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
-    env |= {"MSTAR_DEVICE": "cpu", "MSTAR_MAX_NUM_SEQS": "9"}
+    env |= {"MSTAR_DEVICE": "cpu", "MSTAR_MAX_NUM_SEQS": "9", "MSTAR_CLUSTER_SECRET": CLUSTER_SECRET}
     log = open(root / "worker.log", "w")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(
         [sys.executable, "-m", "mstar", "worker", "--conductor", f"tcp://127.0.0.1:{base}",

@@ -73,6 +73,8 @@ VALID = {
     "MSTAR_DIST_MASTER_PORT": ("29600", 29600),
     "MSTAR_REMOTE_WORKERS": ("1", 1),
     "MSTAR_SOCKET_DIR": ("/tmp/socks", Path("/tmp/socks")),
+    "MSTAR_CLUSTER_SECRET": ("cluster-s3cret", SecretStr("cluster-s3cret")),
+    "MSTAR_MAX_MESSAGE_MB": ("16", 16.0),
     "MSTAR_ALLOWED_MEDIA_DOMAINS": ("images.example.com", "images.example.com"),
     "MSTAR_MAX_IMAGES_PER_REQUEST": ("2", 2),
     "MSTAR_MAX_IMAGE_PIXELS": ("1048576", 1048576),

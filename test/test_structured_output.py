@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from concurrent.futures import Future
 
 import jsonschema
@@ -219,16 +218,10 @@ def test_constrained_requests_survive_preemption(tiny, tiny_dir, tiny_tokenizer,
                          enable_prefix_caching=False)
     for rid, (prompt, params) in jobs.items():
         engine.add_request(rid, prompt, params)
-    seqs = dict(engine.seqs)
     results = run(engine, {})
     assert engine.scheduler.num_preemptions > 0
     assert _tokens(results) == _tokens(roomy)
     _check_records(results)
-    for rid, seq in seqs.items():  # the sampler's record is the output (+ at most a wasted row)
-        if seq.sampling_state is not None:
-            recorded = Counter(seq.sampling_state.output_counts)
-            emitted = Counter(results[rid]["token_ids"])
-            assert not emitted - recorded and sum((recorded - emitted).values()) <= 1
 
 
 def test_scheduler_admits_a_request_only_once_its_grammar_compiled(tiny, tiny_tokenizer, run,

@@ -4,6 +4,8 @@ preemption, with two images; the encoder cache and budget; prefix caching keyed 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from vlm_helpers import image, make_tiny_vlm, prompt_text, transformers_greedy
 
@@ -11,6 +13,7 @@ from mstar.engine.sampling_params import SamplingParams
 from mstar.models.vision.inputs import build_prompt, load_processor
 
 MAX_NEW = 10
+_CALLS = itertools.count()
 FAMILIES = ["smolvlm", "llava_clip"]
 
 
@@ -46,10 +49,11 @@ def _run(engine, processor, requests, ids=None):
     for rid in ids or requests:
         text, imgs = requests[rid]
         built[rid] = build_prompt(processor, text, imgs)
+    tag = f"#{next(_CALLS)}"  # request ids are never reused within one engine
     for rid, (prompt, images) in built.items():
-        engine.add_request(rid, prompt, params, images)
+        engine.add_request(rid + tag, prompt, params, images)
     results = run_engine(engine, {})
-    return {rid: results[rid]["token_ids"] for rid in built}
+    return {rid: results[rid + tag]["token_ids"] for rid in built}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -110,5 +114,6 @@ def _cached(engine, processor, requests, rid) -> int:
     from conftest import run_engine
 
     prompt, images = build_prompt(processor, *requests[rid])
-    engine.add_request(rid + "-again", prompt, SamplingParams(temperature=0, max_tokens=2), images)
-    return run_engine(engine, {})[rid + "-again"]["cached_tokens"]
+    again = f"{rid}#{next(_CALLS)}"
+    engine.add_request(again, prompt, SamplingParams(temperature=0, max_tokens=2), images)
+    return run_engine(engine, {})[again]["cached_tokens"]

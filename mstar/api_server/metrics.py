@@ -44,6 +44,11 @@ class Metrics:
         self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
                                    "as system_fingerprint in responses); always 1.",
                                    ["fingerprint"], registry=r)
+        self.dropped_frames = Gauge(
+            "mstar_transport_dropped_frames", "Frames a process's inbox dropped so far (never "
+            "delivered: undecodable, an unexpected message type, or over MSTAR_MAX_MESSAGE_MB), "
+            "by process (api_server, conductor, worker I) and reason.", ["process", "reason"],
+            registry=r)
         self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
                               buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("mstar_inter_token_latency_seconds",
@@ -64,6 +69,11 @@ class Metrics:
         self.encoder_hits.set(sum(s.encoder_cache_hits for s in values))
         self.encoder_misses.set(sum(s.encoder_cache_misses for s in values))
         self.encoder_seconds.set(sum(s.encoder_seconds for s in values))
+
+    def update_dropped_frames(self, dropped: dict[str, dict[str, int]]) -> None:
+        for process, counts in dropped.items():
+            for reason, count in counts.items():
+                self.dropped_frames.labels(process=process, reason=reason).set(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,5 +1,6 @@
 """SIGHUP in the API server: re-read the env files given at start, apply the reloadable changes
-here and (through the conductor) in every worker, and log one structured diff.
+here and (through the conductor) in every worker, and log one structured diff. A SIGHUP during
+start-up is deferred until the server is ready (``DeferredReload``).
 
 The same lenient and strict rules as at start apply. A reload that fails them (strict mode with any
 problem, a security problem, an env file that cannot be read) is rejected whole: the old settings
@@ -11,7 +12,6 @@ from __future__ import annotations
 import structlog
 
 from mstar.api_server.state import ServerState
-from mstar.engine.distributed import check_deterministic_loop
 from mstar.ipc import messages as m
 from mstar.logging_setup import configure_logging, log_problems
 from mstar.settings import SettingsError, SettingsUsageError
@@ -19,6 +19,19 @@ from mstar.settings.reload import ReloadPlan, is_strict, plan_reload, reloadable
 from mstar.settings.sources import reload_settings
 
 log = structlog.get_logger("mstar.settings")
+
+
+class DeferredReload:
+    """The SIGHUP handler while the server starts: the reload is logged as deferred and applied
+    once the server is ready (``serve`` checks ``pending``)."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.pending = True
+        log.info("settings_reload_deferred", reason="the server is starting: the reload is "
+                 "applied once it is ready")
 
 
 def reload_server_settings(state: ServerState) -> None:
@@ -39,6 +52,8 @@ def reload_server_settings(state: ServerState) -> None:
         return
     log_problems(fresh.problems)
     plan = plan_reload(running, fresh)
+    from mstar.engine.distributed import check_deterministic_loop  # torch: not at start-up
+
     try:  # the start-up rules that span knobs hold for the running settings too
         check_deterministic_loop(plan.running.settings)
     except ValueError as exc:

@@ -6,7 +6,8 @@ for up to shutdown_timeout_s); a second one stops at once. Requests still runnin
 each fails with a 503 (a stream ends with an error chunk and its terminator) and the log says how
 many. A worker fault fails pending requests with 503 and exits non-zero. SIGHUP reloads the
 settings (``reload.py``): the env files given at start are read again and the reloadable knobs
-applied in every process.
+applied in every process; a SIGHUP before the server is ready is logged as deferred and applied
+once it is. The children get the settings with their secrets withheld (``withhold_secrets``).
 
 The HTTP socket is bound by the caller before the model is resolved (``listener.py``).
 """
@@ -32,10 +33,14 @@ from mstar.api_server.media.model import model_media
 from mstar.conductor.process import conductor_main
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
+from mstar.ipc.security import MissingClusterSecret
+from mstar.settings.preflight import tensor_parallel_problem
+from mstar.settings.wire import withhold_secrets
 
 if TYPE_CHECKING:
     import socket
 
+    from mstar.api_server.reload import DeferredReload
     from mstar.settings import LoadedSettings, WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -65,19 +70,33 @@ def load_tokenizer(model_dir: Path) -> Any:
 
 def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     """Run the whole serving stack on the listening ``sock``; the exit code of ``mstar serve``."""
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # not fatal while starting; handled once ready
+    from mstar.api_server.reload import DeferredReload
+
+    deferred = DeferredReload()
+    signal.signal(signal.SIGHUP, deferred)  # not fatal while starting; applied once ready
     settings = loaded.settings
+    problem = tensor_parallel_problem(settings, model_dir)
+    if problem is not None:
+        log.error("preflight_failed", reason=problem)
+        return 1
     tokenizer = load_tokenizer(model_dir)
     media = model_media(model_dir)
     socket_dir = create_socket_dir(settings)
     try:
-        endpoints = make_endpoints(settings, socket_dir)
+        try:
+            endpoints = make_endpoints(settings, socket_dir)
+        except MissingClusterSecret as exc:
+            log.error("startup_failed", reason=str(exc))
+            return 1
         log.info("starting_workers", num_workers=settings.num_workers,
-                 transport=settings.zmq_transport)
-        conductor = start_child(conductor_main, (settings, endpoints), "mstar-conductor")
+                 transport=settings.zmq_transport,
+                 authenticated=endpoints.security.keys is not None)
+        conductor = start_child(conductor_main, (withhold_secrets(settings), endpoints),
+                                "mstar-conductor")
         try:
             # uvloop: the event loop's own overhead is a share of every streamed token.
-            return uvloop.run(_serve(loaded, tokenizer, media, endpoints, conductor, sock))
+            return uvloop.run(_serve(loaded, tokenizer, media, endpoints, conductor, sock,
+                                     deferred))
         finally:
             conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
             if conductor.is_alive():
@@ -90,7 +109,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
 
 
 async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
-                 conductor: Any, sock: socket.socket) -> int:
+                 conductor: Any, sock: socket.socket, deferred: DeferredReload) -> int:
     from mstar.api_server.http.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.reload import reload_server_settings
@@ -106,7 +125,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    client = EngineClient(endpoints, conductor)
+    client = EngineClient(endpoints, conductor, tokenizer)
     reason = "stopped"
     try:
         try:
@@ -135,6 +154,8 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         log.info("server_ready", url=f"http://{settings.host}:{settings.port}",
                  model=ready.model_name, workers=ready.num_workers,
                  max_model_len=ready.max_model_len)
+        if deferred.pending:
+            reload_server_settings(state)
         waits = [serving, loop.create_task(stop.wait()), loop.create_task(client.failed.wait())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         crashed = serving.done()  # uvicorn stopped on its own
@@ -185,7 +206,7 @@ async def _cut(state: Any, message: str) -> None:
     done: set[asyncio.Queue] = set()
     deadline = time.monotonic() + CUT_GRACE_S
     while state.in_flight and time.monotonic() < deadline:
-        for queue in set(state.client.queues.values()) - done:
+        for queue in set(state.client.queues()) - done:
             queue.put_nowait(Failure(503, message))
             done.add(queue)
         await asyncio.sleep(DRAIN_POLL_S)

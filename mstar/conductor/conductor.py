@@ -1,9 +1,10 @@
-"""The conductor: starts the worker replicas, places requests, relays aborts, watches liveness.
+"""The conductor: starts the worker replicas, checks their settings, relays control, watches liveness.
 
-It owns control only; token outputs go from workers straight to the API server. Liveness is
-exact and immediate: the process sentinel of each rank of each replica is polled next to the zmq
-socket. A tensor-parallel replica is one worker here (placement, aborts); its ranks each report
-SETUP_DONE and must all run with the conductor's settings fingerprint. Replicas on other hosts
+It owns the life cycle only: requests and their outputs go between the API server and the workers
+directly (READY tells the API server each replica's command address). Liveness is exact and
+immediate: the process sentinel of each rank of each replica is polled next to the zmq socket. A
+tensor-parallel replica is one worker here; its ranks each report SETUP_DONE and must all run with
+the conductor's settings fingerprint. Replicas on other hosts
 (MSTAR_REMOTE_WORKERS) join with JOIN and get the settings in return; their processes are not
 the conductor's, so their death is not watched here (see docs/distributed.rst).
 """
@@ -22,7 +23,7 @@ from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.settings_reload import apply_reloaded
-from mstar.ipc.sockets import pull_socket, push_socket, receive, send
+from mstar.ipc.sockets import drops_report, pull_socket, push_socket, receive, send
 from mstar.settings.wire import settings_to_json
 from mstar.worker.process import worker_main
 
@@ -52,10 +53,10 @@ class Conductor:
         self.settings = settings
         self.endpoints = endpoints
         self.ctx = zmq.Context()
-        self.inbox = pull_socket(self.ctx, endpoints.conductor)
-        self.to_api = push_socket(self.ctx, endpoints.api)
+        self.security = endpoints.security
+        self.inbox = pull_socket(self.ctx, endpoints.conductor, self.security, m.TO_CONDUCTOR)
+        self.to_api = push_socket(self.ctx, endpoints.api, self.security)
         self.workers: list[WorkerHandle] = []
-        self.owner: dict[str, WorkerHandle] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, zmq.POLLIN)
 
@@ -88,7 +89,7 @@ class Conductor:
                 log.info("waiting_for_remote_worker", worker=i,
                          command=f"mstar worker --conductor {self.endpoints.conductor} --replica {i}")
                 ranks = [RankProcess(r, None) for r in range(self.settings.tensor_parallel_size)]
-                self.workers.append(WorkerHandle(i, ranks, None))
+                self.workers.append(WorkerHandle(i, ranks, None, ""))
                 continue
             ranks = []
             for rank, rendezvous in enumerate(group_rendezvous(self.settings, i)):
@@ -98,7 +99,8 @@ class Conductor:
                 log.info("worker_started", worker=i, pid=proc.pid, rank=rank)
                 self.poller.register(proc.sentinel, zmq.POLLIN)
                 ranks.append(RankProcess(rank, proc))
-            self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address)))
+            self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address,
+                                                                   self.security), address))
 
     def poll(self, timeout_ms: int) -> list[Any]:
         """Messages from the inbox; raises WorkerDied as soon as a worker process exits (naming
@@ -111,11 +113,15 @@ class Conductor:
                     r.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
                     code = r.process.exitcode
                     log.error("worker_died", worker=w.index, pid=r.process.pid, exitcode=code,
-                              rank=r.rank, pending=len(w.outstanding))
+                              rank=r.rank)
                     dead.append((code is None or code >= 0, f"{w.name(r)} {describe_exit(code)}"))
         if dead:
             raise WorkerDied("; ".join(text for _, text in sorted(dead)))
-        return receive(self.inbox, 0) if self.inbox in events else []
+        msgs = receive(self.inbox, 0) if self.inbox in events else []
+        report = drops_report(self.inbox, "conductor")
+        if report is not None:
+            send(self.to_api, report)
+        return msgs
 
     def ranks(self) -> list[tuple[WorkerHandle, RankProcess]]:
         return [(w, r) for w in self.workers for r in w.ranks]
@@ -133,17 +139,27 @@ class Conductor:
                 if isinstance(msg, m.Shutdown):
                     return False
                 if isinstance(msg, m.SetupDone):
-                    self.workers[msg.worker].ranks[msg.rank].setup = msg
+                    self.setup_done(msg)
                 elif isinstance(msg, m.Join):
                     self.join(msg)
         self.check_fingerprints()
         first = self.workers[0].ranks[0].setup
         send(self.to_api, m.Ready(
             model_name=first.model_name, max_model_len=first.max_model_len,
-            num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()]))
+            num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()],
+            worker_addresses=[w.address for w in self.workers]))
         log.info("workers_ready", num_workers=len(self.workers), model=first.model_name,
-                 tensor_parallel_size=self.settings.tensor_parallel_size)
+                 tensor_parallel_size=self.settings.tensor_parallel_size,
+                 fingerprint=self.settings.fingerprint())
         return True
+
+    def setup_done(self, msg: m.SetupDone) -> None:
+        if not (0 <= msg.worker < len(self.workers)
+                and 0 <= msg.rank < len(self.workers[msg.worker].ranks)):
+            log.warning("setup_done_dropped", worker=msg.worker, rank=msg.rank, pid=msg.pid,
+                        reason="no such worker rank")
+            return
+        self.workers[msg.worker].ranks[msg.rank].setup = msg
 
     def join(self, msg: m.Join) -> None:
         """A replica on another host asks for the settings: it runs with the conductor's."""
@@ -153,7 +169,13 @@ class Conductor:
             return
         w = self.workers[msg.worker]
         if w.channel is None:
-            w.channel = push_socket(self.ctx, msg.address)
+            try:
+                w.channel = push_socket(self.ctx, msg.address, self.security)
+            except zmq.ZMQError as exc:
+                log.warning("join_refused", worker=msg.worker, address=msg.address,
+                            reason=f"not an address zmq can connect to: {exc}")
+                return
+            w.address = msg.address
             log.info("remote_worker_joined", worker=w.index, address=msg.address, pid=msg.pid,
                      same_settings=msg.fingerprint == self.settings.fingerprint())
         send(w.channel, m.SettingsSync(settings_to_json(self.settings)))
@@ -170,16 +192,7 @@ class Conductor:
     def control_loop(self) -> int:
         while True:
             for msg in self.poll(POLL_MS):
-                if isinstance(msg, m.AddRequest):
-                    self.place(msg)
-                elif isinstance(msg, m.AbortRequests):
-                    self.abort(msg.request_ids)
-                elif isinstance(msg, m.RequestsDone):
-                    for rid in msg.request_ids:
-                        w = self.owner.pop(rid, None)
-                        if w is not None:
-                            w.outstanding.discard(rid)
-                elif isinstance(msg, m.ReloadSettings):
+                if isinstance(msg, m.ReloadSettings):
                     self.reload(msg)
                 elif isinstance(msg, m.Shutdown):
                     log.info("conductor_stopping", reason=msg.reason)
@@ -190,22 +203,6 @@ class Conductor:
         self.settings = apply_reloaded(self.settings, msg, "conductor")
         for w in self.workers:
             send(w.channel, msg)
-
-    def place(self, msg: m.AddRequest) -> None:
-        """Least outstanding requests wins (ties go to the lowest index)."""
-        w = min(self.workers, key=lambda h: len(h.outstanding))
-        w.outstanding.add(msg.request_id)
-        self.owner[msg.request_id] = w
-        send(w.channel, msg)
-
-    def abort(self, request_ids: list[str]) -> None:
-        by_worker: dict[int, list[str]] = {}
-        for rid in request_ids:
-            w = self.owner.get(rid)
-            if w is not None:
-                by_worker.setdefault(w.index, []).append(rid)
-        for index, ids in by_worker.items():
-            send(self.workers[index].channel, m.AbortRequests(ids))
 
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""

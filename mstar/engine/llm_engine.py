@@ -1,4 +1,8 @@
-"""LLMEngine: requests in, per-step token/text deltas out, through the one step loop."""
+"""LLMEngine: requests in, per-step token deltas out, through the one step loop.
+
+The engine deals in token ids only: text, stop strings and logprob formatting are the caller's
+(``mstar.output``).
+"""
 
 from __future__ import annotations
 
@@ -12,14 +16,13 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from mstar.engine.block_manager import BlockManager
-from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_logit_bias_ids, check_request_fits
 from mstar.engine.model_runner import ModelRunner
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.engine.overlap_policy import OverlapPolicy
+from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.sampling_state import new_sampling_state
 from mstar.engine.scheduler import Scheduler, ready_to_run
 from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
@@ -97,8 +100,6 @@ class LLMEngine:
         self.seqs: dict[str, Sequence] = {}
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
                              timer_label)
-        self._default_generator = torch.Generator(device=self.device)
-        self._default_generator.manual_seed(settings.seed)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
                  dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
@@ -141,15 +142,12 @@ class LLMEngine:
         check_logit_bias_ids(params.logit_bias, self.vocab_size)
         spec = params.structured_output
         grammar = None if spec is None else self.grammars.start(spec, wait=self.parallel_ranks)
-        generator = self._default_generator
+        generator = None  # unseeded rows share the sampling batch's generator
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
-        state = new_sampling_state(params, prompt_token_ids, self.eos_token_ids, self.vocab_size,
-                                   grammar, self.device)
-        seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state,
-                       tuple(images))
+        state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
+        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(images))
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
         if grammar is not None:  # admitted once compiled; step() ends it if compiling fails
@@ -183,6 +181,7 @@ class LLMEngine:
     def shutdown(self) -> None:
         self.loop.shutdown()
         self.grammars.shutdown()
+        self.model_runner.sampler.shutdown()
 
     def apply_settings(self, settings: WorkerSettings) -> None:
         """A settings reload, between steps: only the step loop's knobs change at run time."""
@@ -237,7 +236,7 @@ class LLMEngine:
         reason = None
         # A constrained request ends where its grammar does: it allows EOS only once complete.
         ends_at_eos = not params.ignore_eos or params.structured_output is not None
-        if seq.detokenizer.append(token) or token in params.stop_token_ids or (
+        if token in params.stop_token_ids or (
             ends_at_eos and token in self.eos_token_ids
         ):
             reason = "stop"
@@ -249,7 +248,6 @@ class LLMEngine:
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=[token],
-            new_text=seq.detokenizer.take_delta(finished=reason is not None),
             finished=reason is not None,
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,

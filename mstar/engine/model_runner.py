@@ -20,8 +20,8 @@ from mstar.engine.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
-from mstar.engine.logit_adjustments import adjusts_logits
-from mstar.engine.sampler import Sampler, SamplingMetadata
+from mstar.engine.sampling.batch import RowAdd, SamplingBatch
+from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_bytes
 from mstar.models.loader import load_model
@@ -58,7 +58,9 @@ class ModelRunner:
             settings, device, model_attention_features(self.model)))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
-        self.sampler = Sampler()
+        self.sampler = Sampler(SamplingBatch(settings.max_num_seqs,
+                                             hf_config.get_text_config().vocab_size, device,
+                                             settings.seed))
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
         self.encoder_cache = EncoderCache(int(settings.encoder_cache_mb * (1 << 20)), device)
 
@@ -98,19 +100,14 @@ class ModelRunner:
             keep = self._tensor([[[0.0 if f else 1.0]] for f in starts_fresh], self.dtype)
         return StateLayout(nd, self._tensor(slots[:nd]), keep, spans)
 
-    def _sampling_metadata(self, step: StepTensors) -> SamplingMetadata:
-        reqs = [self.batch.requests[slot] for slot in step.sample_slots]
-        params = [r.params for r in reqs]
-        states = [r.sampling_state for r in reqs]
-        return SamplingMetadata(
-            params=params,
-            generators=[r.generator for r in reqs],
-            states=states,
-            all_greedy=all(p.greedy for p in params),
-            any_adjustment=any(map(adjusts_logits, params)),
-            any_logprobs=any(p.logprobs is not None for p in params),
-            any_state=any(s is not None for s in states),
-        )
+    def _sampling_step(self, out: SchedulerOutput, removed: list[int],
+                       step: StepTensors) -> SamplingStep:
+        """The step's sampling rows: the persistent batch's slots of the sampled rows, and the
+        sampling batch's row changes, which travel with the step (applied in step order)."""
+        added = [RowAdd(self.batch.slot_of[r.key], r.params, list(r.token_ids[:r.num_prompt_tokens]),
+                        list(r.token_ids[r.num_prompt_tokens:]), r.generator, r.sampling_state)
+                 for r in out.new]
+        return SamplingStep(list(step.sample_slots), removed, added)
 
     def _images_in_step(self, out: SchedulerOutput) -> list[tuple[ImageInput, list[int], list[int]]]:
         """(image, its encoder rows used, the step's token rows taking them) for each image
@@ -165,8 +162,10 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         """Apply the step's diffs to the persistent batch, run the forward, sample one token per
         sampled row and record it in the batch (the next step's input, if it continues)."""
+        removed = [self.batch.slot_of[k] for k in out.removed if k in self.batch.slot_of]
         self.batch.apply(out)
         step = self.batch.tensors(out)
+        started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
         attn_metadata = self._attention(step, [row.key for row in out.rows])
         attn_metadata.begin_forward()
         input_ids = step.input_ids.to(self.device, non_blocking=True)
@@ -177,11 +176,11 @@ class ModelRunner:
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
         else:
             hidden = self.model(input_ids, positions, attn_metadata)
-        if not step.sample_slots:
+        if started is None:
             return RunnerOutput([])
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
-        tokens, logprobs = self.sampler(logits, self._sampling_metadata(step))
+        tokens, logprobs = self.sampler.sample(logits, started)
         token_ids = tokens.tolist()
         self.batch.record(step, token_ids)
         return RunnerOutput(token_ids, logprobs, step.sample_slots)

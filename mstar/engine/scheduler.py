@@ -168,7 +168,8 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             seq.num_computed_tokens = seq.num_cached_tokens = num_cached
             self.running.append(seq)
-            new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), bm.state_slot(seq.seq_no),
+            new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), seq.num_prompt_tokens,
+                                  bm.state_slot(seq.seq_no),
                                   seq.params, seq.generator, seq.sampling_state, seq.images))
             self.known.add(seq.seq_no)
             rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))

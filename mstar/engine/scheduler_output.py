@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from mstar.engine.outputs import TokenLogprob
+from mstar.engine.sampling.state import SamplingState
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.sampling_state import SamplingState
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -29,6 +29,7 @@ class NewRequest:
 
     key: int
     token_ids: tuple[int, ...]
+    num_prompt_tokens: int
     state_slot: int | None
     params: SamplingParams
     generator: torch.Generator | None

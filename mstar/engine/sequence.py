@@ -7,9 +7,8 @@ import itertools
 
 import torch
 
-from mstar.engine.detokenizer import IncrementalDetokenizer
+from mstar.engine.sampling.state import SamplingState
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.sampling_state import SamplingState
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -35,7 +34,6 @@ class Sequence:
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
-        detokenizer: IncrementalDetokenizer,
         generator: torch.Generator | None,
         sampling_state: SamplingState | None = None,
         images: tuple[ImageInput, ...] = (),
@@ -45,9 +43,8 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
-        self.detokenizer = detokenizer
         self.generator = generator
-        self.sampling_state = sampling_state  # the sampler's alone (see sampling_state.py)
+        self.sampling_state = sampling_state  # see mstar/engine/sampling/state.py
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission

@@ -5,7 +5,8 @@
   and the scheduler admits the request once its grammar is ready, so a slow schema never stalls
   the running batch. xgrammar's ``GrammarCompiler`` caches by (kind, spec), so a repeated schema
   compiles once.
-- ``apply_grammar_masks``: the sampler's step, the token bitmask of each constrained row.
+- The token bitmask of each constrained row is filled and applied by the sampler
+  (``mstar.engine.sampling.grammar``).
 
 JSON is generated compact (``any_whitespace=False``: one space after ``,`` and ``:``, none
 elsewhere): with free whitespace a small model can fill its budget with newlines. So no raw control
@@ -158,22 +159,3 @@ def _tokens_without_control_chars(info, vocab_size: int) -> torch.Tensor:
     words = torch.where(words >= 2**31, words - 2**32, words)  # as int32 (two's complement)
     row[0] &= ~words.to(torch.int32)
     return row[0]
-
-
-def apply_grammar_masks(logits: torch.Tensor, rows: list[int], states: list) -> None:
-    """Set to -inf, in place, every token that row ``rows[k]``'s grammar (in ``states[k]``, a
-    SamplingState) does not allow next. A terminated grammar's row (a wasted row of a finished
-    request) is left free.
-    """
-    import xgrammar as xgr
-
-    bitmask = xgr.allocate_token_bitmask(logits.shape[0], logits.shape[1])
-    for row, state in zip(rows, states, strict=True):
-        matcher = state.matcher()
-        if not matcher.is_terminated():
-            matcher.fill_next_token_bitmask(bitmask, row)
-            allowed = state.grammar.result().allowed
-            if allowed is not None:
-                bitmask[row] &= allowed
-    xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True),
-                                    indices=rows)

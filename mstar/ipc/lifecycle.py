@@ -4,6 +4,7 @@ plus watchdog, Ctrl-C left to the API server)."""
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import signal
@@ -53,6 +54,16 @@ def die_with_parent(cleanup: Callable[[], None] | None = None, poll_s: float = 0
         leave()
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def exit_now(code: int) -> None:
+    """Leave a child process at once, logs flushed, without the interpreter's shutdown: that
+    would wait for pool threads still at work (a grammar compile may take minutes, and the
+    process would be killed after the stop timeout) and print their teardown tracebacks."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def ignore_stop_signals() -> None:

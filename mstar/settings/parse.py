@@ -40,7 +40,7 @@ _MAX_INT_DIGITS = 100
 _BEYOND_EVERY_BOUND = 10**_MAX_INT_DIGITS
 # Longest raw value repeated in a message.
 _SHOWN_CHARS = 60
-# A bearer token travels in an HTTP header: visible ASCII, no spaces.
+# Every secret (the API key travels in an HTTP header): visible ASCII, no spaces.
 SECRET_RE = re.compile(r"[\x21-\x7e]+")
 
 
@@ -73,7 +73,8 @@ def _parse_path(text: str) -> Path:
 
 def _parse_secret(text: str) -> SecretStr:
     if not SECRET_RE.fullmatch(text):
-        raise Rejected("must be visible ASCII without spaces (it is sent in an HTTP header)")
+        raise Rejected("must be visible ASCII without spaces (like a bearer token in an HTTP "
+                       "header)")
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         raise Rejected("is wrapped in quotes, which would become part of the key")
     return SecretStr(text)

@@ -3,8 +3,10 @@ against the model's config.json, with no weights and no torch.
 
 Checks: max_model_len against the model's limit; the KV cache for max_num_seqs full sequences
 against the memory budget; max_num_batched_tokens against max_model_len; the dtype against the
-device. Each finding is a ``Problem`` (an ``error`` when serving would fail or run the model past
-what it supports), so ``validate`` prints them with the settings' own problems, all at once.
+device; tensor_parallel_size against the attention heads (``mstar serve`` runs this one itself,
+before anything spawns). Each finding is a ``Problem`` (an ``error`` when serving would fail or
+run the model past what it supports), so ``validate`` prints them with the settings' own
+problems, all at once.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class ModelShape:
     kv_layers: int         # layers that keep K/V in the paged cache
     kv_heads: int
     head_dim: int
+    heads: int = 0         # attention (query) heads
     image_tokens: int | None = None  # of the largest allowed image; None: a text-only model
 
     def kv_bytes_per_token(self, dtype: str) -> int:
@@ -67,7 +70,7 @@ def read_shape(path: Path, max_pixels: int = WorkerSettings().max_image_pixels) 
     limit = next((text[k] for k in _LIMIT_KEYS if isinstance(text.get(k), int)), None)
     head_dim = text.get("head_dim") or _int(text, "hidden_size", path) // heads
     return ModelShape(str(path), limit, layers, int(text.get("num_key_value_heads") or heads),
-                      int(head_dim), max_image_tokens(config, path, max_pixels))
+                      int(head_dim), heads, max_image_tokens(config, path, max_pixels))
 
 
 def _int(config: dict[str, Any], key: str, path: Path) -> int:
@@ -105,6 +108,7 @@ def preflight(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
     """Every problem of these settings with this model, at once."""
     device, dtype = resolved_device_dtype(settings)
     problems = check_model_len(settings, shape) + check_device(settings, device, dtype)
+    problems += check_tensor_parallel(settings, shape)
     max_len = settings.max_model_len or shape.limit
     if max_len is not None:
         problems += check_kv_budget(settings, shape, device, dtype, max_len)
@@ -165,6 +169,31 @@ def check_batch_budget(settings: WorkerSettings, shape: ModelShape, max_len: int
     return []
 
 
+def check_tensor_parallel(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
+    """The heads split evenly between the ranks (KV heads: one count must divide the other)."""
+    size = settings.tensor_parallel_size
+    if size == 1:
+        return []
+    if shape.heads % size:
+        reason = f"{size} does not divide the model's {shape.heads} attention heads"
+    elif shape.kv_heads % size and size % shape.kv_heads:
+        reason = (f"{size} and the model's {shape.kv_heads} KV heads: one must divide the other")
+    else:
+        return []
+    return [_problem("MSTAR_TENSOR_PARALLEL_SIZE", reason, shape, error=True)]
+
+
+def tensor_parallel_problem(settings: WorkerSettings, model_dir: Path) -> str | None:
+    """The one-line reason ``mstar serve`` must not start with this tensor-parallel size, or None
+    (also when the model has no config.json to tell: the workers then check)."""
+    path = model_dir / "config.json"
+    if settings.tensor_parallel_size == 1 or not path.is_file():
+        return None
+    try:
+        problems = check_tensor_parallel(settings, read_shape(path))
+    except SettingsUsageError:
+        return None  # the loader names what is wrong with the config
+    return problems[0].message() if problems else None
 def check_image_fits(settings: WorkerSettings, shape: ModelShape, max_len: int) -> list[Problem]:
     if shape.image_tokens is None or settings.max_images_per_request == 0:
         return []

@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import SecretStr
-
 from mstar.settings.catalog import KNOBS, Knob
 from mstar.settings.schema import WorkerSettings
 from mstar.settings.sources import LoadedSettings, display_value
+from mstar.settings.wire import withheld
 
 
 @dataclass(frozen=True)
@@ -68,12 +67,10 @@ def plan_reload(running: LoadedSettings, fresh: LoadedSettings) -> ReloadPlan:
 
 
 def reloadable_values(settings: WorkerSettings) -> dict[str, Any]:
-    """The reloadable knobs as plain values (secrets revealed), to send to another process."""
-    values = {}
-    for name in sorted(k.name for k in KNOBS if k.reloadable):
-        value = getattr(settings, name)
-        values[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
-    return values
+    """The reloadable knobs as plain values, to send to another process (secrets withheld:
+    only whether one is set travels, which keeps the fingerprint)."""
+    return {name: withheld(name, getattr(settings, name))
+            for name in sorted(k.name for k in KNOBS if k.reloadable)}
 
 
 def with_values(settings: WorkerSettings, values: Mapping[str, Any]) -> WorkerSettings:

@@ -97,7 +97,8 @@ class ServerKnobs(BaseModel):
     host: str = _server("127.0.0.1", "Address the HTTP server binds to.")
     port: int = _server(8000, "Port the HTTP server binds to.", ge=1, le=65535)
     api_key: SecretStr | None = _server(
-        None, "When set, every request except /health needs 'Authorization: Bearer <key>'. "
+        None, "When set, every request except /health needs 'Authorization: Bearer <key>' (or "
+        "'x-api-key: <key>'). "
         "Unset disables authentication. A security setting: any problem with it is an error.",
         secret=True, security=True)
     max_concurrent_requests: int = _server(
@@ -143,6 +144,16 @@ class ServerKnobs(BaseModel):
         "auto", "How reasoning is split out of the model's output: think = <think>...</think> "
         "goes to the message's reasoning_content; none = all output is content. auto = think "
         "when the model's chat template writes <think>, else none (docs/reasoning.rst).")
+    responses_store_capacity: int = _server(
+        1024, "Responses kept in memory for /v1/responses' store (GET, DELETE, "
+        "previous_response_id); when full, the least recently used goes. 0 stores nothing.",
+        unit="responses", ge=0, le=MAX_COUNT)
+    responses_store_ttl_s: float = _server(
+        3600.0, "How long a stored response is kept after it was created.", unit="s", gt=0.0,
+        le=MAX_WAIT_S)
+    responses_store_per_key: bool = _server(
+        True, "A stored response is visible only to requests that present the API key (Bearer or "
+        "x-api-key) that created it; off: to every client.")
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
@@ -235,6 +246,17 @@ class TransportKnobs(BaseModel):
         "the last ones. Needs the tcp transport (MSTAR_ZMQ_TRANSPORT=tcp).", ge=0, le=256)
     socket_dir: Path | None = _transport(
         None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
+    cluster_secret: SecretStr | None = _transport(
+        None, "The secret every process of the cluster holds: over tcp, the ZeroMQ CURVE keys "
+        "that encrypt and authenticate all traffic are derived from it, and a peer without it "
+        "cannot connect. Required with MSTAR_REMOTE_WORKERS (the same on every host); unset "
+        "with tcp on one host, a random secret is made per instance. Not used by the ipc "
+        "transport. A security setting: any problem with it is an error.",
+        secret=True, security=True)
+    max_message_mb: float = _transport(
+        64.0, "Largest message between processes. A larger frame is dropped (and counted) by its "
+        "receiver, and a larger message is never sent: the request that would need it fails.",
+        unit="MiB", gt=0.0, le=2047.0)
 
 
 class MediaKnobs(BaseModel):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from mstar.ipc.endpoints import Endpoints
-from mstar.ipc.lifecycle import enter_child
+from mstar.ipc.lifecycle import enter_child, exit_now
 
 if TYPE_CHECKING:
     from mstar.engine.distributed import Rendezvous
@@ -34,11 +34,14 @@ def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints,
     except Exception:
         log.exception("worker_failed", worker=index, rank=rank)
         sys.exit(1)
+    code = 0
     try:
         Worker(settings, index, channel, None if group is None else group.model).run()
     except Exception:
         log.exception("worker_failed", worker=index, rank=rank)
-        sys.exit(1)
+        code = 1
     finally:
         channel.close()
-    leave_group()
+    if code == 0:
+        leave_group()
+    exit_now(code)

@@ -52,7 +52,7 @@ class FollowerChannel:
     def __init__(self, endpoints: Endpoints, group: RankGroup):
         self.group = group
         self.ctx = zmq.Context()
-        self.to_conductor = push_socket(self.ctx, endpoints.conductor)
+        self.to_conductor = push_socket(self.ctx, endpoints.conductor, endpoints.security)
 
     def receive(self, timeout_ms: int) -> list[m.Message]:
         return broadcast_inputs(self.group, None)

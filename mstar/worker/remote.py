@@ -18,7 +18,9 @@ from mstar.engine.distributed import Rendezvous, free_port
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import remote_endpoints
 from mstar.ipc.lifecycle import start_child
-from mstar.ipc.sockets import push_socket, receive, send
+from mstar.ipc.messages import TO_JOINING_WORKER
+from mstar.ipc.security import MissingClusterSecret, SocketSecurity, joining_security
+from mstar.ipc.sockets import pull_socket, push_socket, receive, send
 from mstar.settings import WorkerSettings
 from mstar.settings.wire import differences, settings_from_json
 from mstar.worker.process import worker_main
@@ -28,14 +30,14 @@ log = structlog.get_logger(__name__)
 JOIN_RETRY_MS = 1000
 
 
-def fetch_settings(local: WorkerSettings, conductor: str, replica: int,
-                   host: str) -> tuple[WorkerSettings, str]:
-    """Join the conductor; (its settings, this replica's command address)."""
+def fetch_settings(local: WorkerSettings, conductor: str, replica: int, host: str,
+                   security: SocketSecurity) -> tuple[WorkerSettings, str]:
+    """Join the conductor; (its settings, this replica's command address). Without the cluster
+    secret the conductor never hears the JOIN (CURVE), and this times out."""
     ctx = zmq.Context()
-    inbox = ctx.socket(zmq.PULL)
-    inbox.bind(f"tcp://{host}:*")
+    inbox = pull_socket(ctx, f"tcp://{host}:*", security, TO_JOINING_WORKER)
     address = inbox.getsockopt_string(zmq.LAST_ENDPOINT)
-    to_conductor = push_socket(ctx, conductor)
+    to_conductor = push_socket(ctx, conductor, security)
     try:
         join = m.Join(replica, os.getpid(), address, local.fingerprint())
         waited_ms = 0.0
@@ -47,7 +49,8 @@ def fetch_settings(local: WorkerSettings, conductor: str, replica: int,
             waited_ms += JOIN_RETRY_MS
             if waited_ms > local.startup_timeout_s * 1000:
                 raise TimeoutError(f"no answer from the conductor at {conductor} after "
-                                   f"startup_timeout_s={local.startup_timeout_s:g}")
+                                   f"startup_timeout_s={local.startup_timeout_s:g} (is it up, "
+                                   "and is MSTAR_CLUSTER_SECRET the same as the serving host's?)")
     finally:
         inbox.close(linger=0)
         to_conductor.close(linger=0)
@@ -55,12 +58,21 @@ def fetch_settings(local: WorkerSettings, conductor: str, replica: int,
 
 
 def run_remote_worker(local: WorkerSettings, conductor: str, replica: int, host: str) -> int:
-    settings, address = fetch_settings(local, conductor, replica, host)
+    try:
+        security = joining_security(local)
+    except MissingClusterSecret as exc:
+        log.error("join_refused", reason=str(exc))
+        return 1
+    try:
+        settings, address = fetch_settings(local, conductor, replica, host, security)
+    except TimeoutError as exc:
+        log.error("join_failed", reason=str(exc))
+        return 1
     changed = differences(local, settings)
     if changed:
         log.warning("settings_differ_from_conductor", knobs=sorted(changed),
                     values={k: {"here": a, "conductor": b} for k, (a, b) in changed.items()})
-    endpoints = remote_endpoints(conductor, replica, address)
+    endpoints = remote_endpoints(conductor, replica, address, security)
     size = settings.tensor_parallel_size
     port = free_port("127.0.0.1") if size > 1 else 0
     procs = []

@@ -1,4 +1,5 @@
-"""One engine replica: commands in from the conductor, engine steps, outputs out.
+"""One engine replica: requests in from the API server and control from the conductor, engine
+steps, outputs out to the API server.
 
 The engine owns the step loop (serial or overlapped, see ``mstar.engine.step_loop``); the worker
 only does the messaging around it: inbox -> add/abort, each step's outputs -> one message.
@@ -38,8 +39,7 @@ class Worker:
         self.index = index
         self.channel = channel
         self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
-        self.engine: LLMEngine | None = None  # built by run()
-        self.live: set[str] = set()  # request ids this worker holds
+        self.engine: LLMEngine | None = None  # built by run(); its requests are the live ones
         self._last_stats: tuple | None = None
         self._last_stats_at = 0.0
 
@@ -66,7 +66,7 @@ class Worker:
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
-                 seconds=round(seconds, 2))
+                 seconds=round(seconds, 2), fingerprint=self.settings.fingerprint())
         self.channel.send_to_conductor(m.SetupDone(
             worker=self.index, pid=os.getpid(), fingerprint=self.settings.fingerprint(),
             model_name=Path(engine.model_name).name, max_model_len=engine.max_model_len,
@@ -78,10 +78,8 @@ class Worker:
         if isinstance(msg, m.AddRequest):
             self.add(msg)
         elif isinstance(msg, m.AbortRequests):
-            aborted = [rid for rid in msg.request_ids if rid in self.live]
-            for rid in aborted:
+            for rid in msg.request_ids:  # one this worker no longer holds is ignored
                 self.engine.abort_request(rid)
-            self.requests_done(aborted)
         elif isinstance(msg, m.ReloadSettings):
             self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
             self.engine.apply_settings(self.settings)
@@ -97,21 +95,10 @@ class Worker:
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
             self.channel.send_to_api(m.RequestFailed(msg.request_id, 400, str(exc),
                                                      getattr(exc, "param", None)))
-            self.channel.send_to_conductor(m.RequestsDone(self.index, [msg.request_id]))
-            return
-        self.live.add(msg.request_id)
 
     def publish(self, outputs: list[RequestOutput]) -> None:
-        if not outputs:
-            return
-        self.channel.send_to_api(m.Outputs(outputs))
-        self.requests_done([o.request_id for o in outputs if o.finished])
-
-    def requests_done(self, request_ids: list[str]) -> None:
-        done = [rid for rid in request_ids if rid in self.live]
-        if done:
-            self.live.difference_update(done)
-            self.channel.send_to_conductor(m.RequestsDone(self.index, done))
+        if outputs:
+            self.channel.send_to_api(m.Outputs(outputs))
 
     def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""

@@ -24,6 +24,7 @@ ERROR_TYPES = {
     503: "service_unavailable",
     504: "timeout",
 }
+MAX_PATH_SHOWN = 200  # characters of an unknown path quoted back in its 404
 
 
 class APIError(Exception):
@@ -52,9 +53,27 @@ def error_bytes(status: int, message: str, param: str | None = None) -> bytes:
     return json.dumps(error_body(status, message, param)).encode()
 
 
-async def send_error(send: Any, status: int, message: str) -> None:
-    """Answer a raw ASGI request with an error (for code below the FastAPI handlers)."""
-    body = error_bytes(status, message)
+ANTHROPIC_PATH = "/v1/messages"  # Anthropic's Messages API: its errors take Anthropic's shape
+ANTHROPIC_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error",
+                         413: "request_too_large", 503: "overloaded_error", 504: "timeout_error"}
+
+
+def anthropic_error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """Anthropic's error shape; ``param`` (the dotted path of the field to blame) is an extra."""
+    kind = ANTHROPIC_ERROR_TYPES.get(status, "api_error" if status >= 500
+                                     else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message, "param": param}}
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+async def send_error(send: Any, status: int, message: str, path: str = "") -> None:
+    """Answer a raw ASGI request with an error (for code below the FastAPI handlers), in the
+    shape of the API the path belongs to."""
+    body = (json.dumps(anthropic_error_body(status, message)).encode() if is_anthropic_path(path)
+            else error_bytes(status, message))
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
@@ -111,5 +130,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         # Keeps the exception's headers: a 405 carries the route's Allow.
-        return JSONResponse(error_body(exc.status_code, str(exc.detail)),
-                            status_code=exc.status_code, headers=exc.headers)
+        message = str(exc.detail)
+        if exc.status_code == 404:  # no route serves this path
+            message = f"{request.url.path[:MAX_PATH_SHOWN]} is not served; see /openapi.json"
+        body = (anthropic_error_body(exc.status_code, message)
+                if is_anthropic_path(request.url.path) else error_body(exc.status_code, message))
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)

@@ -1,6 +1,7 @@
 """Admission control in front of the routes (pure ASGI, so streaming responses pass untouched).
 
-Order: authentication (401), availability (503 while draining or after a fault), the in-flight cap
+Order: authentication (401; the key as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``),
+availability (503 while draining or after a fault), the in-flight cap
 (503), body size (413, from Content-Length and from the bytes actually received). Health, models,
 metrics, config and the OpenAPI schema bypass the cap; health also bypasses authentication. Every
 response carries the settings fingerprint header.
@@ -21,6 +22,7 @@ from mstar.api_server.state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
 UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics", "/v1/config", "/openapi.json"})
+MODEL_PATHS = "/v1/models/"
 UNMATCHED = "unmatched"
 FINGERPRINT_HEADER = b"x-mstar-settings-fingerprint"
 
@@ -29,6 +31,15 @@ def bearer_token(authorization: bytes) -> bytes | None:
     """The credentials of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
     scheme, _, token = authorization.strip().partition(b" ")
     return token.strip() if scheme.lower() == b"bearer" else None
+
+
+def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
+    """The API key a request presents: ``Authorization: Bearer <key>`` (OpenAI's clients) or
+    ``x-api-key: <key>`` (Anthropic's)."""
+    given = bearer_token(headers.get(b"authorization", b""))
+    if given is None and b"x-api-key" in headers:
+        given = headers[b"x-api-key"].strip()
+    return given
 
 
 def as_json(scope: dict) -> dict:
@@ -76,12 +87,12 @@ class LimitsMiddleware:
         send = with_fingerprint(send, self.state.settings.fingerprint().encode())
         key = self.state.settings.api_key  # read per request: a reload may rotate it
         if key is not None and path not in OPEN_PATHS:
-            given = bearer_token(headers.get(b"authorization", b""))
+            given = presented_key(headers)
             if given is None or not hmac.compare_digest(given, key.get_secret_value().encode()):
-                await send_error(send, 401, "missing or invalid API key "
-                                 "(expected 'Authorization: Bearer <key>')")
+                await send_error(send, 401, "missing or invalid API key (expected "
+                                 "'Authorization: Bearer <key>' or 'x-api-key: <key>')", path)
                 return
-        if path in UNCOUNTED_PATHS:
+        if path in UNCOUNTED_PATHS or path.startswith(MODEL_PATHS):
             await self.app(scope, receive, send)
             return
         endpoint = route_label(self.routes, scope)
@@ -102,18 +113,18 @@ class LimitsMiddleware:
         state = self.state
         reason = state.unavailable_reason()
         if reason is not None:
-            await send_error(send, 503, reason)
+            await send_error(send, 503, reason, scope["path"])
             return
         if state.in_flight >= state.settings.max_concurrent_requests:
             await send_error(send, 503, "too many requests in flight (max_concurrent_requests="
-                             f"{state.settings.max_concurrent_requests}); retry later")
+                             f"{state.settings.max_concurrent_requests}); retry later", scope["path"])
             return
         state.in_flight += 1
         try:
             body_receive = await self._read_body(headers, receive)
             if body_receive is None:
                 await send_error(send, 413, "request body exceeds max_body_mb="
-                                 f"{state.settings.max_body_mb:g} MiB")
+                                 f"{state.settings.max_body_mb:g} MiB", scope["path"])
                 return
             await self.app(scope, body_receive, send)
         finally:

@@ -32,12 +32,12 @@ from mstar.api_server.openai.response_models import GenerateResponse
 from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.state import ServerState
 from mstar.api_server.validation.request_rules import admit
-from mstar.engine.outputs import RequestOutput
+from mstar.output.processor import TextOutput
 
 router = APIRouter()
 
 
-def _line(i: int, out: RequestOutput) -> dict[str, Any]:
+def _line(i: int, out: TextOutput) -> dict[str, Any]:
     line: dict[str, Any] = {"index": i, "text": out.new_text, "token_ids": out.new_token_ids,
                             "finished": out.finished, "finish_reason": fmt.finish_reason(out)}
     if out.logprobs:

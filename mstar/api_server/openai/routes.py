@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from mstar.api_server.generation.prompts import chat_prompt_ids, completion_prompt_ids
+from mstar.api_server.generation.prompts import completion_prompt_ids
 from mstar.api_server.generation.run import (
     Job,
     collect_choices,
@@ -26,18 +25,22 @@ from mstar.api_server.generation.run import (
 )
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
-from mstar.api_server.media.prompt import has_images, image_chat_prompt
 from mstar.api_server.openai import formatting as fmt
+from mstar.api_server.openai.chat_plan import plan_chat
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import CompletionRequest
-from mstar.api_server.openai.response_models import ChatCompletionResponse, CompletionResponse
+from mstar.api_server.openai.response_models import (
+    ChatCompletionResponse,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+)
 from mstar.api_server.openai.structured import structured_output
-from mstar.api_server.reasoning.plan import request_reasoning_plan
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, request_tool_plan
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan
 from mstar.api_server.tools.response import StreamedChoice, final_message
-from mstar.api_server.validation.request_rules import admit
-from mstar.engine.outputs import RequestOutput
+from mstar.api_server.validation.request_rules import admit, check_model
+from mstar.output.processor import TextOutput
 
 router = APIRouter()
 
@@ -47,19 +50,31 @@ router = APIRouter()
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
-    tools = await request_tool_plan(req, state.settings.tool_call_parser,
-                                    state.tokenizer.chat_template, await structured_output(req),
-                                    state.settings.tool_call_undeclared)
-    reasoning = await request_reasoning_plan(req, state.settings.reasoning_parser,
-                                             state.tokenizer, tools.structured_output)
-    if state.processor is not None and has_images(req):  # a vision model's image request
-        prompts = [await image_chat_prompt(state, req)]
-    else:
-        prompts = [await chat_prompt_ids(state, req, tools.shown_tools,
-                                         reasoning.template_kwargs)]
-    jobs = jobs_for(state, req, prompts, "messages", reasoning.structured_output)
-    tools = replace(tools, new_reasoning=reasoning.new_stream)
-    return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)
+    plan = await plan_chat(state, req)
+    return await _respond(state, request, req, plan.jobs, [plan.prompt], headers, chat=True,
+                          tools=plan.tools)
+
+
+@router.get("/v1/models", response_model=None, responses=documented(ModelList, (401,)))
+async def models(request: Request) -> Any:
+    state: ServerState = request.app.state.server
+    return JSONResponse({"object": "list",
+                         "data": [_model_card(state, name) for name in state.served_names()]})
+
+
+@router.get("/v1/models/{model_id:path}", response_model=None,
+            responses=documented(ModelCard, (401, 404)))
+async def model(model_id: str, request: Request) -> Any:
+    """One served name (or alias, or MSTAR_MODEL itself): ``client.models.retrieve``."""
+    state: ServerState = request.app.state.server
+    check_model(state, model_id)
+    return JSONResponse(_model_card(state, model_id))
+
+
+def _model_card(state: ServerState, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": fmt.now(), "owned_by": "mstar",
+            "root": state.model_name, "max_model_len": state.max_model_len,
+            "modalities": list(state.modalities)}
 
 
 @router.post("/v1/completions", response_model=None,
@@ -107,8 +122,9 @@ def _final(state: ServerState, req: Any, request_id: str, prompt_lens: list[int]
     for i, c in enumerate(choices):
         logprobs = None
         if req.num_logprobs() is not None:
-            logprobs = (fmt.chat_logprobs(state.tokenizer, c.logprobs) if chat
-                        else fmt.completion_logprobs(state.tokenizer, c.logprobs, 0))
+            logprobs = (fmt.chat_logprobs(state.token_bytes, c.logprobs) if chat
+                        else fmt.completion_logprobs(state.token_bytes, c.logprobs,
+                                                     fmt.TextOffsets()))
         item: dict[str, Any] = {"index": i, "logprobs": logprobs, "finish_reason": c.finish_reason}
         if chat:
             item["message"], item["finish_reason"] = final_message(tools, c.text, c.finish_reason)
@@ -132,7 +148,7 @@ def _opening_events(base: dict, n: int, chat: bool, echoes: list[str] | None
 
 
 async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: list[int],
-                  first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool,
+                  first: tuple[int, TextOutput], outputs: AsyncIterator, chat: bool,
                   echoes: list[str] | None, tools: ToolPlan) -> AsyncIterator[bytes]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
                         state.model_name, fmt.now(), state.settings.fingerprint())
@@ -140,7 +156,8 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: li
     choices = [fmt.Choice() for _ in range(total)]
     streamed = [StreamedChoice(tools) for _ in range(total)]
     want_logprobs = req.num_logprobs() is not None
-    offsets = [len(text) for text in echoes] if echoes else [0] * total
+    offsets = [fmt.TextOffsets(len(text)) for text in echoes] if echoes else [
+        fmt.TextOffsets() for _ in range(total)]
     for event in _opening_events(base, total, chat, echoes):
         yield fmt.sse(event)
 
@@ -153,15 +170,14 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: li
                 entries = out.logprobs or []
                 if chat:
                     if want_logprobs:
-                        item["logprobs"] = fmt.chat_logprobs(state.tokenizer, entries)
+                        item["logprobs"] = fmt.chat_logprobs(state.token_bytes, entries)
                     for chunk in streamed[i].chunks(item, out.new_text, out.finished):
                         yield fmt.sse({**base, "choices": [chunk]})
                     continue
                 item["text"] = out.new_text
                 if want_logprobs:
-                    item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
+                    item["logprobs"] = fmt.completion_logprobs(state.token_bytes, entries,
                                                                offsets[i])
-                offsets[i] += len(out.new_text)
                 yield fmt.sse({**base, "choices": [item]})
         except APIError as exc:
             yield fmt.sse(exc.body())

@@ -11,12 +11,15 @@ the test of each row sends its examples.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mstar.api_server.validation import messages_rows, responses_rows
 from mstar.api_server.validation.field_rows import ROWS
 
-Endpoint = Literal["chat", "completions"]
+Endpoint = Literal["chat", "completions", "responses", "messages"]
+CHAT_AND_COMPLETIONS: tuple[Endpoint, ...] = ("chat", "completions")
 Status = Literal["supported", "extra", "ignored", "rejected", "tool calling"]
 STATUS_TEXT = {"supported": "supported", "extra": "supported (extra)",
                "ignored": "ignored by design", "rejected": "rejected (400)",
@@ -68,19 +71,22 @@ def _fragment(value: dict[str, Any] | None) -> str:
     return f"``{json.dumps(value)}``" if value else ""
 
 
-def rst_table() -> str:
-    """The field table of docs/openai_api.rst."""
+def rst_table(endpoints: tuple[Endpoint, ...] = CHAT_AND_COMPLETIONS) -> str:
+    """The field table of these endpoints: chat and completions in docs/openai_api.rst, and one
+    table each for responses (there too) and messages (docs/anthropic_api.rst)."""
     header = ["Field", "Endpoints", "Status", "Notes", "Accepted", "Refused"]
     lines = [".. list-table::", "   :header-rows: 1", "   :widths: 16 12 12 40 20 20", ""]
+    rows = [row for row in TABLE if set(row.endpoints) & set(endpoints)]
     for cells in [header] + [
             [f"``{row.name}``", ", ".join(row.endpoints), STATUS_TEXT[row.status], row.note,
-             _fragment(row.accepted), _fragment(row.refused)] for row in TABLE]:
+             _fragment(row.accepted), _fragment(row.refused)] for row in rows]:
         lines.append(f"   * - {cells[0]}")
         lines.extend(f"     - {cell}" if cell else "     -" for cell in cells[1:])
     return "\n".join(lines) + "\n"
 
 
-TABLE: list[FieldRow] = [FieldRow(**row) for row in ROWS]
+TABLE: list[FieldRow] = [FieldRow(**row)
+                         for row in [*ROWS, *responses_rows.ROWS, *messages_rows.ROWS]]
 
-if __name__ == "__main__":
-    print(rst_table(), end="")
+if __name__ == "__main__":  # the table of the endpoints named (default: chat and completions)
+    print(rst_table(tuple(sys.argv[1:]) or CHAT_AND_COMPLETIONS), end="")

@@ -1,0 +1,185 @@
+"""A served model over tcp, probed on every tcp port (the API server's inbox, the conductor, the
+local worker and the worker that joined from "another host"): garbage bytes, a truncated frame, a
+100 MB frame, a wrong-type message, a forged JOIN and a forged reload (and fatal), from peers with
+and without the cluster secret. After each one a chat request succeeds within 2 s with the same
+settings fingerprint; impostor workers without the secret never join; no log holds the API key.
+One server (two replicas, one of them remote) for every probe."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import zmq
+from serve_helpers import Server, free_port_block, hard_timeout  # noqa: F401 (autouse)
+
+from mstar.ipc import messages as m
+from mstar.ipc.security import CurveKeys, SocketSecurity
+from mstar.ipc.sockets import push_socket
+
+SECRET = "transport-test-cluster-secret"
+API_KEY = "sk-transport-test-key-4711"
+HUGE = 100_000_000
+LINGER_MS = 2000
+STRANGER_LINGER_MS = 300
+SEND_TIMEOUT_MS = 1000
+
+
+def _worker(root, name: str, conductor: str, env: dict[str, str]) -> tuple[subprocess.Popen, object]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
+    log = open(root / f"{name}.log", "w")  # noqa: SIM115 - closed by the fixture
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mstar", "worker", "--conductor", conductor, "--replica", "1"],
+        env={**base, "MSTAR_DEVICE": "cpu", "MSTAR_TORCH_NUM_THREADS": "1", **env},
+        stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+@pytest.fixture(scope="module")
+def cluster(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("transport")
+    base = free_port_block(4)
+    conductor = f"tcp://127.0.0.1:{base}"
+    server = Server(tiny_model_dir("llama"), root / "server.log", {
+        "MSTAR_ZMQ_TRANSPORT": "tcp", "MSTAR_ZMQ_TCP_BASE_PORT": str(base),
+        "MSTAR_NUM_WORKERS": "2", "MSTAR_REMOTE_WORKERS": "1", "MSTAR_CLUSTER_SECRET": SECRET,
+        "MSTAR_API_KEY": API_KEY, "MSTAR_TORCH_NUM_THREADS": "1", "MSTAR_MAX_NUM_SEQS": "4"})
+    impostors = [_worker(root, "no-secret", conductor, {}),
+                 _worker(root, "wrong-secret", conductor, {"MSTAR_CLUSTER_SECRET": "a-guess",
+                                                          "MSTAR_STARTUP_TIMEOUT_S": "3"})]
+    workers = impostors
+    try:
+        for proc, _ in impostors:
+            assert proc.wait(60) == 1
+        assert "settings_differ" not in (root / "wrong-secret.log").read_text()
+        workers = [*impostors, _worker(root, "worker", conductor, {"MSTAR_CLUSTER_SECRET": SECRET})]
+        server.wait_ready()
+        joined = re.search(r"remote_worker_joined.*address=(tcp://[\d.]+:\d+)", server.log())
+        ports = {"api server": f"tcp://127.0.0.1:{base + 1}", "conductor": conductor,
+                 "worker 0": f"tcp://127.0.0.1:{base + 2}", "worker 1": joined.group(1)}
+        yield server, ports, root
+    finally:
+        server.stop()
+        for proc, log in workers:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+
+
+def chat(server: Server) -> str:
+    """A chat request that must succeed within 2 s; the fingerprint its answer names."""
+    start = time.monotonic()
+    resp = httpx.post(server.url + "/v1/chat/completions", headers=server.headers, timeout=10,
+                      json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    assert resp.status_code == 200, resp.text
+    assert time.monotonic() - start < 2.0
+    assert resp.json()["system_fingerprint"] == resp.headers["x-mstar-settings-fingerprint"]
+    return resp.json()["system_fingerprint"]
+
+
+def fingerprints(server: Server, root) -> set[str]:
+    """Every process's fingerprint: the API server's (a response, /v1/config, /metrics), the
+    conductor's and each worker's (logged when ready; a reload would log ``settings_applied``)."""
+    config = httpx.get(server.url + "/v1/config", headers=server.headers, timeout=5).json()
+    metric = re.search(r'^mstar_settings_info\{fingerprint="(\w+)"\}', server.metrics_text(), re.M)
+    logs = server.log() + (root / "worker.log").read_text()
+    logged = re.findall(r"(?:worker_loaded|workers_ready).*fingerprint=(\w+)", logs)
+    assert len(logged) == 3  # the conductor, worker 0, worker 1
+    return {chat(server), config["fingerprint"], metric.group(1), *logged}
+
+
+def zmq_send(address: str, frames: list[bytes], keys: CurveKeys | None) -> None:
+    """Each frame from a fresh PUSH (with or without the cluster's keys), flushed or given up
+    (without keys the handshake never completes: a send may find no peer to queue for)."""
+    ctx = zmq.Context()
+    sock = push_socket(ctx, address, SocketSecurity(2 * HUGE, keys))
+    sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
+    for frame in frames:
+        try:
+            sock.send(frame)
+        except zmq.Again:
+            assert keys is None, "a peer with the secret could not send"
+    sock.close(linger=LINGER_MS if keys else STRANGER_LINGER_MS)
+    ctx.term()
+
+
+def raw_send(address: str, data: bytes) -> None:
+    """Bytes on a plain TCP connection: not even a zmq greeting."""
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.sendall(data)
+        time.sleep(0.1)
+
+
+def _params() -> m.SamplingParams:
+    return m.SamplingParams(max_tokens=1)
+
+
+PROBES = {
+    "garbage bytes": [b"\xc1", os.urandom(4096)],
+    "a truncated frame": [m.encode(m.AddRequest("x", [1, 2, 3], _params()))[:-3]],
+    "a 100 MB frame": [b"\x00" * HUGE],
+    "a wrong-type message": [m.encode(m.Ready("forged", 1, 1)),
+                             m.encode(m.Outputs([])), m.encode(m.SettingsSync("{}"))],
+    "a forged join": [m.encode(m.Join(1, 1, "tcp://127.0.0.1:9", "forged")),
+                      m.encode(m.Join(1, 1, "not an address", "forged")),
+                      m.encode(m.SetupDone(7, 1, "forged", "tiny", 8, 0.0, rank=9))],
+    "a forged reload": [m.encode(m.ReloadSettings({"log_level": "debug"}, "forged")),
+                        m.encode(m.Fatal("forged fatal"))],
+}
+
+
+PROCESSES = ("api server", "conductor", "worker 0", "worker 1")
+
+
+@pytest.mark.parametrize("process", PROCESSES)
+def test_a_port_survives_every_probe(cluster, process):
+    server, ports, root = cluster
+    address = ports[process]
+    expected = fingerprints(server, root)
+    assert len(expected) == 1
+    raw_send(address, os.urandom(4096))
+    raw_send(address, b"\xff" + b"\x00" * 8 + b"\x7f")  # a zmq greeting cut short
+    assert chat(server) in expected, "raw bytes"
+    for probe, frames in PROBES.items():
+        zmq_send(address, frames, None)  # no secret: CURVE refuses the peer
+        assert chat(server) in expected, f"{probe} without the secret"
+        if probe != "a forged reload":  # a secret holder's reload or fatal is obeyed
+            zmq_send(address, frames, CurveKeys.from_secret(SECRET))
+            assert chat(server) in expected, f"{probe} with the secret"
+    assert fingerprints(server, root) == expected
+
+
+def test_each_process_counted_and_logged_its_drops_and_nothing_else(cluster):
+    server, ports, root = cluster
+    text = server.metrics_text()
+    for process in ports:
+        label = process.replace(" ", "_") if process == "api server" else process
+        for reason in ("undecodable", "unexpected_type"):
+            found = re.search(rf'^mstar_transport_dropped_frames\{{process="{label}",'
+                              rf'reason="{reason}"\}} (\S+)$', text, re.M)
+            assert found and float(found.group(1)) >= 1, (process, reason, text[-2000:])
+    logs = server.log() + "".join(p.read_text() for p in root.glob("*.log"))
+    assert "Traceback" not in logs
+    assert "settings_applied" not in logs and "forged fatal" not in logs
+    assert "frame_dropped" in logs
+
+
+def test_the_api_key_is_in_no_log_and_no_worker(cluster):
+    server, _, root = cluster
+    worker_log = (root / "worker.log").read_text()
+    assert "remote_worker_stopped" not in worker_log  # still serving
+    for log in [server.log(), *(p.read_text() for p in root.glob("*.log"))]:
+        assert API_KEY not in log and SECRET not in log
+    assert re.search(r"join_refused.*MSTAR_CLUSTER_SECRET", (root / "no-secret.log").read_text())
+    assert "join_failed" in (root / "wrong-secret.log").read_text()
+    # the API key is still enforced by the API server itself
+    resp = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                      json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
+    assert resp.status_code == 401
