@@ -8,6 +8,7 @@ from typing import Any
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams
 from mstar.logging_setup import start_logging
+from mstar.models.vision.inputs import chat_prompt, load_processor
 from mstar.output.processor import RequestText, ends_in_engine
 from mstar.settings import load_settings
 
@@ -40,6 +41,7 @@ class LLM:
         self.engine = LLMEngine(self.settings)
         self.tokenizer = self.engine.tokenizer
         self._next_id = 0
+        self._vision_processor = None  # a vision model's processor, loaded at its first image
 
     def generate(self, prompts, sampling_params=None) -> list[GenerationResult]:
         """Prompts: str, {"prompt_token_ids": [...]}, or a list of those.
@@ -54,15 +56,27 @@ class LLM:
         return self._run(token_lists, params)
 
     def chat(self, messages, sampling_params=None) -> list[GenerationResult]:
-        """One conversation (list of {"role", "content"}) or a list of conversations."""
+        """One conversation (list of {"role", "content"}) or a list of conversations.
+
+        A vision model's messages may hold OpenAI ``image_url`` parts (``data:`` URLs) or
+        ``{"type": "image", "image": <PIL image>}`` parts, rendered by its processor."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        token_lists = [
-            list(self.tokenizer.apply_chat_template(conv, add_generation_prompt=True,
-                                                    tokenize=True, return_dict=False))
-            for conv in conversations
-        ]
+        token_lists, images = [], []
+        for conv in conversations:
+            if _has_images(conv):
+                ids, conv_images = chat_prompt(self._processor(), conv)
+            else:
+                ids, conv_images = list(self.tokenizer.apply_chat_template(
+                    conv, add_generation_prompt=True, tokenize=True, return_dict=False)), []
+            token_lists.append(ids)
+            images.append(tuple(conv_images))
         params = self._params_list(sampling_params, len(token_lists))
-        return self._run(token_lists, params)
+        return self._run(token_lists, params, images)
+
+    def _processor(self):
+        if self._vision_processor is None:
+            self._vision_processor = load_processor(self.engine.model_dir)
+        return self._vision_processor
 
     def _tokenize(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -86,17 +100,18 @@ class LLM:
             )
         return params
 
-    def _run(self, token_lists, params) -> list[GenerationResult]:
+    def _run(self, token_lists, params, images=None) -> list[GenerationResult]:
         """Run the requests to the end; their text is made here, as in the API server
         (``mstar.output``): a stop string aborts its request in the engine."""
         ids = []
         results = {}
         texts = {}
-        for tokens, p in zip(token_lists, params, strict=True):
+        images = images or [()] * len(token_lists)
+        for tokens, p, imgs in zip(token_lists, params, images, strict=True):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
             try:
-                self.engine.add_request(rid, tokens, p)
+                self.engine.add_request(rid, tokens, p, imgs)
             except ValueError:  # a rejected request (bad schema, too long): none of them runs
                 for added in ids:
                     self.engine.abort_request(added)
@@ -117,3 +132,9 @@ class LLM:
                 if text.finished:
                     r.finish_reason = text.finish_reason
         return [results[rid] for rid in ids]
+
+
+def _has_images(conversation: list[dict]) -> bool:
+    return any(isinstance(m.get("content"), list)
+               and any(p.get("type") in ("image_url", "image") for p in m["content"])
+               for m in conversation)

@@ -117,3 +117,23 @@ def _cached(engine, processor, requests, rid) -> int:
     again = f"{rid}#{next(_CALLS)}"
     engine.add_request(again, prompt, SamplingParams(temperature=0, max_tokens=2), images)
     return run_engine(engine, {})[again]["cached_tokens"]
+
+
+def test_llm_chat_takes_openai_image_parts(vlm):
+    import base64
+    import io
+
+    from mstar import LLM
+
+    path, processor, requests, refs = vlm("smolvlm")
+    png = io.BytesIO()
+    requests["one"][1][0].save(png, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    llm = LLM(str(path), dtype="float32", device="cpu", num_kv_blocks=256)
+    conversation = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": "Describe the picture."}]}]
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    result, text_only = llm.chat([conversation, [{"role": "user", "content": "Hello"}]], params)
+    assert result.token_ids == refs["one"]
+    assert text_only.token_ids  # a text conversation in the same batch runs as before
