@@ -63,6 +63,7 @@ class ModelRunner:
                                              settings.seed))
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
         self.encoder_cache = EncoderCache(int(settings.encoder_cache_mb * (1 << 20)), device)
+        self.takes_images = hasattr(self.model, "encode")  # a vision-language model
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -170,7 +171,7 @@ class ModelRunner:
         attn_metadata.begin_forward()
         input_ids = step.input_ids.to(self.device, non_blocking=True)
         positions = step.positions.to(self.device, non_blocking=True)
-        images = self._images_in_step(out)
+        images = self._images_in_step(out) if self.takes_images else None
         if images:
             embeds = self._merged_embeds(input_ids, images)
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
