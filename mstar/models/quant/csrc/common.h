@@ -1,5 +1,4 @@
-// Shared pieces of the quantized-linear kernels (see ops.cpp): formats, scalar dequantization,
-// and the macros that compile a region of code for one instruction-set level.
+// Shared pieces of the quantized-linear kernels (see ops.cpp): format constants and the macros that compile a region of code for one instruction-set level.
 //
 // One build serves every x86-64 CPU: SIMD code is compiled per function for its level
 // (MSTAR_TARGET_PUSH/POP around a region) and only called after cpu_level() says the CPU has it,
@@ -33,32 +32,11 @@ namespace {
 
 constexpr int64_t kQ4Block = 32;
 constexpr int64_t kQ4BlockBytes = 20;
-constexpr int64_t kRowTile = 8;  // output rows dequantized together
-constexpr int kMT = 6;           // micro-kernel: rows of x ...
-constexpr int kNT = 2;           // ... times rows of W
 
 inline float half_to_float(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-}
-
-void dequant_q4_row_scalar(const uint8_t* row, int64_t K, float* out) {
-  for (int64_t b = 0; b < K / kQ4Block; ++b) {
-    const uint8_t* block = row + b * kQ4BlockBytes;
-    const float d = half_to_float(block), m = half_to_float(block + 2);
-    const uint8_t* qs = block + 4;
-    float* o = out + b * kQ4Block;
-    for (int j = 0; j < 16; ++j) {
-      o[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
-      o[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
-    }
-  }
-}
-
-void dequant_int8_row_scalar(const int8_t* row, const float* scales, int64_t K, int64_t group,
-                             float* out) {
-  for (int64_t k = 0; k < K; ++k) out[k] = static_cast<float>(row[k]) * scales[k / group];
 }
 
 }  // namespace

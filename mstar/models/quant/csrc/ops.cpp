@@ -1,11 +1,10 @@
 // Weight-only quantized linear layers for CPU: y = x @ dequantize(W)^T, x and y float32.
 //
-// Two families, chosen per call by the Python layer (mstar/models/quant/linear.py):
-// - *_qdot: x is quantized to int8 per block of 32 (qdot.h) and multiplied with the weights in
-//   integer arithmetic, split over output rows (what decode batches run).
-// - float: the weights are dequantized to float32 (in registers for batches under 4 rows, else
-//   through a k-major panel, tiled.h) and multiplied exactly with float32 x.
-// Every op takes `level` (-1: the CPU's best; tests force each level the CPU has).
+// x is quantized to int8 per block of 32 (qdot.h) and multiplied with the weights in integer
+// arithmetic, the output rows split over the threads. Every op takes `level` (-1: the CPU's best;
+// tests force each level the CPU has). The earlier kernels that dequantized W to float32 (in
+// registers, or through k-major panels for larger batches) were 1.6-2.8x slower at every batch
+// size from 1 to 512 on AVX2 and are gone (docs/engine.rst).
 //
 // q4: GGUF Q4_1 blocks of 20 bytes per 32 weights: fp16 scale d, fp16 minimum m, 16 bytes of
 //     nibbles (byte j holds weight j in its low nibble and weight j + 16 in its high nibble);
@@ -13,7 +12,6 @@
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
 #include "common.h"
 #include "qdot.h"
-#include "tiled.h"
 
 namespace {
 
@@ -36,66 +34,9 @@ void check_int8(const at::Tensor& weight, const at::Tensor& scales) {
   TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.is_contiguous(),
               "int8 weight must be contiguous int8 [N, K]");
   const int64_t N = weight.size(0), K = weight.size(1);
-  TORCH_CHECK(K % 8 == 0, "int8 needs in_features divisible by 8");
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 && scales.is_contiguous() &&
-                  scales.size(0) == N && K % scales.size(1) == 0,
-              "int8 scales must be contiguous float32 [N, G] with G dividing in_features");
-}
-
-at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t K, int64_t level) {
-  check_q4(blocks, K);
-  at::Tensor x = x_in.contiguous();
-  check_input(x, K);
-  const bool avx2 = resolve_level(level) >= kAvx2;
-  const uint8_t* bp = blocks.data_ptr<uint8_t>();
-  const int64_t row_bytes = blocks.size(1), M = x.size(0), N = blocks.size(0);
-#ifdef MSTAR_X86
-  if (avx2 && M < kPanelMinRows) {
-    at::Tensor out = at::empty({M, N}, x.options());
-    const float* xp = x.data_ptr<float>();
-    std::vector<float> sums(M * K / kQ4Block);
-    block_sums(xp, M, K, sums.data());
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, N, kRowGrain, [&](int64_t begin, int64_t end) {
-      q4_small_batch(xp, sums.data(), M, K, bp, begin, end, op, N);
-    });
-    return out;
-  }
-  if (avx2)
-    return tiled_linear(x, N, true, [&](int64_t n, float* dst) { dequant_q4_row_avx2(bp + n * row_bytes, K, dst); });
-#endif
-  return tiled_linear(x, N, false, [&](int64_t n, float* dst) { dequant_q4_row_scalar(bp + n * row_bytes, K, dst); });
-}
-
-at::Tensor int8_linear(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& scales,
-                       int64_t level) {
-  check_int8(weight, scales);
-  const int64_t N = weight.size(0), K = weight.size(1);
-  at::Tensor x = x_in.contiguous();
-  check_input(x, K);
-  const bool avx2 = resolve_level(level) >= kAvx2;
-  const int8_t* wp = weight.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  const int64_t groups = scales.size(1), group = K / groups;
-#ifdef MSTAR_X86
-  if (avx2 && x.size(0) < kPanelMinRows && group % kQ4Block == 0) {
-    const int64_t M = x.size(0);
-    at::Tensor out = at::empty({M, N}, x.options());
-    const float* xp = x.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, N, kRowGrain, [&](int64_t begin, int64_t end) {
-      int8_small_batch(xp, M, K, wp, sp, groups, begin, end, op, N);
-    });
-    return out;
-  }
-  if (avx2)
-    return tiled_linear(x, N, true, [&](int64_t n, float* dst) {
-      dequant_int8_row_avx2(wp + n * K, sp + n * groups, K, group, dst);
-    });
-#endif
-  return tiled_linear(x, N, false, [&](int64_t n, float* dst) {
-    dequant_int8_row_scalar(wp + n * K, sp + n * groups, K, group, dst);
-  });
+                  scales.size(0) == N && K % scales.size(1) == 0 && (K / scales.size(1)) % kQ4Block == 0,
+              "int8 scales must be contiguous float32 [N, G], groups of a multiple of 32 weights");
 }
 
 // x quantized per block of 32: (q int8 [M, K], d [M, K / 32], s [M, K / 32]).
@@ -122,7 +63,7 @@ at::Tensor qdot_linear(const at::Tensor& x, int64_t N, int64_t level, Rows rows)
   return out;
 }
 
-at::Tensor q4_linear_qdot(const at::Tensor& x, const at::Tensor& blocks, int64_t K, int64_t level) {
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t K, int64_t level) {
   check_q4(blocks, K);
   check_input(x, K);
   const QdotLevel fns = qdot_level(resolve_level(level));
@@ -133,11 +74,9 @@ at::Tensor q4_linear_qdot(const at::Tensor& x, const at::Tensor& blocks, int64_t
   });
 }
 
-at::Tensor int8_linear_qdot(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                            int64_t level) {
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales, int64_t level) {
   check_int8(weight, scales);
   const int64_t N = weight.size(0), K = weight.size(1), groups = scales.size(1);
-  TORCH_CHECK((K / groups) % kQ4Block == 0, "int8 integer dot needs groups of a multiple of 32 weights");
   check_input(x, K);
   const QdotLevel fns = qdot_level(resolve_level(level));
   const int8_t* wp = weight.data_ptr<int8_t>();
@@ -154,8 +93,6 @@ int64_t best_level() { return cpu_level(); }
 TORCH_LIBRARY(mstar_quant, m) {
   m.def("q4_linear(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
-  m.def("q4_linear_qdot(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
-  m.def("int8_linear_qdot(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
   m.def("quantize_activations(Tensor x, int level=-1) -> (Tensor, Tensor, Tensor)");
   m.def("cpu_level() -> int");
 }
@@ -163,8 +100,6 @@ TORCH_LIBRARY(mstar_quant, m) {
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("q4_linear", &q4_linear);
   m.impl("int8_linear", &int8_linear);
-  m.impl("q4_linear_qdot", &q4_linear_qdot);
-  m.impl("int8_linear_qdot", &int8_linear_qdot);
   m.impl("quantize_activations", &quantize_activations);
 }
 

@@ -10,6 +10,7 @@ namespace {
 
 constexpr int kQdotMT = 4;  // rows of x per tile ...
 constexpr int kQdotNT = 2;  // ... times rows of W
+constexpr int kQdotNT1 = 4;  // rows of W per tile for a single row of x
 
 struct Activations {
   const int8_t* q;  // [M, K]

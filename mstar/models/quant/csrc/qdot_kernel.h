@@ -102,12 +102,13 @@ void int8_tile(const Activations& a, int64_t i0, const int8_t* w, const float* s
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    const int64_t g = per_group == nb ? 0 : b / per_group;  // no division per block when G = 1
     __m256i ws[NT], wa[NT];
     float wd[NT];
     for (int j = 0; j < NT; ++j) {
       ws[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * K + b * kQ4Block));
       wa[j] = _mm256_sign_epi8(ws[j], ws[j]);
-      wd[j] = scales[j * groups + b / per_group];
+      wd[j] = scales[j * groups + g];
     }
     for (int i = 0; i < MT; ++i) {
       const int64_t row = i0 + i;
@@ -157,22 +158,33 @@ struct Int8Tile {
   void run(int64_t i0) const { int8_tile<MT, NT>(a, i0, w, scales, groups, out, ldo); }
 };
 
+// Output columns [n_begin, n_end) in groups of NT rows of W (then one at a time).
+template <int NT, typename MakeTile>
+void columns(int64_t M, int64_t n_begin, int64_t n_end, MakeTile make) {
+  int64_t n = n_begin;
+  for (; n + NT <= n_end; n += NT) rows_by_tiles<NT>(M, make(n));
+  for (; n < n_end; ++n) rows_by_tiles<1>(M, make(n));
+}
+
 void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64_t n_end, float* out,
              int64_t N) {
   const int64_t row_bytes = a.K / kQ4Block * kQ4BlockBytes;
-  int64_t n = n_begin;
-  for (; n + kQdotNT <= n_end; n += kQdotNT)
-    rows_by_tiles<kQdotNT>(a.M, Q4Tile{a, blocks + n * row_bytes, row_bytes, out + n, N});
-  for (; n < n_end; ++n) rows_by_tiles<1>(a.M, Q4Tile{a, blocks + n * row_bytes, row_bytes, out + n, N});
+  const auto make = [&](int64_t n) { return Q4Tile{a, blocks + n * row_bytes, row_bytes, out + n, N}; };
+  if (a.M == 1)
+    columns<kQdotNT1>(a.M, n_begin, n_end, make);
+  else
+    columns<kQdotNT>(a.M, n_begin, n_end, make);
 }
 
 void int8_rows(const Activations& a, const int8_t* weight, const float* scales, int64_t groups,
                int64_t n_begin, int64_t n_end, float* out, int64_t N) {
-  int64_t n = n_begin;
-  for (; n + kQdotNT <= n_end; n += kQdotNT)
-    rows_by_tiles<kQdotNT>(a.M, Int8Tile{a, weight + n * a.K, scales + n * groups, groups, out + n, N});
-  for (; n < n_end; ++n)
-    rows_by_tiles<1>(a.M, Int8Tile{a, weight + n * a.K, scales + n * groups, groups, out + n, N});
+  const auto make = [&](int64_t n) {
+    return Int8Tile{a, weight + n * a.K, scales + n * groups, groups, out + n, N};
+  };
+  if (a.M == 1)
+    columns<kQdotNT1>(a.M, n_begin, n_end, make);
+  else
+    columns<kQdotNT>(a.M, n_begin, n_end, make);
 }
 
 }  // namespace MSTAR_QDOT_NS
