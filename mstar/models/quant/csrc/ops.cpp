@@ -1,6 +1,6 @@
 // Weight-only quantized linear layers for CPU: y = x @ dequantize(W)^T, x and y float32.
 //
-// x is quantized to int8 per block of 32 (qdot.h) and multiplied with the weights in integer
+// x is quantized to int16 per block of 32 (qdot.h) and multiplied with the weights in integer
 // arithmetic, the output rows split over the threads. Every op takes `level` (-1: the CPU's best;
 // tests force each level the CPU has). The earlier kernels that dequantized W to float32 (in
 // registers, or through k-major panels for larger batches) were 1.6-2.8x slower at every batch
@@ -39,15 +39,15 @@ void check_int8(const at::Tensor& weight, const at::Tensor& scales) {
               "int8 scales must be contiguous float32 [N, G], groups of a multiple of 32 weights");
 }
 
-// x quantized per block of 32: (q int8 [M, K], d [M, K / 32], s [M, K / 32]).
+// x quantized per block of 32: (q int16 [M, K], d [M, K / 32], s [M, K / 32]).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x_in, int64_t level) {
   at::Tensor x = x_in.contiguous();
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.size(1) % kQ4Block == 0,
               "x must be float32 [M, K] with K divisible by 32");
   const int64_t M = x.size(0), K = x.size(1);
-  at::Tensor q = at::empty({M, K}, x.options().dtype(at::kChar));
+  at::Tensor q = at::empty({M, K}, x.options().dtype(at::kShort));
   at::Tensor d = at::empty({M, K / kQ4Block}, x.options()), s = at::empty_like(d);
-  qdot_level(resolve_level(level)).quantize(x.data_ptr<float>(), M, K, q.data_ptr<int8_t>(),
+  qdot_level(resolve_level(level)).quantize(x.data_ptr<float>(), M, K, q.data_ptr<int16_t>(),
                                             d.data_ptr<float>(), s.data_ptr<float>());
   return {q, d, s};
 }
@@ -56,7 +56,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Te
 template <typename Rows>
 at::Tensor qdot_linear(const at::Tensor& x, int64_t N, int64_t level, Rows rows) {
   const auto [q, d, s] = quantize_activations(x, level);
-  const Activations a{q.data_ptr<int8_t>(), d.data_ptr<float>(), s.data_ptr<float>(), x.size(0), x.size(1)};
+  const Activations a{q.data_ptr<int16_t>(), d.data_ptr<float>(), s.data_ptr<float>(), x.size(0), x.size(1)};
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   float* op = out.data_ptr<float>();
   at::parallel_for(0, N, kRowGrain, [&](int64_t begin, int64_t end) { rows(a, begin, end, op); });

@@ -1,4 +1,5 @@
-// Integer dot products on activations quantized to int8 per block of 32 (llama.cpp's Q8_1):
+// Integer dot products on activations quantized per block of 32 (like llama.cpp's Q8_1, but to
+// int16: int8 activations moved the built-in model's greedy answers, see docs/engine.rst):
 //   x ~ dx * qx per block, so  x . w = sum over blocks of dx * dw * (qx . qw)  [+ mw * dx * sum qx
 //   for Q4_1's minimum], with qx . qw exact in int32.
 // The SIMD levels share one kernel source (qdot_kernel.h) compiled once per level; the scalar
@@ -9,11 +10,13 @@
 namespace {
 
 constexpr int kQdotMT = 4;  // rows of x per tile ...
-constexpr int kQdotNT = 2;  // ... times rows of W
-constexpr int kQdotNT1 = 4;  // rows of W per tile for a single row of x
+constexpr int kQdotNT = 2;  // ... times rows of W (one row for batches under kQdotMT: they stream
+                            // W, and one weight stream at a time reads memory fastest)
+
+constexpr float kActMax = 32767.f;  // |qx| <= this
 
 struct Activations {
-  const int8_t* q;  // [M, K]
+  const int16_t* q;  // [M, K]
   const float* d;   // [M, K / 32] block scales
   const float* s;   // [M, K / 32] d * sum of the block's q
   int64_t M, K;
@@ -21,19 +24,19 @@ struct Activations {
 
 namespace qdot_scalar {
 
-void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s) {
+void quantize_rows(const float* x, int64_t M, int64_t K, int16_t* q, float* d, float* s) {
   for (int64_t b = 0; b < M * K / kQ4Block; ++b) {
     const float* src = x + b * kQ4Block;
     float a = 0.f;
     for (int k = 0; k < kQ4Block; ++k) a = std::max(a, std::fabs(src[k]));
-    const float inv = a > 0.f ? 127.f / a : 0.f;
+    const float inv = a > 0.f ? kActMax / a : 0.f;
     int total = 0;
     for (int k = 0; k < kQ4Block; ++k) {
       const int v = static_cast<int>(std::nearbyint(src[k] * inv));
-      q[b * kQ4Block + k] = static_cast<int8_t>(v);
+      q[b * kQ4Block + k] = static_cast<int16_t>(v);
       total += v;
     }
-    d[b] = a / 127.f;
+    d[b] = a / kActMax;
     s[b] = d[b] * static_cast<float>(total);
   }
 }
@@ -46,7 +49,7 @@ void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64
       float total = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* block = blocks + (n * nb + b) * kQ4BlockBytes;
-        const int8_t* xq = a.q + i * a.K + b * kQ4Block;
+        const int16_t* xq = a.q + i * a.K + b * kQ4Block;
         int dot = 0;
         for (int j = 0; j < 16; ++j) dot += (block[4 + j] & 0x0F) * xq[j] + (block[4 + j] >> 4) * xq[j + 16];
         total += half_to_float(block) * a.d[i * nb + b] * static_cast<float>(dot) +
@@ -64,7 +67,7 @@ void int8_rows(const Activations& a, const int8_t* weight, const float* scales, 
       float total = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* w = weight + n * a.K + b * kQ4Block;
-        const int8_t* xq = a.q + i * a.K + b * kQ4Block;
+        const int16_t* xq = a.q + i * a.K + b * kQ4Block;
         int dot = 0;
         for (int j = 0; j < kQ4Block; ++j) dot += w[j] * xq[j];
         total += scales[n * groups + b / per_group] * a.d[i * nb + b] * static_cast<float>(dot);
@@ -78,7 +81,7 @@ void int8_rows(const Activations& a, const int8_t* weight, const float* scales, 
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,fma,f16c")
 #define MSTAR_QDOT_NS qdot_avx2
-#define MSTAR_QDOT_DOT(w, x) _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+#define MSTAR_QDOT_DOT(w0, x0, w1, x1) _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
 #include "qdot_kernel.h"
 #undef MSTAR_QDOT_DOT
 #undef MSTAR_QDOT_NS
@@ -89,7 +92,7 @@ MSTAR_TARGET_POP
 #define MSTAR_VNNI 1
 MSTAR_TARGET_PUSH("avx2,fma,f16c,avxvnni")
 #define MSTAR_QDOT_NS qdot_avxvnni
-#define MSTAR_QDOT_DOT(w, x) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
+#define MSTAR_QDOT_DOT(w0, x0, w1, x1) _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
 #include "qdot_kernel.h"
 #undef MSTAR_QDOT_DOT
 #undef MSTAR_QDOT_NS
@@ -97,7 +100,7 @@ MSTAR_TARGET_POP
 
 MSTAR_TARGET_PUSH("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
 #define MSTAR_QDOT_NS qdot_avx512vnni
-#define MSTAR_QDOT_DOT(w, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x)
+#define MSTAR_QDOT_DOT(w0, x0, w1, x1) _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
 #include "qdot_kernel.h"
 #undef MSTAR_QDOT_DOT
 #undef MSTAR_QDOT_NS
@@ -107,7 +110,7 @@ MSTAR_TARGET_POP
 
 // One level's functions.
 struct QdotLevel {
-  void (*quantize)(const float*, int64_t, int64_t, int8_t*, float*, float*);
+  void (*quantize)(const float*, int64_t, int64_t, int16_t*, float*, float*);
   void (*q4_rows)(const Activations&, const uint8_t*, int64_t, int64_t, float*, int64_t);
   void (*int8_rows)(const Activations&, const int8_t*, const float*, int64_t, int64_t, int64_t, float*,
                     int64_t);
