@@ -19,6 +19,7 @@ from mstar.models.quant.formats import (
 )
 from mstar.models.quant.linear import QuantLinear
 
+
 def _weights(n: int, k: int) -> torch.Tensor:
     torch.manual_seed(n * 1000 + k)
     return torch.randn(n, k) * torch.rand(n, 1)  # rows of different magnitude
