@@ -6,10 +6,11 @@ Per setting, in a fresh process: offline tok/s (mstar.LLM, greedy, ignore_eos) a
 concurrent, resident memory after loading, perplexity over the docs and top-1 agreement with fp32
 (benchmark.quality), and how many greedy output tokens match fp32's on the benchmark prompts
 (the matching prefix, averaged over prompts), and the step-time breakdown at 1 and 32 sequences:
-a few decode steps under torch.profiler, split into the linear kernels (quantized, oneDNN or aten
-matmuls) and the rest (norms, rope, attention, cache writes, sampling, Python). Then `mstar serve`
-with the same setting, closed-loop streaming chat at c=1 and c=32 (benchmark.runner). Ratios are
-against fp32 of the same run. The CPU's SIMD flags head the table, since numbers are per machine.
+a few decode steps, split into the linear layers (quantized kernels, oneDNN or aten matmuls;
+timed by forward hooks) and the rest (norms, rope, attention, cache writes, sampling, Python).
+Then `mstar serve` with the same setting, closed-loop streaming chat at c=1 and c=32
+(benchmark.runner). Ratios are against fp32 of the same run. The CPU's SIMD flags head the
+table, since numbers are per machine.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ SETTINGS = {
 }
 CONCURRENCY = (1, 32)
 FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile")
-# Profiler events that are the linear layers' kernels (everything else in a step is "rest").
-KERNEL_OPS = ("mstar_quant::", "mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm")
 PROFILE_TOKENS = 8
 # Same KV-cache size everywhere, so resident memory compares weights (and fits 32 x 512 tokens).
 COMMON = {"max_model_len": 512, "num_kv_blocks": 1056}
@@ -55,19 +54,35 @@ def cpu_flags() -> list[str]:
 
 
 def step_breakdown(llm, prompts: list[str], params_cls) -> dict:
-    """Milliseconds per decode step, total and in the linear kernels, under torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
+    """Milliseconds per decode step, total and inside the linear layers (timed by forward hooks
+    on every linear module: the forward runs on the engine's own thread, out of a profiler's view)."""
+    from torch import nn
 
-    params = params_cls(temperature=0, max_tokens=PROFILE_TOKENS, ignore_eos=True)
+    from mstar.models.cpu_linear import PackedLinear
+    from mstar.models.quant.linear import QuantLinear
+
+    spent, started = [0.0], {}
+
+    def before(module, args):
+        started[module] = time.perf_counter()
+
+    def after(module, args, output):
+        spent[0] += time.perf_counter() - started[module]
+
+    linears = [m for m in llm.engine.model_runner.model.modules()
+               if isinstance(m, (nn.Linear, PackedLinear, QuantLinear))]
+    hooks = [h for m in linears
+             for h in (m.register_forward_pre_hook(before), m.register_forward_hook(after))]
     llm.generate(prompts, params_cls(temperature=0, max_tokens=1))  # the prompts' prefill, cached
+    spent[0] = 0.0
     start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        llm.generate(prompts, params)
-    steps = PROFILE_TOKENS
-    wall_ms = (time.perf_counter() - start) * 1e3 / steps
-    kernel_us = sum(e.self_cpu_time_total for e in prof.key_averages()
-                    if e.key.startswith(KERNEL_OPS))
-    kernel_ms = kernel_us / 1e3 / steps
+    try:
+        llm.generate(prompts, params_cls(temperature=0, max_tokens=PROFILE_TOKENS, ignore_eos=True))
+    finally:
+        for h in hooks:
+            h.remove()
+    wall_ms = (time.perf_counter() - start) * 1e3 / PROFILE_TOKENS
+    kernel_ms = spent[0] * 1e3 / PROFILE_TOKENS
     return {"step_ms": wall_ms, "kernel_ms": kernel_ms, "rest_ms": wall_ms - kernel_ms}
 
 
