@@ -77,8 +77,9 @@ template <int MT, int NT>
 void q4_tile(const Activations& a, int64_t i0, const uint8_t* w, int64_t row_bytes, float* out, int64_t ldo) {
   const int64_t K = a.K, nb = K / kQ4Block;
   __m256 acc[MT][NT];
+  float mins[MT][NT];
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps(), mins[i][j] = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
     __m256i wq[NT][2];
     float wd[NT], wm[NT];
@@ -91,20 +92,16 @@ void q4_tile(const Activations& a, int64_t i0, const uint8_t* w, int64_t row_byt
       const int64_t row = i0 + i;
       const int16_t* xb = a.q + row * K + b * kQ4Block;
       const __m256i x0 = load_act(xb, 0), x1 = load_act(xb, 1);
-      const float dx = a.d[row * nb + b];
-      // The minimum's term mw * sx rides in lane 0 of the accumulator (hsum adds every lane):
-      // kept out of scalar registers, which the 4 x 2 tile has none left of.
-      const __m256 sx = _mm256_castps128_ps256(_mm_set_ss(a.s[row * nb + b]));
-      const __m256 lane0 = _mm256_blend_ps(_mm256_setzero_ps(), sx, 1);
+      const float dx = a.d[row * nb + b], sx = a.s[row * nb + b];
       for (int j = 0; j < NT; ++j) {
         const __m256 dot = _mm256_cvtepi32_ps(MSTAR_QDOT_DOT(wq[j][0], x0, wq[j][1], x1));
         acc[i][j] = _mm256_fmadd_ps(dot, _mm256_set1_ps(wd[j] * dx), acc[i][j]);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(wm[j]), lane0, acc[i][j]);
+        mins[i][j] += wm[j] * sx;
       }
     }
   }
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = hsum_ps(acc[i][j]);
+    for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = hsum_ps(acc[i][j]) + mins[i][j];
 }
 
 // The same for int8 W with a float scale per group of `group` weights (a multiple of 32).
