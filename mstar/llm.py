@@ -86,6 +86,9 @@ class LLM:
         return params
 
     def _run(self, token_lists, params) -> list[GenerationResult]:
+        for p in params:  # a bad constraint is refused before any request of the call runs
+            if p.structured_output is not None:
+                self.engine.grammars.check(p.structured_output)
         ids = []
         results = {}
         for tokens, p in zip(token_lists, params, strict=True):

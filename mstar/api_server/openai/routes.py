@@ -46,7 +46,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     headers = admit(state, req, "chat")
     tools = await request_tool_plan(req, state.settings.tool_call_parser,
                                     state.tokenizer.chat_template)
-    structured = output_constraint(tools, await structured_output(req))
+    structured = output_constraint(tools, await structured_output(req, state.settings))
     prompts = [await chat_prompt_ids(state, req, tools.shown_tools)]
     jobs = jobs_for(state, req, prompts, "messages", structured)
     return await _respond(state, request, req, jobs, prompts, headers, chat=True, tools=tools)
@@ -57,7 +57,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
 async def completions(req: CompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "completions")
-    structured = await structured_output(req)
+    structured = await structured_output(req, state.settings)
     prompts = await completion_prompt_ids(state, req.prompts())
     jobs = jobs_for(state, req, prompts, "prompt", structured)
     return await _respond(state, request, req, jobs, prompts, headers, chat=False)

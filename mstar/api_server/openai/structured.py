@@ -1,7 +1,9 @@
 """A request's structured-output constraint: ``response_format`` or one ``guided_*`` extra.
 
-At most one per request. Each becomes the engine's ``StructuredOutput``; one that does not compile
-(an invalid JSON schema, regex or grammar) is a 400 naming the field.
+At most one per request. Each becomes the engine's ``StructuredOutput``; one that passes a bound
+of ``mstar.engine.grammar_limits`` (size, nesting, enum entries, regex length, a ``$ref`` outside
+the schema) or does not compile (an invalid JSON schema, regex or grammar) is a 400 naming the
+field.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import SamplingFields
+from mstar.engine.grammar_limits import GrammarLimits, check_constraint
 from mstar.engine.sampling_params import StructuredOutput
 from mstar.engine.structured_output import check_structured_output
 
@@ -19,13 +22,13 @@ GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
 
 def _schema_text(schema: Any, param: str) -> str:
+    """A schema given as JSON text (checked to parse later, in a thread) or as an object."""
     if isinstance(schema, str):
-        try:
-            json.loads(schema)
-        except ValueError as exc:
-            raise APIError(400, f"invalid field '{param}': not JSON ({exc})", param) from None
         return schema
-    return json.dumps(schema)
+    try:
+        return json.dumps(schema)
+    except RecursionError:
+        raise APIError(400, f"invalid field '{param}': nested too deeply", param) from None
 
 
 def _from_response_format(req: SamplingFields) -> tuple[StructuredOutput, str] | None:
@@ -59,8 +62,17 @@ def requested_constraints(req: SamplingFields) -> list[tuple[StructuredOutput, s
     return found + [_from_guided(req, name) for name in GUIDED if getattr(req, name) is not None]
 
 
-async def structured_output(req: SamplingFields) -> StructuredOutput | None:
-    """The request's constraint, checked to compile (off the event loop); None when free."""
+def check_spec(spec: StructuredOutput, param: str, limits: GrammarLimits) -> None:
+    """Keeps to ``limits`` and compiles to a grammar; else a 400 naming ``param``."""
+    try:
+        check_constraint(spec, limits)
+        check_structured_output(spec)
+    except (ValueError, RecursionError) as exc:
+        raise APIError(400, f"invalid field '{param}': {exc or 'nested too deeply'}",
+                       param) from None
+
+
+def checked_constraint(req: SamplingFields, limits: GrammarLimits) -> StructuredOutput | None:
     found = requested_constraints(req)
     if not found:
         return None
@@ -69,8 +81,13 @@ async def structured_output(req: SamplingFields) -> StructuredOutput | None:
         raise APIError(400, f"only one structured-output constraint per request; got {names}",
                        found[1][1].split(".")[0])
     spec, param = found[0]
-    try:
-        await asyncio.to_thread(check_structured_output, spec)
-    except ValueError as exc:
-        raise APIError(400, f"invalid field '{param}': {exc}", param) from None
+    check_spec(spec, param, limits)
     return spec
+
+
+async def structured_output(req: SamplingFields, settings: Any) -> StructuredOutput | None:
+    """The request's constraint, checked against the settings' bounds and compiled (in a worker
+    thread: a megabyte of schema never stalls the event loop); None when free."""
+    if req.response_format is None and all(getattr(req, name) is None for name in GUIDED):
+        return None
+    return await asyncio.to_thread(checked_constraint, req, GrammarLimits.from_settings(settings))
