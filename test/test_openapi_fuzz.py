@@ -1,8 +1,13 @@
 """The published schema, fuzzed: schemathesis against the ASGI app in process, on a stub engine.
 
 Pass condition: no 5xx, every response matches the schema /openapi.json publishes (status codes,
-content types, bodies), and nothing the API accepts would fail in a worker (the stub engine
-encodes and decodes each sub-request as a worker does).
+content types, bodies, and each server-sent event of a stream), and nothing the API accepts would
+fail in a worker (the stub engine encodes and decodes each sub-request as a worker does).
+
+CI runs derandomized: the examples come from a fixed seed, so a red run is reproduced by running
+it again. A longer random run, for developers (about 1000 examples per route, new ones each time):
+
+    pytest test/test_openapi_fuzz.py --hypothesis-profile=fuzz-long --hypothesis-show-statistics
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("P
               ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/health"),
               ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/v1/config")]
 EXAMPLES = {"POST": 40, "GET": 3}
+LONG_EXAMPLES = 1000
+settings.register_profile("fuzz-long", max_examples=LONG_EXAMPLES, derandomize=False)
+
+
+def _fuzz_settings(method: str) -> settings:
+    """Derandomized with EXAMPLES, unless the fuzz-long profile is loaded."""
+    long = settings.default.max_examples >= LONG_EXAMPLES
+    return settings(max_examples=settings.default.max_examples if long else EXAMPLES[method],
+                    derandomize=not long, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +58,7 @@ def test_every_operation_is_fuzzed(api_schema):
 @pytest.mark.parametrize(("method", "path"), OPERATIONS)
 def test_every_route_keeps_to_its_published_schema(api_schema, method, path):
     @given(case=api_schema[path][method].as_strategy())
-    @settings(max_examples=EXAMPLES[method], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @_fuzz_settings(method)
     def fuzz(case):
         case.call_and_validate(checks=CHECKS)
 
@@ -59,6 +73,10 @@ def test_the_schema_documents_errors_and_extras(tiny_tokenizer):
     chat = spec["paths"]["/v1/chat/completions"]["post"]
     assert set(chat["responses"]) == {"200", "400", "401", "404", "413", "503", "504"}
     assert set(chat["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+    event = chat["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    payload = event["properties"]["data"]["else"]["contentSchema"]["anyOf"]
+    assert {"$ref": "#/components/schemas/ChatCompletionChunk"} in payload
+    assert "ChatCompletionChunk" in spec["components"]["schemas"]
     fields = spec["components"]["schemas"]["ChatCompletionRequest"]["properties"]
     for extra in ("ignore_eos", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
                   "min_tokens", "stop_token_ids", "top_k", "min_p", "repetition_penalty"):

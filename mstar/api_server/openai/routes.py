@@ -28,7 +28,12 @@ from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import CompletionRequest
-from mstar.api_server.openai.response_models import ChatCompletionResponse, CompletionResponse
+from mstar.api_server.openai.response_models import (
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    CompletionChunk,
+    CompletionResponse,
+)
 from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, output_constraint, request_tool_plan
@@ -40,7 +45,8 @@ router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=None,
-             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream",
+                                  ChatCompletionChunk))
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
@@ -53,7 +59,8 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
 
 
 @router.post("/v1/completions", response_model=None,
-             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream",
+                                  CompletionChunk))
 async def completions(req: CompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "completions")
