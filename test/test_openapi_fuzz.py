@@ -12,6 +12,8 @@ it again. A longer random run, for developers (about 1000 examples per route, ne
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import schemathesis
 from api_stub import stub_app
@@ -92,3 +94,27 @@ def test_the_schema_is_behind_the_api_key(tiny_tokenizer):
     assert client.get("/openapi.json").status_code == 401
     ok = client.get("/openapi.json", headers={"Authorization": "Bearer k"})
     assert ok.status_code == 200 and "/tokenize" in ok.json()["paths"]
+
+
+STREAMS = [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+            "ChatCompletionChunk"),
+           ("/v1/completions", {"prompt": "hi"}, "CompletionChunk")]
+
+
+@pytest.mark.parametrize(("path", "body", "chunk"), STREAMS, ids=["chat", "completions"])
+def test_each_event_of_a_stream_is_checked_against_the_published_chunk(api_schema, path, body,
+                                                                       chunk):
+    """A real stream keeps to the published event schema (ST108), and the check has teeth: the
+    same stream fails against a schema whose chunk says another ``object``."""
+    from schemathesis.core.failures import FailureGroup
+
+    case = api_schema[path]["POST"].Case(body={**body, "stream": True, "max_tokens": 3})
+    response = case.call()
+    assert response.headers["content-type"][0].startswith("text/event-stream")
+    assert response.content.endswith(b"data: [DONE]\n\n")
+    case.validate_response(response, checks=CHECKS)
+    tampered = copy.deepcopy(api_schema.raw_schema)
+    tampered["components"]["schemas"][chunk]["properties"]["object"]["const"] = "other"
+    strict = schemathesis.openapi.from_dict(tampered)
+    with pytest.raises(FailureGroup, match="SSE event violates schema"):
+        strict[path]["POST"].Case(body=case.body).validate_response(response, checks=CHECKS)
