@@ -121,9 +121,9 @@ class GrammarCompilePool:
         try:
             check_constraint(spec, self._bounds.limits)
             check_structured_output(spec)
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:
             raise RequestRejected(f"invalid field '{REQUEST_FIELD[spec.kind]}': "
-                                  f"{exc or 'nested too deeply'}", REQUEST_FIELD[spec.kind]) from None
+                                  f"{exc}", REQUEST_FIELD[spec.kind]) from None
 
     def cancel(self, request_id: str) -> None:
         """The request ended (aborted): its compile is cancelled if it has not begun."""

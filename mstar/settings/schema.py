@@ -123,20 +123,16 @@ class ServerKnobs(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
-
-
-class RequestLimitKnobs(BaseModel):
-    """Bounds on what one request may ask for: each one past its limit is a 400 naming the field."""
-
+    # Request limits: each one a request passes is a 400 naming the field.
     grammar_max_schema_kb: float = _limits(
-        256.0, "Largest structured-output constraint: a JSON schema (response_format, guided_json, "
+        64.0, "Largest structured-output constraint: a JSON schema (response_format, guided_json, "
         "a tool's parameters), a guided_grammar or the guided_choice list, as JSON text.",
         unit="KiB", gt=0.0, le=1e6)
     grammar_max_depth: int = _limits(
         64, "Deepest nesting of a JSON schema (each object or array level counts one).",
         unit="levels", ge=1, le=10_000)
     grammar_max_enum_entries: int = _limits(
-        4096, "Most entries of one enum of a JSON schema, or of guided_choice.", unit="entries",
+        1024, "Most entries of one enum of a JSON schema, or of guided_choice.", unit="entries",
         ge=1, le=MAX_COUNT)
     grammar_max_regex_length: int = _limits(
         4096, "Longest guided_regex, and longest 'pattern' inside a JSON schema.",
@@ -259,8 +255,7 @@ class ConfigKnobs(BaseModel):
         "nothing starts.")
 
 
-class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs,
-                     TransportKnobs, ConfigKnobs):
+class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs, ConfigKnobs):
     """Every knob, frozen. Built once per process tree and passed down explicitly."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")

@@ -14,24 +14,29 @@ from typing import Any
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import SamplingFields
-from mstar.engine.grammar_limits import GrammarLimits, check_constraint
+from mstar.engine.grammar_limits import GrammarLimits, check_constraint, check_size
 from mstar.engine.sampling_params import StructuredOutput
 from mstar.engine.structured_output import check_structured_output
 
 GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
 
-def _schema_text(schema: Any, param: str) -> str:
-    """A schema given as JSON text (checked to parse later, in a thread) or as an object."""
-    if isinstance(schema, str):
-        return schema
+def _why(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _json_schema(schema: Any, param: str, limits: GrammarLimits) -> StructuredOutput:
+    """A schema given as JSON text or as an object; its size is checked before it is parsed."""
     try:
-        return json.dumps(schema)
-    except RecursionError:
-        raise APIError(400, f"invalid field '{param}': nested too deeply", param) from None
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        check_size(text, limits)
+        return StructuredOutput(kind="json_schema", spec=text)
+    except (ValueError, RecursionError) as exc:
+        raise APIError(400, f"invalid field '{param}': {_why(exc)}", param) from None
 
 
-def _from_response_format(req: SamplingFields) -> tuple[StructuredOutput, str] | None:
+def _from_response_format(req: SamplingFields,
+                          limits: GrammarLimits) -> tuple[StructuredOutput, str] | None:
     fmt = req.response_format
     if fmt is None or fmt.type == "text":
         return None
@@ -44,22 +49,25 @@ def _from_response_format(req: SamplingFields) -> tuple[StructuredOutput, str] |
     if schema is None:
         return StructuredOutput(kind="json_object"), "response_format"
     param = "response_format.json_schema.schema"
-    return StructuredOutput(kind="json_schema", spec=_schema_text(schema, param)), param
+    return _json_schema(schema, param, limits), param
 
 
-def _from_guided(req: SamplingFields, name: str) -> tuple[StructuredOutput, str]:
+def _from_guided(req: SamplingFields, name: str,
+                 limits: GrammarLimits) -> tuple[StructuredOutput, str]:
     value = getattr(req, name)
     if name == "guided_json":
-        return StructuredOutput(kind="json_schema", spec=_schema_text(value, name)), name
+        return _json_schema(value, name, limits), name
     if name == "guided_choice":
         return StructuredOutput(kind="choice", choices=list(value)), name
     kind = "regex" if name == "guided_regex" else "grammar"
     return StructuredOutput(kind=kind, spec=value), name
 
 
-def requested_constraints(req: SamplingFields) -> list[tuple[StructuredOutput, str]]:
-    found = [c for c in [_from_response_format(req)] if c is not None]
-    return found + [_from_guided(req, name) for name in GUIDED if getattr(req, name) is not None]
+def requested_constraints(req: SamplingFields,
+                          limits: GrammarLimits) -> list[tuple[StructuredOutput, str]]:
+    found = [c for c in [_from_response_format(req, limits)] if c is not None]
+    return found + [_from_guided(req, name, limits) for name in GUIDED
+                    if getattr(req, name) is not None]
 
 
 def check_spec(spec: StructuredOutput, param: str, limits: GrammarLimits) -> None:
@@ -68,12 +76,11 @@ def check_spec(spec: StructuredOutput, param: str, limits: GrammarLimits) -> Non
         check_constraint(spec, limits)
         check_structured_output(spec)
     except (ValueError, RecursionError) as exc:
-        raise APIError(400, f"invalid field '{param}': {exc or 'nested too deeply'}",
-                       param) from None
+        raise APIError(400, f"invalid field '{param}': {_why(exc)}", param) from None
 
 
 def checked_constraint(req: SamplingFields, limits: GrammarLimits) -> StructuredOutput | None:
-    found = requested_constraints(req)
+    found = requested_constraints(req, limits)
     if not found:
         return None
     if len(found) > 1:
