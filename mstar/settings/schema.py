@@ -151,7 +151,7 @@ class ServerKnobs(BaseModel):
         1024, "Most entries of 'logit_bias' in one request.", unit="entries", ge=1,
         le=MAX_COUNT)
     special_tokens_in_content: Literal["escape", "reject"] = _limits(
-        "escape", "Special-token text (e.g. '<|im_start|>') typed inside a chat message's content "
+        "escape", "Special-token text (e.g. ``<|im_start|>``) typed inside a chat message's content "
         "(system, user, assistant or tool): escape = tokenized as the plain text it is, never "
         "as the special token; reject = a 400 naming the message.")
 
