@@ -109,4 +109,5 @@ class LLM:
                 r.token_ids += out.new_token_ids
                 if out.finished:
                     r.finish_reason = out.finish_reason
+        self.engine.take_rejected()  # their outputs ended as "abort"; the server's answer is unused
         return [results[rid] for rid in ids]
