@@ -103,6 +103,9 @@ class LLM:
     def _run(self, token_lists, params, images=None) -> list[GenerationResult]:
         """Run the requests to the end; their text is made here, as in the API server
         (``mstar.output``): a stop string aborts its request in the engine."""
+        for p in params:  # a bad constraint is refused before any request of the call runs
+            if p.structured_output is not None:
+                self.engine.grammars.check(p.structured_output)
         ids = []
         results = {}
         texts = {}
@@ -131,6 +134,7 @@ class LLM:
                 r.token_ids += text.new_token_ids
                 if text.finished:
                     r.finish_reason = text.finish_reason
+        self.engine.take_rejected()  # their outputs ended as "abort"; the server's answer is unused
         return [results[rid] for rid in ids]
 
 

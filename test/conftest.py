@@ -31,6 +31,9 @@ _CHAT_TEMPLATE = (
 def pytest_addoption(parser):
     parser.addoption("--device", default="cpu", choices=("cpu", "cuda"),
                      help="device the engine tests run mstar on (the transformers oracle stays on CPU)")
+    parser.addoption("--builtin-dtype", default="float32", choices=("float32", "bfloat16"),
+                     help="MSTAR_DTYPE of the shared built-in model server (float32: the same "
+                          "greedy text on every CPU, whatever auto would pick)")
 
 
 def pytest_configure(config):
@@ -186,7 +189,7 @@ def builtin_cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def builtin_server(builtin_cache_dir, tmp_path_factory):
+def builtin_server(builtin_cache_dir, tmp_path_factory, request):
     """One `mstar serve` of the built-in model for the whole session (the tool-calling and
     structured-output tests with the official client share it: a start costs ~16 s)."""
     from serve_helpers import running_server
@@ -195,7 +198,8 @@ def builtin_server(builtin_cache_dir, tmp_path_factory):
 
     yield from running_server(Path(BUILTIN_MODEL), tmp_path_factory.mktemp("builtin") / "s.log",
                               {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
-                               "MSTAR_MAX_MODEL_LEN": "2048", "MSTAR_NUM_KV_BLOCKS": "256"})
+                               "MSTAR_MAX_MODEL_LEN": "2048", "MSTAR_NUM_KV_BLOCKS": "256",
+                               "MSTAR_DTYPE": request.config.getoption("--builtin-dtype")})
 
 
 @pytest.fixture(scope="session")

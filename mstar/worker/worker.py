@@ -52,7 +52,11 @@ class Worker:
                 for msg in self.channel.receive(0 if busy else IDLE_POLL_MS):
                     running = self.handle(msg) and running
                 if running:
-                    self.publish(self.engine.step())
+                    outputs = self.engine.step()
+                    for rid, error in self.engine.take_rejected():  # before their abort output
+                        self.channel.send_to_api(m.RequestFailed(rid, error.status, str(error),
+                                                                 error.param))
+                    self.publish(outputs)
                 self.report_stats()
         finally:
             self.engine.shutdown()
@@ -93,8 +97,8 @@ class Worker:
             self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params,
                                     tuple(from_wire(w) for w in msg.images))
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
-            self.channel.send_to_api(m.RequestFailed(msg.request_id, 400, str(exc),
-                                                     getattr(exc, "param", None)))
+            self.channel.send_to_api(m.RequestFailed(msg.request_id, getattr(exc, "status", 400),
+                                                     str(exc), getattr(exc, "param", None)))
 
     def publish(self, outputs: list[RequestOutput]) -> None:
         if outputs:

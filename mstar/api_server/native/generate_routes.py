@@ -53,7 +53,7 @@ def _line(i: int, out: TextOutput) -> dict[str, Any]:
 async def generate(req: GenerateRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, None)
-    structured = await structured_output(req)
+    structured = await structured_output(req, state.settings)
     prompts = await completion_prompt_ids(state, req.prompts())
     jobs = jobs_for(state, req, prompts, "prompt", structured)
     request_id = new_request_id("gen")

@@ -30,7 +30,9 @@ from mstar.api_server.openai.chat_plan import plan_chat
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import CompletionRequest
 from mstar.api_server.openai.response_models import (
+    ChatCompletionChunk,
     ChatCompletionResponse,
+    CompletionChunk,
     CompletionResponse,
     ModelCard,
     ModelList,
@@ -46,7 +48,8 @@ router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=None,
-             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream",
+                                  ChatCompletionChunk))
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
@@ -78,11 +81,12 @@ def _model_card(state: ServerState, name: str) -> dict[str, Any]:
 
 
 @router.post("/v1/completions", response_model=None,
-             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream",
+                                  CompletionChunk))
 async def completions(req: CompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "completions")
-    structured = await structured_output(req)
+    structured = await structured_output(req, state.settings)
     prompts = await completion_prompt_ids(state, req.prompts())
     jobs = jobs_for(state, req, prompts, "prompt", structured)
     return await _respond(state, request, req, jobs, prompts, headers, chat=False)
