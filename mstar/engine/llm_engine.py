@@ -27,6 +27,7 @@ from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
+from mstar.graph import text_only
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
@@ -87,6 +88,8 @@ class LLMEngine:
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
                                         self.max_model_len, parallel)
         self.model_runner.warmup()
+        # What the model is made of; each request walks its graph (images: through the encoder).
+        self.graph = getattr(self.model_runner.model, "graph", None) or text_only()
         self.block_manager = BlockManager(
             self.model_runner.num_blocks, settings.kv_block_size,
             self._prefix_caching(settings.enable_prefix_caching),
@@ -131,6 +134,10 @@ class LLMEngine:
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
         check_request_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
+        try:
+            self.graph.prefill_walk({"text", "image"} if images else {"text"})
+        except ValueError as exc:
+            raise RequestRejected(str(exc), "messages") from exc
         total = len(prompt_token_ids) + params.max_tokens
         need = self.block_manager.blocks_needed(total)
         if need > self.block_manager.num_blocks:

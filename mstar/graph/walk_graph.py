@@ -87,12 +87,13 @@ class WalkGraph:
 
     def prefill_walk(self, modalities: set[str]) -> Walk:
         """The walk of a request's prefill: through the encoder of each modality it carries."""
+        unknown = sorted(set(modalities) - set(self.modalities()))
         needed = {n.name for n in self.encoders if n.modality in modalities}
-        for walk in self.walks:
-            if set(walk.nodes[:-1]) == needed:
-                return walk
-        raise ValueError(f"this model takes {', '.join(self.modalities())}; "
-                         f"not {', '.join(sorted(modalities - set(self.modalities())))}")
+        walk = next((w for w in self.walks if set(w.nodes[:-1]) == needed), None)
+        if unknown or walk is None:
+            raise ValueError(f"this model takes {', '.join(self.modalities())}; "
+                             f"not {', '.join(unknown) or 'this combination'}")
+        return walk
 
 
 def text_only() -> WalkGraph:
