@@ -91,6 +91,11 @@ VALID = {
     "MSTAR_MAX_ENCODER_TOKENS_PER_STEP": ("512", 512),
     "MSTAR_ENCODER_CACHE_MB": ("64.5", 64.5),
     "MSTAR_CONFIG_STRICTNESS": ("warn", "warn"),
+    "MSTAR_TOOL_CALL_UNDECLARED": ("drop", "drop"),
+    "MSTAR_REASONING_PARSER": ("think", "think"),
+    "MSTAR_RESPONSES_STORE_CAPACITY": ("16", 16),
+    "MSTAR_RESPONSES_STORE_TTL_S": ("60", 60.0),
+    "MSTAR_RESPONSES_STORE_PER_KEY": ("off", False),
 }
 
 
