@@ -1,26 +1,14 @@
 """Logprobs carry each token's exact bytes: on the built-in model (fp32), a completion with emoji
-and CJK characters, some of them split over several tokens, is rebuilt byte for byte."""
+and CJK characters, some of them split over several tokens, is rebuilt byte for byte (the
+session's shared built-in server)."""
 
 from __future__ import annotations
 
 import codecs
-from pathlib import Path
 
 import httpx
-import pytest
-
-from mstar.settings.schema import BUILTIN_MODEL
 
 PROMPT = "你好世界 😀 你好世界 😀 你好世界 😀 你好世界"
-
-
-@pytest.fixture(scope="module")
-def server(builtin_cache_dir, tmp_path_factory):
-    from serve_helpers import running_server
-
-    yield from running_server(Path(BUILTIN_MODEL), tmp_path_factory.mktemp("bytes") / "s.log",
-                              {"MSTAR_CACHE_DIR": str(builtin_cache_dir), "MSTAR_DTYPE": "float32",
-                               "MSTAR_MAX_MODEL_LEN": "512", "MSTAR_NUM_KV_BLOCKS": "64"})
 
 
 def _post(server, path, body):
@@ -42,7 +30,8 @@ def _whole_characters(data: bytes) -> str:
     return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
 
 
-def test_chosen_tokens_bytes_rebuild_the_text(server):
+def test_chosen_tokens_bytes_rebuild_the_text(builtin_server):
+    server = builtin_server
     choice = _post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 16,
                                                "min_tokens": 16, "temperature": 0, "logprobs": 3})
     text, lp = choice["text"], choice["logprobs"]
