@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.pooling import bytes_vector
 from mstar.engine.sampling_params import SamplingParams
 from mstar.logging_setup import start_logging
 from mstar.settings import load_settings
@@ -20,6 +21,7 @@ class GenerationResult:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    embedding: bytes | None = None  # a pooling request's vector (little-endian float32)
 
 
 class LLM:
@@ -62,6 +64,16 @@ class LLM:
         ]
         params = self._params_list(sampling_params, len(token_lists))
         return self._run(token_lists, params)
+
+    def embed(self, prompts, pooling: str = "auto") -> list[list[float]]:
+        """One vector per prompt (same prompt forms as ``generate``): the final hidden states
+        (after the final norm) pooled ``last``, ``mean`` or ``auto`` (the engine's rule), not
+        normalized."""
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        token_lists = [self._tokenize(p) for p in prompts]
+        params = [SamplingParams(max_tokens=1, pooling=pooling)] * len(token_lists)
+        return [bytes_vector(r.embedding).tolist() for r in self._run(token_lists, params)]
 
     def _tokenize(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -106,4 +118,5 @@ class LLM:
                 r.token_ids += out.new_token_ids
                 if out.finished:
                     r.finish_reason = out.finish_reason
+                    r.embedding = out.embedding
         return [results[rid] for rid in ids]

@@ -19,6 +19,7 @@ from mstar.engine.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
+from mstar.engine.pooling import Pooler
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
@@ -60,6 +61,7 @@ class ModelRunner:
                                              hf_config.get_text_config().vocab_size, device,
                                              settings.seed))
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
+        self.pooler = Pooler()
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -135,20 +137,23 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         """Apply the step's diffs to the persistent batch, run the forward, sample one token per
-        sampled row and record it in the batch (the next step's input, if it continues)."""
+        sampled row and record it in the batch (the next step's input, if it continues). A
+        pooling request's last row is sampled too (its token is dropped) and also pooled."""
         removed = [self.batch.slot_of[k] for k in out.removed if k in self.batch.slot_of]
         self.batch.apply(out)
+        self.pooler.apply(out)
         step = self.batch.tensors(out)
         started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
         attn_metadata = self._attention(step, [row.key for row in out.rows])
         attn_metadata.begin_forward()
         hidden = self.model(step.input_ids.to(self.device, non_blocking=True),
                             step.positions.to(self.device, non_blocking=True), attn_metadata)
+        pooled = self.pooler.pool(out, step.query_lens, hidden)
         if started is None:
-            return RunnerOutput([])
+            return RunnerOutput([], pooled=pooled)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
         tokens, logprobs = self.sampler.sample(logits, started)
         token_ids = tokens.tolist()
         self.batch.record(step, token_ids)
-        return RunnerOutput(token_ids, logprobs, step.sample_slots)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled)
