@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mstar.engine.errors import RequestRejected
-from mstar.engine.pooling import bytes_vector
+from mstar.engine.pooling import Pooler, bytes_vector
 from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.scheduler_output import NewRequest, ScheduledRow, SchedulerOutput
 from mstar.models.resolve import resolve_model_dir
 from mstar.settings import WorkerSettings
 
@@ -68,10 +71,13 @@ def test_tiny_model_vectors_match_transformers(pooling, chunk, tiny_model_dir, m
     assert not engine.model_runner.pooler.sums  # no running sum outlives its request
 
 
-def test_mixed_with_generation(tiny_model_dir, make_engine, run, prompts, greedy_reference):
+@pytest.mark.parametrize("overlap", [0, 1024])  # the serial and the overlapped step loop
+def test_mixed_with_generation(overlap, tiny_model_dir, make_engine, run, prompts,
+                               greedy_reference):
     """Embedding and generation requests in one batch: each gets what it would alone."""
     model_dir = tiny_model_dir("qwen3")
-    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=128)
+    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=128,
+                         max_consecutive_spec_steps=overlap)
     greedy = SamplingParams(temperature=0, max_tokens=8)
     requests = {}
     for i, p in enumerate(prompts):
@@ -83,7 +89,36 @@ def test_mixed_with_generation(tiny_model_dir, make_engine, run, prompts, greedy
         assert results[f"g{i}"]["token_ids"] == tokens[i]
         want = reference_vectors(model_dir, [p], "last" if i % 2 else "mean")[0]
         assert _max_diff(_pooled(results, f"e{i}"), want) < TOLERANCE
-    assert not engine.has_unfinished_requests()
+    assert not engine.has_unfinished_requests() and engine.num_free_blocks() == 128
+
+
+@settings(max_examples=50, deadline=None)
+@given(lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4), chunk=st.integers(1, 16),
+       data=st.data())
+def test_pooler_is_the_same_whatever_the_chunks(lengths, chunk, data):
+    """Property: split the prompts into steps of at most ``chunk`` tokens any way the scheduler
+    could; the pooled vectors are the full prompt's last row and mean."""
+    hidden = [torch.randn(n, 3) for n in lengths]
+    modes = [data.draw(st.sampled_from(["last", "mean"])) for _ in lengths]
+    pooler, done, got, key_step = Pooler(), [0] * len(lengths), {}, 0
+    new = tuple(NewRequest(k, tuple(range(n)), n, None, SamplingParams(pooling=m), None, None)
+                for k, (n, m) in enumerate(zip(lengths, modes, strict=True)))
+    while len(got) < len(lengths):
+        rows, parts = [], []
+        for k, n in enumerate(lengths):
+            if done[k] < n:
+                take = data.draw(st.integers(1, min(chunk, n - done[k])))
+                rows.append(ScheduledRow(k, done[k], take, (), done[k] + take == n))
+                parts.append(hidden[k][done[k]:done[k] + take])
+                done[k] += take
+        out = SchedulerOutput(tuple(rows), new if key_step == 0 else ())
+        pooler.apply(out)
+        got.update(pooler.pool(out, [r.num_tokens for r in rows], torch.cat(parts)))
+        key_step += 1
+    for k, (h, mode) in enumerate(zip(hidden, modes, strict=True)):
+        want = h[-1] if mode == "last" else h.mean(0)
+        assert np.allclose(bytes_vector(got[k]), want.numpy(), atol=1e-5)
+    assert not pooler.sums
 
 
 def test_auto_pooling_reads_sentence_transformers_config(tiny_model_dir, make_engine, tmp_path):
@@ -114,15 +149,15 @@ def test_input_limits(tiny_model_dir, make_engine, run):
 def test_builtin_model_vectors_match_transformers(builtin_cache_dir, run):
     from mstar.engine.llm_engine import LLMEngine
 
-    settings = WorkerSettings(cache_dir=builtin_cache_dir, device="cpu", dtype="float32",
-                              max_model_len=512, num_kv_blocks=128)
-    engine = LLMEngine(settings)
+    engine_settings = WorkerSettings(cache_dir=builtin_cache_dir, device="cpu", dtype="float32",
+                                     max_model_len=512, num_kv_blocks=128)
+    engine = LLMEngine(engine_settings)
     prompts = [engine.tokenizer.encode(t) for t in TEXTS]
     requests = {f"{pooling}{i}": (p, SamplingParams(pooling=pooling))
                 for pooling in ("last", "mean") for i, p in enumerate(prompts)}
     requests["gen"] = (prompts[1], SamplingParams(temperature=0, max_tokens=4))
     results = run(engine, requests)
-    model_dir = resolve_model_dir(settings)
+    model_dir = resolve_model_dir(engine_settings)
     for pooling in ("last", "mean"):
         want = reference_vectors(model_dir, prompts, pooling)
         for i in range(len(prompts)):
