@@ -130,8 +130,10 @@ class LLMEngine:
             raise ValueError(f"request_id {request_id!r} is already in use")
         if params.pooling is not None:  # prefill only: no output tokens
             check_pooled_prompt_fits(len(prompt_token_ids), self.max_model_len)
-            if params.pooling == "auto":
-                params = msgspec.structs.replace(params, pooling=self.pooling)
+            # Its row is sampled once (the token is dropped): greedy, so it draws no random
+            # number from the generator unseeded requests share.
+            params = msgspec.structs.replace(params, temperature=0.0, pooling=self.pooling
+                                             if params.pooling == "auto" else params.pooling)
             total = len(prompt_token_ids)
         else:
             check_request_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)

@@ -115,6 +115,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("min_tokens", "must be an integer in [0, max_tokens]")
         if self.pooling not in (None, "auto", "last", "mean"):
             raise bad("pooling", "must be None, 'auto', 'last' or 'mean'")
+        if self.pooling is not None and self.structured_output is not None:
+            raise bad("pooling", "an embedding request generates nothing to constrain")
 
     @property
     def greedy(self) -> bool:
