@@ -163,3 +163,14 @@ def test_builtin_model_vectors_match_transformers(builtin_cache_dir, run):
         for i in range(len(prompts)):
             assert _max_diff(_pooled(results, f"{pooling}{i}"), want[i]) < 1e-3, (pooling, i)
     assert len(results["gen"]["token_ids"]) == 4
+
+
+def test_offline_llm_embed(tiny_model_dir, prompts, device):
+    from mstar import LLM
+
+    model_dir = tiny_model_dir("llama")
+    llm = LLM(str(model_dir), device=device, dtype="float32", num_kv_blocks=64)
+    got = llm.embed([{"prompt_token_ids": p} for p in prompts[:2]], pooling="mean")
+    want = reference_vectors(model_dir, prompts[:2], "mean")
+    assert all(_max_diff(np.asarray(g, np.float32), w) < TOLERANCE
+               for g, w in zip(got, want, strict=True))
