@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.pooling import bytes_vector
 from mstar.engine.sampling_params import SamplingParams
 from mstar.logging_setup import start_logging
 from mstar.models.vision.inputs import chat_prompt, load_processor
@@ -22,6 +23,7 @@ class GenerationResult:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    embedding: bytes | None = None  # a pooling request's vector (little-endian float32)
 
 
 class LLM:
@@ -77,6 +79,16 @@ class LLM:
         if self._vision_processor is None:
             self._vision_processor = load_processor(self.engine.model_dir)
         return self._vision_processor
+
+    def embed(self, prompts, pooling: str = "auto") -> list[list[float]]:
+        """One vector per prompt (same prompt forms as ``generate``): the final hidden states
+        (after the final norm) pooled ``last``, ``mean`` or ``auto`` (the engine's rule), not
+        normalized."""
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        token_lists = [self._tokenize(p) for p in prompts]
+        params = [SamplingParams(max_tokens=1, pooling=pooling)] * len(token_lists)
+        return [bytes_vector(r.embedding).tolist() for r in self._run(token_lists, params)]
 
     def _tokenize(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -134,6 +146,7 @@ class LLM:
                 r.token_ids += text.new_token_ids
                 if text.finished:
                     r.finish_reason = text.finish_reason
+                    r.embedding = text.embedding
         self.engine.take_rejected()  # their outputs ended as "abort"; the server's answer is unused
         return [results[rid] for rid in ids]
 

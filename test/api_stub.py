@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 from mstar.engine.outputs import TokenLogprob
 from mstar.ipc import messages as m
 from mstar.output.processor import TextOutput
@@ -15,6 +17,7 @@ STUB_MODEL = "stub-model"
 STUB_MAX_MODEL_LEN = 1024  # room for the tool descriptions a chat template is given
 STUB_TOKEN = 5
 MAX_STUB_TOKENS = 3
+STUB_VECTOR = np.array([3.0, 0.0, 4.0], dtype="<f4").tobytes()  # an embedding: 0.6, 0, 0.8
 
 
 class StubEngine:
@@ -35,6 +38,10 @@ class StubEngine:
             sent = m.decode(m.encode(m.AddRequest(rid, ids, params)))
             assert sent.params == params
             self.submitted.append((rid, ids, params))
+            if params.pooling is not None:
+                queue.put_nowait(TextOutput(rid, finished=True, finish_reason="stop",
+                                            num_prompt_tokens=len(ids), embedding=STUB_VECTOR))
+                continue
             count = min(params.max_tokens, MAX_STUB_TOKENS)
             for k in range(count):
                 logprobs = None

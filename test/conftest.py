@@ -251,6 +251,7 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
             r["cached_tokens"] = out.num_cached_tokens
             if out.finished:
                 r["finish_reason"] = out.finish_reason
+                r["embedding"] = out.embedding
     else:
         raise AssertionError("engine did not finish")
     return results

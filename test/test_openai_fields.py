@@ -16,7 +16,8 @@ BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content
         "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
         "responses": ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
         "messages": ("/v1/messages", {"model": "stub-model", "max_tokens": 2,
-                                      "messages": [{"role": "user", "content": "hi"}]})}
+                                      "messages": [{"role": "user", "content": "hi"}]}),
+        "embeddings": ("/v1/embeddings", {"input": "hi"})}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "openai_api.rst"
 CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints]
 
@@ -77,6 +78,7 @@ def test_the_docs_table_is_the_table_in_code():
 
 
 @pytest.mark.parametrize(("doc", "endpoint"), [("openai_api.rst", "responses"),
+                                               ("openai_api.rst", "embeddings"),
                                                ("anthropic_api.rst", "messages")])
 def test_the_docs_tables_of_responses_and_messages_are_the_tables_in_code(doc, endpoint):
     text = (DOCS.parent / doc).read_text()
@@ -87,10 +89,12 @@ def test_the_docs_tables_of_responses_and_messages_are_the_tables_in_code(doc, e
         f"`python -m mstar.api_server.validation.field_table {endpoint}` between its markers")
 
 
-def test_every_responses_and_messages_field_has_a_row():
+def test_every_responses_messages_and_embeddings_field_has_a_row():
     from mstar.api_server.anthropic.protocol import MessagesRequest
+    from mstar.api_server.openai.embedding_protocol import EmbeddingRequest
     from mstar.api_server.responses.protocol import ResponsesRequest
 
-    for endpoint, model in (("responses", ResponsesRequest), ("messages", MessagesRequest)):
+    for endpoint, model in (("responses", ResponsesRequest), ("messages", MessagesRequest),
+                            ("embeddings", EmbeddingRequest)):
         rows = {row.name.split(".")[0].split(" ")[0] for row in TABLE if endpoint in row.endpoints}
         assert rows == set(model.model_fields), endpoint

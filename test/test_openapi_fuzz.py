@@ -34,7 +34,7 @@ OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("P
               ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/v1/config")]
 OPERATIONS += [("GET", "/v1/models/{model_id}"), ("POST", "/v1/responses"),
                ("GET", "/v1/responses/{response_id}"), ("DELETE", "/v1/responses/{response_id}"),
-               ("POST", "/v1/messages")]
+               ("POST", "/v1/messages"), ("POST", "/v1/embeddings")]
 EXAMPLES = {"POST": 40, "GET": 3, "DELETE": 3}
 LONG_EXAMPLES = 1000
 settings.register_profile("fuzz-long", max_examples=LONG_EXAMPLES, derandomize=False)

@@ -73,8 +73,8 @@ class BlockManager:
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of ``seq`` (at least one token left)."""
-        if not self.enable_prefix_caching:
-            return []
+        if not self.enable_prefix_caching or seq.params.pooling == "mean":
+            return []  # mean pooling needs every prompt token's hidden state
         hits: list[int] = []
         prev: int | None = None
         max_blocks = (len(seq) - 1) // self.block_size

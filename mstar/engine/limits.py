@@ -27,6 +27,17 @@ def check_prompt_fits(prompt_len: int, max_model_len: int, prompt_field: str = "
             "any output token", prompt_field)
 
 
+def check_pooled_prompt_fits(prompt_len: int, max_model_len: int,
+                             prompt_field: str = "input") -> None:
+    """A pooling (embedding) request's input: not empty, at most max_model_len tokens."""
+    if prompt_len == 0:
+        raise RequestRejected("input is empty: at least one token is required", prompt_field)
+    if prompt_len > max_model_len:
+        raise RequestRejected(
+            f"input has {prompt_len} tokens; the most is max_model_len={max_model_len}",
+            prompt_field)
+
+
 def check_logit_bias_ids(logit_bias: dict[int, float], vocab_size: int) -> None:
     """Every biased token id must be one the model can produce."""
     unknown = sorted(t for t in logit_bias if t >= vocab_size)

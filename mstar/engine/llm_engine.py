@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 
+import msgspec
 import structlog
 import torch
 from transformers import AutoConfig, AutoTokenizer
@@ -16,10 +17,11 @@ from transformers import AutoConfig, AutoTokenizer
 from mstar.engine.block_manager import BlockManager
 from mstar.engine.errors import RequestRejected
 from mstar.engine.grammar_pool import GrammarBounds, GrammarCompilePool
-from mstar.engine.limits import check_logit_bias_ids, check_request_fits
+from mstar.engine.limits import check_logit_bias_ids, check_pooled_prompt_fits, check_request_fits
 from mstar.engine.model_runner import ModelRunner
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.engine.overlap_policy import OverlapPolicy
+from mstar.engine.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.scheduler import Scheduler
@@ -79,6 +81,7 @@ class LLMEngine:
                 f"max_position_embeddings={limit}"
             )
         self.eos_token_ids = self._eos_ids(model_dir)
+        self.pooling = model_pooling(model_dir, settings.embedding_pooling)  # for "auto" requests
         self.vocab_size = hf_config.get_text_config().vocab_size  # the width of the logits
         self.grammars = GrammarCompilePool(self.tokenizer, self.vocab_size,
                                            sorted(self.eos_token_ids),
@@ -133,12 +136,20 @@ class LLMEngine:
         their placeholders already in ``prompt_token_ids``."""
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
-        check_request_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
         try:
             self.graph.prefill_walk({"text", "image"} if images else {"text"})
         except ValueError as exc:
             raise RequestRejected(str(exc), "messages") from exc
-        total = len(prompt_token_ids) + params.max_tokens
+        if params.pooling is not None:  # prefill only: no output tokens
+            check_pooled_prompt_fits(len(prompt_token_ids), self.max_model_len)
+            # Its row is sampled once (the token is dropped): greedy, so it draws no random
+            # number from the generator unseeded requests share.
+            params = msgspec.structs.replace(params, temperature=0.0, pooling=self.pooling
+                                             if params.pooling == "auto" else params.pooling)
+            total = len(prompt_token_ids)
+        else:
+            check_request_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
+            total = len(prompt_token_ids) + params.max_tokens
         need = self.block_manager.blocks_needed(total)
         if need > self.block_manager.num_blocks:
             raise RequestRejected(
@@ -233,8 +244,17 @@ class LLMEngine:
 
     def postprocess(self, out: SchedulerOutput, result: RunnerOutput) -> list[RequestOutput]:
         """Apply a finished step (the scheduler's progress), then each sampled token's stops."""
-        return [self._append(seq, token, logprobs)
+        return [self._append(seq, token, logprobs) if seq.params.pooling is None
+                else self._pooled(seq, result.pooled[seq.seq_no])
                 for seq, token, logprobs in self.scheduler.update(out, result)]
+
+    def _pooled(self, seq: Sequence, vector: bytes) -> RequestOutput:
+        """A pooling request ends with its prompt: its vector, no tokens."""
+        self.scheduler.finish(seq)
+        del self.seqs[seq.request_id]
+        return RequestOutput(request_id=seq.request_id, finished=True, finish_reason="stop",
+                             num_prompt_tokens=seq.num_prompt_tokens,
+                             num_cached_tokens=seq.num_cached_tokens, embedding=vector)
 
     def _append(self, seq: Sequence, token: int, logprobs: TokenLogprob | None) -> RequestOutput:
         params = seq.params

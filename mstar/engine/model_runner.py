@@ -20,6 +20,7 @@ from mstar.engine.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
+from mstar.engine.pooling import Pooler
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
@@ -64,6 +65,7 @@ class ModelRunner:
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
         self.encoder_cache = EncoderCache(int(settings.encoder_cache_mb * (1 << 20)), device)
         self.takes_images = hasattr(self.model, "encode")  # a vision-language model
+        self.pooler = Pooler()
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -162,9 +164,11 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         """Apply the step's diffs to the persistent batch, run the forward, sample one token per
-        sampled row and record it in the batch (the next step's input, if it continues)."""
+        sampled row and record it in the batch (the next step's input, if it continues). A
+        pooling request's last row is sampled too (its token is dropped) and also pooled."""
         removed = [self.batch.slot_of[k] for k in out.removed if k in self.batch.slot_of]
         self.batch.apply(out)
+        self.pooler.apply(out)
         step = self.batch.tensors(out)
         started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
         attn_metadata = self._attention(step, [row.key for row in out.rows])
@@ -177,11 +181,12 @@ class ModelRunner:
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
         else:
             hidden = self.model(input_ids, positions, attn_metadata)
+        pooled = self.pooler.pool(out, step.query_lens, hidden)
         if started is None:
-            return RunnerOutput([])
+            return RunnerOutput([], pooled=pooled)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
         tokens, logprobs = self.sampler.sample(logits, started)
         token_ids = tokens.tolist()
         self.batch.record(step, token_ids)
-        return RunnerOutput(token_ids, logprobs, step.sample_slots)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled)

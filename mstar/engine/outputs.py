@@ -29,3 +29,4 @@ class RequestOutput(msgspec.Struct, array_like=True):
     num_output_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    embedding: bytes | None = None  # a pooling request's vector: little-endian float32

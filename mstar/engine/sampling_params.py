@@ -16,6 +16,7 @@ MAX_PENALTY = 2.0  # presence/frequency penalties: OpenAI's range, -2 .. 2
 MAX_LOGIT_BIAS = 100.0  # logit_bias values: OpenAI's range, -100 .. 100
 
 StructuredKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
+Pooling = Literal["auto", "last", "mean"]
 
 
 class StructuredOutput(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +62,9 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     logit_bias: dict[int, float] = {}  # token id -> added to its logit before sampling
     min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens are out
     structured_output: StructuredOutput | None = None
+    # An embedding request: prefill only, it returns its prompt's pooled final hidden state
+    # (RequestOutput.embedding) instead of tokens; auto = the engine's rule (docs/openai_api.rst).
+    pooling: Pooling | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -109,6 +113,10 @@ class SamplingParams(msgspec.Struct, kw_only=True):
                       f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise bad("min_tokens", "must be an integer in [0, max_tokens]")
+        if self.pooling not in (None, "auto", "last", "mean"):
+            raise bad("pooling", "must be None, 'auto', 'last' or 'mean'")
+        if self.pooling is not None and self.structured_output is not None:
+            raise bad("pooling", "an embedding request generates nothing to constrain")
 
     @property
     def greedy(self) -> bool:

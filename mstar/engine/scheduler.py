@@ -179,8 +179,9 @@ class Scheduler:
     def _continue(self, after: SchedulerOutput) -> list[ScheduledRow]:
         if self.policy is None or not self.policy.should_continue(self.can_admit):
             return []
-        seqs = [self.live[r.key] for r in after.rows
-                if r.samples and r.key in self.live and not self.live[r.key].is_finished]
+        seqs = [self.live[r.key] for r in after.rows  # a pooling request ends at its prompt
+                if r.samples and r.key in self.live and not self.live[r.key].is_finished
+                and self.live[r.key].params.pooling is None]
         totals = [seq.num_computed_tokens + 1 for seq in seqs]
         keys = [seq.seq_no for seq in seqs]
         if not seqs or not self.block_manager.can_grow_all(keys, totals):

@@ -8,7 +8,7 @@ main thread, which meanwhile schedules the next one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -83,8 +83,11 @@ class SchedulerOutput:
 @dataclass(frozen=True)
 class RunnerOutput:
     """The runner's answer for one step: a token per sampled row, in row order, and the rows'
-    logprobs when asked for. ``sample_slots``: the persistent-batch slots of those rows."""
+    logprobs when asked for. ``sample_slots``: the persistent-batch slots of those rows.
+    ``pooled``: the vector of each pooling request whose prompt ended in the step, by key
+    (``mstar.engine.pooling``)."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None
     sample_slots: tuple[int, ...] = ()
+    pooled: dict[int, bytes] = field(default_factory=dict)

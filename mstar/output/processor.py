@@ -46,7 +46,7 @@ class RequestText:
             finish_reason="stop" if stopped else out.finish_reason,
             num_prompt_tokens=out.num_prompt_tokens,
             num_output_tokens=out.num_output_tokens - (len(tokens) - kept), logprobs=logprobs,
-            num_cached_tokens=out.num_cached_tokens,
+            num_cached_tokens=out.num_cached_tokens, embedding=out.embedding,
             new_text=self.detokenizer.take_delta(finished=finished))
 
 

@@ -155,6 +155,15 @@ class ServerKnobs(BaseModel):
     responses_store_per_key: bool = _server(
         True, "A stored response is visible only to requests that present the API key (Bearer or "
         "x-api-key) that created it; off: to every client.")
+    embedding_pooling: Literal["auto", "last", "mean"] = _server(
+        "auto", "How /v1/embeddings reduces the final hidden states (after the final norm) to one "
+        "vector: last = the last input token's; mean = the mean over every input token (no "
+        "prefix-cache hits for such requests). auto = mean or last as the model directory's "
+        "sentence-transformers Pooling config (modules.json, 1_Pooling/config.json) says, else "
+        "last (docs/openai_api.rst).")
+    embedding_max_inputs: int = _server(
+        2048, "Most inputs in one /v1/embeddings request (OpenAI's limit is 2048); more is a 400 "
+        "naming 'input'.", unit="inputs", ge=1, le=MAX_COUNT)
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")

@@ -26,7 +26,7 @@ from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.template import template_inputs
 from mstar.engine.errors import RequestRejected
-from mstar.engine.limits import check_prompt_fits
+from mstar.engine.limits import check_pooled_prompt_fits, check_prompt_fits
 
 
 async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
@@ -91,14 +91,16 @@ def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: s
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,
-           param: str) -> list[int]:
-    """``tokenizer.encode(text)``, refusing a prompt that leaves no room for output."""
+           param: str, pooled: bool = False) -> list[int]:
+    """``tokenizer.encode(text)``, refusing a prompt that leaves no room for output (``pooled``:
+    an embedding input, which needs none)."""
     if not tokenizer.is_fast:
         ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
-        check_prompt_len(len(ids), max_model_len, param)
+        check_prompt_len(len(ids), max_model_len, param, pooled)
         return ids
-    num_tokens, ids = _fast_encode(tokenizer, text, add_special_tokens, max_model_len)
-    check_prompt_len(num_tokens, max_model_len, param)
+    num_tokens, ids = _fast_encode(tokenizer, text, add_special_tokens,
+                                   max_model_len + 1 if pooled else max_model_len)
+    check_prompt_len(num_tokens, max_model_len, param, pooled)
     return ids
 
 
@@ -116,8 +118,10 @@ def _fast_encode(tokenizer: Any, text: str, add_special_tokens: bool,
     return num_tokens, encoding.ids if num_tokens < max_model_len else []
 
 
-def check_prompt_len(num_tokens: int, max_model_len: int, param: str) -> None:
+def check_prompt_len(num_tokens: int, max_model_len: int, param: str,
+                     pooled: bool = False) -> None:
+    check = check_pooled_prompt_fits if pooled else check_prompt_fits
     try:
-        check_prompt_fits(num_tokens, max_model_len, param)
+        check(num_tokens, max_model_len, param)
     except RequestRejected as exc:
         raise APIError(400, str(exc), exc.param) from exc

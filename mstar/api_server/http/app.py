@@ -14,6 +14,7 @@ from mstar.api_server.http.openapi import documented, error_responses, install_o
 from mstar.api_server.http.unhandled import UnhandledErrorMiddleware
 from mstar.api_server.native import config_routes, tokenize_routes
 from mstar.api_server.native import generate_routes as native_routes
+from mstar.api_server.openai import embedding_routes
 from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
@@ -21,7 +22,8 @@ from mstar.api_server.responses.store import ResponseStore
 from mstar.api_server.state import ServerState
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
-           native_routes.router, tokenize_routes.router, config_routes.router)
+           embedding_routes.router, native_routes.router, tokenize_routes.router,
+           config_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 

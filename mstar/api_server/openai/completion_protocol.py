@@ -13,7 +13,7 @@ MAX_PROMPTS = 1024  # prompts in one batch request
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
-def _prompt_form(value: Any) -> str | None:
+def prompt_form(value: Any) -> str | None:
     """Which form a prompt takes, told by its first item (so an error names the bad item)."""
     if isinstance(value, str):
         return "text"
@@ -27,7 +27,7 @@ Prompt = Annotated[
     Annotated[str, Tag("text")] | Annotated[TokenIds, Tag("ids")]
     | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS), Tag("texts")]
     | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS), Tag("id_lists")],
-    Discriminator(_prompt_form)]
+    Discriminator(prompt_form)]
 
 
 class PromptFields(SamplingFields):
