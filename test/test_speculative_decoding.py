@@ -162,9 +162,9 @@ def test_acceptance_floor_stops_a_request():
 
     assert spec.propose(Seq) == (3, 1)
     for _ in range(3):
-        spec.record(0, proposed=2, accepted=1, seconds=0.0)  # 50%: still on
+        spec.record(0, proposed=2, accepted=1)  # 50%: still on
     assert spec.propose(Seq) == (3, 1)
-    spec.record(0, proposed=2, accepted=0, seconds=0.0)  # 3 of 8 < 50%
+    spec.record(0, proposed=2, accepted=0)  # 3 of 8 < 50%
     assert spec.propose(Seq) == () and spec.stats.stopped == 1
 
 
@@ -186,3 +186,19 @@ def test_accept_is_the_matching_prefix(sampled, data):
     a = accept(drafts, sampled)
     assert drafts[:a] == sampled[:a]
     assert a == len(drafts) or drafts[a] != sampled[a]
+
+
+def test_metrics_show_proposed_accepted_and_phase_seconds(tiny_model_dir, make_engine, run,
+                                                          prompts):
+    from mstar.api_server.metrics import Metrics
+    from mstar.ipc.messages import WorkerStats
+
+    engine = make_engine(tiny_model_dir("llama"), **NGRAM)
+    run(engine, _requests(prompts[:1]))
+    method, proposed, accepted, _, verify_s = engine.speculation_totals()
+    assert method == "ngram" and proposed >= accepted > 0 and verify_s > 0
+    metrics = Metrics()
+    metrics.update_workers({0: WorkerStats(0, 0, 0, 0.0, 0, *engine.speculation_totals())})
+    text = metrics.render().decode()
+    assert f'mstar_spec_decode_accepted_tokens{{method="ngram"}} {float(accepted)}' in text
+    assert 'mstar_spec_decode_seconds{method="ngram",phase="verify"}' in text

@@ -32,6 +32,19 @@ class Metrics:
         self.preemptions = Gauge("mstar_num_preemptions",
                                  "Requests preempted so far (KV cache full; recomputed later), "
                                  "summed over workers.", registry=r)
+        spec = ("method",)
+        self.spec_proposed = Gauge("mstar_spec_decode_draft_tokens", "Speculative decoding: draft "
+                                   "tokens proposed so far, summed over workers.", spec,
+                                   registry=r)
+        self.spec_accepted = Gauge("mstar_spec_decode_accepted_tokens", "Speculative decoding: "
+                                   "draft tokens accepted so far, summed over workers.", spec,
+                                   registry=r)
+        self.spec_rate = Gauge("mstar_spec_decode_acceptance_ratio", "Speculative decoding: "
+                               "accepted / proposed draft tokens so far.", spec, registry=r)
+        self.spec_seconds = Gauge("mstar_spec_decode_seconds", "Speculative decoding: seconds "
+                                  "spent so far proposing drafts (phase=propose) and in the "
+                                  "forwards that verified them (phase=verify), summed over "
+                                  "workers.", ("method", "phase"), registry=r)
         self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
                                    "as system_fingerprint in responses); always 1.",
                                    ["fingerprint"], registry=r)
@@ -57,6 +70,20 @@ class Metrics:
         self.waiting.set(sum(s.waiting for s in values))
         self.kv_usage.set(sum(s.kv_cache_usage for s in values) / len(values) if values else 0.0)
         self.preemptions.set(sum(s.preemptions for s in values))
+        self._update_speculation(values)
+
+    def _update_speculation(self, values: list[WorkerStats]) -> None:
+        for method in {s.spec_method for s in values if s.spec_method}:
+            mine = [s for s in values if s.spec_method == method]
+            proposed = sum(s.spec_proposed for s in mine)
+            accepted = sum(s.spec_accepted for s in mine)
+            self.spec_proposed.labels(method=method).set(proposed)
+            self.spec_accepted.labels(method=method).set(accepted)
+            self.spec_rate.labels(method=method).set(accepted / proposed if proposed else 0.0)
+            self.spec_seconds.labels(method=method, phase="propose").set(
+                sum(s.spec_propose_s for s in mine))
+            self.spec_seconds.labels(method=method, phase="verify").set(
+                sum(s.spec_verify_s for s in mine))
 
     def update_dropped_frames(self, dropped: dict[str, dict[str, int]]) -> None:
         for process, counts in dropped.items():

@@ -214,6 +214,13 @@ class LLMEngine:
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions
 
+    def speculation_totals(self) -> tuple[str, int, int, float, float]:
+        """Speculative decoding so far: (method or "", proposed, accepted, propose s, verify s)."""
+        if self.speculation is None:
+            return ("", 0, 0, 0.0, 0.0)
+        s = self.speculation.stats
+        return (s.method, s.proposed, s.accepted, round(s.propose_s, 3), round(s.verify_s, 3))
+
     def kv_cache_usage(self) -> float:
         return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
 

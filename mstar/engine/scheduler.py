@@ -17,7 +17,6 @@ next step (the blocks grown for them stay with the request, for its next tokens)
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterator
 
@@ -211,11 +210,10 @@ class Scheduler:
     def _verified(self, seq: Sequence, row: ScheduledRow, tokens: list[int]) -> int:
         """How many of the row's sampled tokens it emits (accepted drafts plus one); only the
         accepted drafts' K/V count as computed."""
-        start = time.perf_counter()
         drafts = row.draft_token_ids
         accepted = accept(drafts, tokens)
         seq.num_computed_tokens = row.end - (len(drafts) - accepted)
-        self.speculation.record(seq.seq_no, len(drafts), accepted, time.perf_counter() - start)
+        self.speculation.record(seq.seq_no, len(drafts), accepted)
         return accepted + 1
 
     def _in_flight(self, key: int) -> bool:

@@ -99,6 +99,13 @@ class WorkerStats(_Message):
     waiting: int
     kv_cache_usage: float
     preemptions: int  # so far
+    # speculative decoding, totals so far ("" = off): draft tokens proposed, accepted, and the
+    # seconds spent proposing and in the forwards that verified drafts
+    spec_method: str = ""
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    spec_propose_s: float = 0.0
+    spec_verify_s: float = 0.0
 
 
 # conductor -> API server

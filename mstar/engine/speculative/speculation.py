@@ -34,8 +34,8 @@ class SpeculationStats:
     accepted: int = 0
     steps: int = 0  # rows that verified drafts
     stopped: int = 0  # requests turned off by the acceptance floor
-    propose_s: float = 0.0
-    verify_s: float = 0.0
+    propose_s: float = 0.0  # proposing drafts
+    verify_s: float = 0.0  # the forwards (and sampling) of steps that verified drafts
 
     @property
     def acceptance_rate(self) -> float:
@@ -86,13 +86,12 @@ class Speculation:
         self.stats.propose_s += time.perf_counter() - start
         return tuple(drafts)
 
-    def record(self, seq_no: int, proposed: int, accepted: int, seconds: float) -> None:
+    def record(self, seq_no: int, proposed: int, accepted: int) -> None:
         """A row verified ``proposed`` drafts, ``accepted`` of them; the floor may turn it off."""
         s = self.stats
         s.proposed += proposed
         s.accepted += accepted
         s.steps += 1
-        s.verify_s += seconds
         tally = self.tallies.setdefault(seq_no, _Tally())
         tally.proposed += proposed
         tally.accepted += accepted
