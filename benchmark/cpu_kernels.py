@@ -26,7 +26,7 @@ from mstar.settings import WorkerSettings
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
           "lm_head": (49152, 576)}
-BATCHES = (1, 8, 32)
+BATCHES = (1, 2, 4, 8, 16, 32)
 
 
 def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, object]]:
@@ -56,6 +56,9 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
         out["mstar_q4"] = (lambda x, s: torch.ops.mstar_quant.q4_linear(x, s, x.shape[1]), q4.blocks)
         out["mstar_int8"] = (lambda x, s: torch.ops.mstar_quant.int8_linear(x, s[0], s[1]),
                              (q8.weight, q8.scales))
+        out["q4_qdot"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_qdot(x, s, x.shape[1]), q4.blocks)
+        out["int8_qdot"] = (lambda x, s: torch.ops.mstar_quant.int8_linear_qdot(x, s[0], s[1]),
+                            (q8.weight, q8.scales))
     if use_compile:
         fused = torch.compile(lambda x, blocks: F.linear(x, dequantize_q4(Q4Weight(blocks, x.shape[1]))),
                               dynamic=True)
@@ -99,6 +102,8 @@ def main() -> None:
     parser.add_argument("--cold-mb", type=float, default=96.0)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile'd dequant+mm")
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--only", help="comma-separated candidate names (default: all)")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -109,10 +114,10 @@ def main() -> None:
         copies = max(1, int(args.cold_mb * 2**20 // (n * k * 4)))
         weights = [torch.randn(n, k) * 0.02 for _ in range(copies)]
         built = [candidates(w, args.compile) for w in weights]
-        names = list(built[0])
+        names = [name for name in built[0] if not args.only or name in args.only.split(",")]
         print(f"\n{shape_name} N={n} K={k} ({copies} copies)")
         print(f"{'M':>4} " + " ".join(f"{name:>14}" for name in names))
-        for m in BATCHES:
+        for m in map(int, args.batches.split(",")):
             x = torch.randn(m, k)
             times = [time_candidate(built[0][name][0], [b[name][1] for b in built], x, args.repeats)
                      for name in names]

@@ -8,6 +8,7 @@ from typing import Any
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams
 from mstar.logging_setup import start_logging
+from mstar.output.processor import RequestText, ends_in_engine
 from mstar.settings import load_settings
 
 # Used when generate()/chat() get no sampling_params: greedy, up to 256 new tokens.
@@ -86,8 +87,14 @@ class LLM:
         return params
 
     def _run(self, token_lists, params) -> list[GenerationResult]:
+        """Run the requests to the end; their text is made here, as in the API server
+        (``mstar.output``): a stop string aborts its request in the engine."""
+        for p in params:  # a bad constraint is refused before any request of the call runs
+            if p.structured_output is not None:
+                self.engine.grammars.check(p.structured_output)
         ids = []
         results = {}
+        texts = {}
         for tokens, p in zip(token_lists, params, strict=True):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
@@ -99,11 +106,18 @@ class LLM:
                 raise
             ids.append(rid)
             results[rid] = GenerationResult(prompt_token_ids=list(tokens))
+            texts[rid] = RequestText(self.tokenizer, tokens, p)
         while self.engine.has_unfinished_requests():
             for out in self.engine.step():
+                text = texts[out.request_id].to_text(out)
+                if text is None:  # ended at a stop string; the engine's abort is on its way
+                    continue
+                if ends_in_engine(text, out):
+                    self.engine.abort_request(out.request_id)
                 r = results[out.request_id]
-                r.text += out.new_text
-                r.token_ids += out.new_token_ids
-                if out.finished:
-                    r.finish_reason = out.finish_reason
+                r.text += text.new_text
+                r.token_ids += text.new_token_ids
+                if text.finished:
+                    r.finish_reason = text.finish_reason
+        self.engine.take_rejected()  # their outputs ended as "abort"; the server's answer is unused
         return [results[rid] for rid in ids]

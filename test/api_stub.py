@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from mstar.engine.outputs import RequestOutput, TokenLogprob
+from mstar.engine.outputs import TokenLogprob
 from mstar.ipc import messages as m
+from mstar.output.processor import TextOutput
 
 STUB_MODEL = "stub-model"
 STUB_MAX_MODEL_LEN = 1024  # room for the tool descriptions a chat template is given
@@ -41,9 +42,10 @@ class StubEngine:
                     top = [(STUB_TOKEN, -0.5)] * params.logprobs
                     logprobs = [TokenLogprob(STUB_TOKEN, -0.5, top)]
                 last = k == count - 1
-                queue.put_nowait(RequestOutput(
-                    rid, [STUB_TOKEN], "a", finished=last, finish_reason="length" if last else None,
-                    num_prompt_tokens=len(ids), num_output_tokens=k + 1, logprobs=logprobs))
+                queue.put_nowait(TextOutput(
+                    rid, [STUB_TOKEN], finished=last, finish_reason="length" if last else None,
+                    num_prompt_tokens=len(ids), num_output_tokens=k + 1, logprobs=logprobs,
+                    new_text="a"))
         return queue
 
     def release(self, request_ids: list) -> None:

@@ -31,6 +31,9 @@ _CHAT_TEMPLATE = (
 def pytest_addoption(parser):
     parser.addoption("--device", default="cpu", choices=("cpu", "cuda"),
                      help="device the engine tests run mstar on (the transformers oracle stays on CPU)")
+    parser.addoption("--builtin-dtype", default="float32", choices=("float32", "bfloat16"),
+                     help="MSTAR_DTYPE of the shared built-in model server (float32: the same "
+                          "greedy text on every CPU, whatever auto would pick)")
 
 
 def pytest_configure(config):
@@ -186,7 +189,7 @@ def builtin_cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def builtin_server(builtin_cache_dir, tmp_path_factory):
+def builtin_server(builtin_cache_dir, tmp_path_factory, request):
     """One `mstar serve` of the built-in model for the whole session (the tool-calling and
     structured-output tests with the official client share it: a start costs ~16 s)."""
     from serve_helpers import running_server
@@ -195,7 +198,8 @@ def builtin_server(builtin_cache_dir, tmp_path_factory):
 
     yield from running_server(Path(BUILTIN_MODEL), tmp_path_factory.mktemp("builtin") / "s.log",
                               {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
-                               "MSTAR_MAX_MODEL_LEN": "2048", "MSTAR_NUM_KV_BLOCKS": "256"})
+                               "MSTAR_MAX_MODEL_LEN": "2048", "MSTAR_NUM_KV_BLOCKS": "256",
+                               "MSTAR_DTYPE": request.config.getoption("--builtin-dtype")})
 
 
 @pytest.fixture(scope="session")
@@ -220,13 +224,27 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
     def empty():
         return {"token_ids": [], "text": "", "finish_reason": None, "cached_tokens": 0}
 
+    from mstar.output.processor import RequestText, ends_in_engine
+
     results = {rid: empty() for rid in requests}
+    texts = getattr(engine, "_test_texts", {})  # requests added by earlier calls keep their text
+    engine._test_texts = texts
+    for rid, seq in engine.seqs.items():  # added by the test itself
+        if rid not in texts:
+            texts[rid] = RequestText(engine.tokenizer, seq.token_ids[:seq.num_prompt_tokens],
+                                     seq.params)
     for rid, (prompt_ids, params) in requests.items():
         engine.add_request(rid, prompt_ids, params)
+        texts[rid] = RequestText(engine.tokenizer, prompt_ids, params)
     for _ in range(max_steps):
         if not engine.has_unfinished_requests():
             break
-        for out in engine.step():
+        for raw in engine.step():
+            out = texts[raw.request_id].to_text(raw)
+            if out is None:
+                continue
+            if ends_in_engine(out, raw):
+                engine.abort_request(raw.request_id)
             r = results.setdefault(out.request_id, empty())
             r["token_ids"] += out.new_token_ids
             r["text"] += out.new_text

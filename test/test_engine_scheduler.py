@@ -100,7 +100,7 @@ def test_shared_prefix_shares_blocks():
     bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
 
     def seq(tokens):
-        return Sequence(str(tokens), tokens, _params(), detokenizer=None, generator=None)
+        return Sequence(str(tokens), tokens, _params(), generator=None)
 
     a = seq(list(range(10)))
     assert bm.allocate_prompt(a, 10) == 0
@@ -119,7 +119,7 @@ def test_shared_prefix_shares_blocks():
 
 
 def test_outputs_cross_the_wire_typed():
-    out = RequestOutput("r", [1, 2], "hi", True, "stop", 3, 2, [TokenLogprob(1, -0.5, [(1, -0.5)])])
+    out = RequestOutput("r", [1, 2], True, "stop", 3, 2, [TokenLogprob(1, -0.5, [(1, -0.5)])])
     back = m.decode(m.encode(m.Outputs([out])))
     assert back == m.Outputs([out])
     assert back.outputs[0].logprobs[0].top == [(1, -0.5)]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mstar"
 
-# Lowest first. ``llm`` (the offline API) sits on the engine; ``kernels`` under the models.
-LAYERS = ("settings", "logging_setup", "kernels", "models", "engine", "llm", "ipc", "worker",
+# Lowest first. ``llm`` (the offline API) sits on the engine and ``output`` (token ids -> text);
+# ``kernels`` under the models.
+LAYERS = ("settings", "logging_setup", "kernels", "models", "engine", "output", "llm", "ipc", "worker",
           "conductor", "api_server", "cli")
 ENTRY_MODULES = ("__init__", "__main__")  # the package's own entry points may import anything
 

@@ -2,7 +2,8 @@
 built-in model: json_schema output validates (streaming and not), and logit_bias changes the
 greedy first token.
 
-Both need the engine's sampler work (logit_bias, grammar masks): they run once
+Both hold in fp32 and in bf16 (CI runs this file once more with --builtin-dtype=bfloat16). Both
+need the engine's sampler work (logit_bias, grammar masks): they run once
 ``mstar.engine.structured_output`` exists.
 """
 
@@ -22,10 +23,12 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("mstar.engine.structured_output") is None,
     reason="needs the engine's structured output and logit_bias (mstar.engine.structured_output)")
 
+# Bounded output: under bf16 the model writes "population": 1111222233333... until max_tokens
+# when nothing stops it; xgrammar enforces maxLength and an integer's maximum, so both end.
 SCHEMA = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 20},
-    "population": {"type": "integer", "minimum": 0}}, "required": ["city", "population"],
-    "additionalProperties": False}
+    "population": {"type": "integer", "minimum": 0, "maximum": 99_999_999}},
+    "required": ["city", "population"], "additionalProperties": False}
 QUESTION = [{"role": "user", "content": "Give the capital of France and its population as JSON."}]
 
 

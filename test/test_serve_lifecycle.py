@@ -150,7 +150,7 @@ def test_conductor_refuses_workers_with_different_settings(tmp_path):
         for i, fingerprint in enumerate([settings.fingerprint(), "0123456789abcdef"]):
             setup = m.decode(m.encode(m.SetupDone(i, 100 + i, fingerprint, "tiny", 64, 0.1)))
             process = SimpleNamespace(pid=100 + i)
-            conductor.workers.append(WorkerHandle(i, [RankProcess(0, process, setup)], None))
+            conductor.workers.append(WorkerHandle(i, [RankProcess(0, process, setup)], None, ""))
         with pytest.raises(WorkerDied, match=r"worker 1 \(pid 101\) runs with settings fingerprint "
                                              "0123456789abcdef.*refusing to start"):
             conductor.check_fingerprints()

@@ -4,6 +4,7 @@ rejected by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from concurrent.futures import Future
@@ -227,9 +228,9 @@ def test_constrained_requests_survive_preemption(tiny, tiny_dir, tiny_tokenizer,
 def test_scheduler_admits_a_request_only_once_its_grammar_compiled(tiny, tiny_tokenizer, run,
                                                                    monkeypatch):
     spec = StructuredOutput(kind="choice", choices=["a"])
-    compiled = tiny.grammars.start(spec).result()
+    compiled = tiny.grammars._compile(spec)
     slow: Future = Future()
-    monkeypatch.setattr(tiny.grammars, "start", lambda spec, wait: slow)
+    monkeypatch.setattr(tiny.grammars._pool, "submit", lambda fn, spec: slow)
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     tiny.add_request("slow", prompt, _greedy(spec))
     tiny.add_request("free", prompt, _greedy(None, max_tokens=5))
@@ -248,26 +249,47 @@ def test_a_grammar_that_fails_to_compile_aborts_only_its_request(tiny, tiny_toke
     engine = tiny
     failed: Future = Future()
     failed.set_exception(RuntimeError("out of memory"))
-    monkeypatch.setattr(engine.grammars, "start", lambda spec, wait: failed)
+    monkeypatch.setattr(engine.grammars._pool, "submit", lambda fn, spec: failed)
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     results = run(engine, {"bad": (prompt, _greedy(StructuredOutput(kind="json_object"))),
                            "free": (prompt, _greedy(None, max_tokens=5))})
     assert results["bad"]["finish_reason"] == "abort" and results["bad"]["token_ids"] == []
     assert results["free"]["finish_reason"] is not None
+    [(rid, error)] = engine.take_rejected()  # what the worker answers: a 400 naming the field
+    assert rid == "bad" and error.status == 400 and error.param == "response_format"
+    assert "out of memory" in str(error)
 
 
-def test_a_waited_for_compile_rejects_its_failure(tiny, monkeypatch):
-    """Tensor-parallel ranks wait for the compile: a failure is a RequestRejected on every rank."""
-    spec = StructuredOutput(kind="choice", choices=["a"])
-    assert tiny.grammars.start(spec, wait=True).done()
+def test_a_compile_past_its_budget_fails_with_408_and_a_queued_one_is_cancelled(
+        tiny, tiny_tokenizer, run, monkeypatch):
+    engine = tiny
+    running: Future = Future()
+    running.set_running_or_notify_cancel()  # begun: xgrammar cannot be interrupted
+    queued: Future = Future()
+    futures = iter([running, queued])
+    monkeypatch.setattr(engine.grammars._pool, "submit", lambda fn, spec: next(futures))
+    monkeypatch.setattr(engine.grammars, "_bounds",
+                        dataclasses.replace(engine.grammars._bounds, timeout_s=0.05))
+    prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
+    spec = StructuredOutput(kind="regex", spec="[a-z]+")
+    results = run(engine, {"slow": (prompt, _greedy(spec)), "queued": (prompt, _greedy(spec)),
+                           "free": (prompt, _greedy(None, max_tokens=5))})
+    assert results["slow"]["finish_reason"] == "abort"
+    assert results["queued"]["finish_reason"] == "abort"
+    assert results["free"]["finish_reason"] == "length"
+    rejected = dict(engine.take_rejected())
+    assert {rejected["slow"].status, rejected["queued"].status} == {408}
+    assert rejected["slow"].param == "guided_regex"
+    assert queued.cancelled() and not running.cancelled()
 
-    def out_of_memory(spec):
-        raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(tiny.grammars, "_compile", out_of_memory)
-    with pytest.raises(RequestRejected, match="invalid choice: out of memory") as err:
-        tiny.grammars.start(spec, wait=True)
-    assert err.value.param == "guided_choice"
+def test_an_abort_cancels_a_queued_compile(tiny, tiny_tokenizer, monkeypatch):
+    queued: Future = Future()
+    monkeypatch.setattr(tiny.grammars._pool, "submit", lambda fn, spec: queued)
+    tiny.add_request("gone", tiny_tokenizer.encode(TINY_TEXTS[0]),
+                     _greedy(StructuredOutput(kind="json_object")))
+    tiny.abort_request("gone")
+    assert queued.cancelled() and not tiny.has_unfinished_requests()
 
 
 # ---- bad constraints --------------------------------------------------------------------------
@@ -291,8 +313,12 @@ def test_bad_constraints_are_named(spec, kind, detail, field, tiny, tiny_tokeniz
     engine = tiny
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     with pytest.raises(RequestRejected, match=detail) as err:
-        engine.add_request("bad", prompt, _greedy(spec))
+        engine.grammars.check(spec)
     assert err.value.param == field
+    bad = run(engine, {"bad": (prompt, _greedy(spec))})  # checked in the pool: never on the loop
+    assert bad["bad"]["finish_reason"] == "abort"
+    [(_, error)] = engine.take_rejected()
+    assert error.status == 400 and error.param == field and re.search(detail, str(error))
     ok = run(engine, {"bad": (prompt, _greedy(StructuredOutput(kind="choice", choices=["a"])))})
     assert ok["bad"]["text"] == "a"  # the engine and the request id are still usable
 

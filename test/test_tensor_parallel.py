@@ -17,7 +17,6 @@ import torch
 from mstar.engine.distributed import Rendezvous, free_port, join_group, leave_group
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams, StructuredOutput
-from mstar.engine.scheduler import ready_to_run
 from mstar.models.parallel import check_divisible
 from mstar.settings import WorkerSettings
 from mstar.settings.schema import BUILTIN_MODEL
@@ -61,9 +60,9 @@ def _generate(settings: WorkerSettings, parallel=None) -> dict:
     tokens = {rid: [] for rid in requests}
     for rid, (ids, params) in requests.items():
         engine.add_request(rid, ids, params)
-    # Ranks compile grammars before admitting (add_request waits); a single engine compiles in the
-    # background. Wait here too, so that both take the same steps and their logits line up.
-    while not all(ready_to_run(seq) for seq in engine.scheduler.waiting):
+    # Every engine compiles grammars in the background and admits them at a step (ranks as rank 0
+    # decides). Wait for the compiles, so that both take the same steps and their logits line up.
+    while not engine.grammars.all_compiled():
         time.sleep(0.01)
     while engine.has_unfinished_requests():
         for out in engine.step():

@@ -136,7 +136,7 @@ def test_conductor_drops_out_of_range_setup_and_unusable_join(tmp_path):
     settings = WorkerSettings(num_workers=1)
     conductor = Conductor(settings, make_endpoints(settings, tmp_path))
     try:
-        conductor.workers.append(WorkerHandle(0, [RankProcess(0, None)], None))  # a remote one
+        conductor.workers.append(WorkerHandle(0, [RankProcess(0, None)], None, ""))  # a remote one
         for worker, rank in ((5, 0), (0, 3), (-1, 0)):
             conductor.setup_done(m.SetupDone(worker, 1, "f", "tiny", 64, 0.1, rank))
         assert conductor.workers[0].ranks[0].setup is None

@@ -107,7 +107,9 @@ def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
 
     async def scenario() -> tuple:
         endpoints = make_endpoints(WorkerSettings(), tmp_path)
-        client = EngineClient(endpoints, SimpleNamespace(is_alive=lambda: True, exitcode=None))
+        client = EngineClient(endpoints, SimpleNamespace(is_alive=lambda: True, exitcode=None),
+                              tokenizer=None)
+        client.connect(list(endpoints.workers))
         out = push_socket(client.ctx, endpoints.api, endpoints.security)
         try:
             queue = client.submit([("r-0", [1, 2], m.SamplingParams(max_tokens=2))])

@@ -122,7 +122,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, endpoints: Any, conduct
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    client = EngineClient(endpoints, conductor)
+    client = EngineClient(endpoints, conductor, tokenizer)
     reason = "stopped"
     try:
         try:
@@ -202,7 +202,7 @@ async def _cut(state: Any, message: str) -> None:
     done: set[asyncio.Queue] = set()
     deadline = time.monotonic() + CUT_GRACE_S
     while state.in_flight and time.monotonic() < deadline:
-        for queue in set(state.client.queues.values()) - done:
+        for queue in set(state.client.queues()) - done:
             queue.put_nowait(Failure(503, message))
             done.add(queue)
         await asyncio.sleep(DRAIN_POLL_S)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from mstar.api_server.metrics import Metrics
 from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy
+from mstar.output.token_bytes import TokenBytes
 
 if TYPE_CHECKING:
     from mstar.api_server.generation.engine_client import EngineClient
@@ -28,9 +29,11 @@ class ServerState:
     loaded: LoadedSettings | None = None
     pending_restart: dict[str, dict] = field(default_factory=dict)
     unknown_fields: UnknownFieldPolicy = field(init=False)
+    token_bytes: TokenBytes | None = field(init=False)  # each token's exact bytes (logprobs)
 
     def __post_init__(self) -> None:
         self.unknown_fields = UnknownFieldPolicy(self.settings.unknown_request_fields)
+        self.token_bytes = None if self.tokenizer is None else TokenBytes(self.tokenizer)
 
     def unavailable_reason(self) -> str | None:
         """Why new generation requests are refused right now, if they are."""

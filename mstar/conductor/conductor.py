@@ -1,9 +1,10 @@
-"""The conductor: starts the worker replicas, places requests, relays aborts, watches liveness.
+"""The conductor: starts the worker replicas, checks their settings, relays control, watches liveness.
 
-It owns control only; token outputs go from workers straight to the API server. Liveness is
-exact and immediate: the process sentinel of each rank of each replica is polled next to the zmq
-socket. A tensor-parallel replica is one worker here (placement, aborts); its ranks each report
-SETUP_DONE and must all run with the conductor's settings fingerprint. Replicas on other hosts
+It owns the life cycle only: requests and their outputs go between the API server and the workers
+directly (READY tells the API server each replica's command address). Liveness is exact and
+immediate: the process sentinel of each rank of each replica is polled next to the zmq socket. A
+tensor-parallel replica is one worker here; its ranks each report SETUP_DONE and must all run with
+the conductor's settings fingerprint. Replicas on other hosts
 (MSTAR_REMOTE_WORKERS) join with JOIN and get the settings in return; their processes are not
 the conductor's, so their death is not watched here (see docs/distributed.rst).
 """
@@ -56,7 +57,6 @@ class Conductor:
         self.inbox = pull_socket(self.ctx, endpoints.conductor, self.security, m.TO_CONDUCTOR)
         self.to_api = push_socket(self.ctx, endpoints.api, self.security)
         self.workers: list[WorkerHandle] = []
-        self.owner: dict[str, WorkerHandle] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, zmq.POLLIN)
 
@@ -89,7 +89,7 @@ class Conductor:
                 log.info("waiting_for_remote_worker", worker=i,
                          command=f"mstar worker --conductor {self.endpoints.conductor} --replica {i}")
                 ranks = [RankProcess(r, None) for r in range(self.settings.tensor_parallel_size)]
-                self.workers.append(WorkerHandle(i, ranks, None))
+                self.workers.append(WorkerHandle(i, ranks, None, ""))
                 continue
             ranks = []
             for rank, rendezvous in enumerate(group_rendezvous(self.settings, i)):
@@ -100,7 +100,7 @@ class Conductor:
                 self.poller.register(proc.sentinel, zmq.POLLIN)
                 ranks.append(RankProcess(rank, proc))
             self.workers.append(WorkerHandle(i, ranks, push_socket(self.ctx, address,
-                                                                   self.security)))
+                                                                   self.security), address))
 
     def poll(self, timeout_ms: int) -> list[Any]:
         """Messages from the inbox; raises WorkerDied as soon as a worker process exits (naming
@@ -113,7 +113,7 @@ class Conductor:
                     r.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
                     code = r.process.exitcode
                     log.error("worker_died", worker=w.index, pid=r.process.pid, exitcode=code,
-                              rank=r.rank, pending=len(w.outstanding))
+                              rank=r.rank)
                     dead.append((code is None or code >= 0, f"{w.name(r)} {describe_exit(code)}"))
         if dead:
             raise WorkerDied("; ".join(text for _, text in sorted(dead)))
@@ -146,7 +146,8 @@ class Conductor:
         first = self.workers[0].ranks[0].setup
         send(self.to_api, m.Ready(
             model_name=first.model_name, max_model_len=first.max_model_len,
-            num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()]))
+            num_workers=len(self.workers), worker_pids=[r.pid for _, r in self.ranks()],
+            worker_addresses=[w.address for w in self.workers]))
         log.info("workers_ready", num_workers=len(self.workers), model=first.model_name,
                  tensor_parallel_size=self.settings.tensor_parallel_size,
                  fingerprint=self.settings.fingerprint())
@@ -174,6 +175,7 @@ class Conductor:
                 log.warning("join_refused", worker=msg.worker, address=msg.address,
                             reason=f"not an address zmq can connect to: {exc}")
                 return
+            w.address = msg.address
             log.info("remote_worker_joined", worker=w.index, address=msg.address, pid=msg.pid,
                      same_settings=msg.fingerprint == self.settings.fingerprint())
         send(w.channel, m.SettingsSync(settings_to_json(self.settings)))
@@ -190,16 +192,7 @@ class Conductor:
     def control_loop(self) -> int:
         while True:
             for msg in self.poll(POLL_MS):
-                if isinstance(msg, m.AddRequest):
-                    self.place(msg)
-                elif isinstance(msg, m.AbortRequests):
-                    self.abort(msg.request_ids)
-                elif isinstance(msg, m.RequestsDone):
-                    for rid in msg.request_ids:
-                        w = self.owner.pop(rid, None)
-                        if w is not None:
-                            w.outstanding.discard(rid)
-                elif isinstance(msg, m.ReloadSettings):
+                if isinstance(msg, m.ReloadSettings):
                     self.reload(msg)
                 elif isinstance(msg, m.Shutdown):
                     log.info("conductor_stopping", reason=msg.reason)
@@ -210,22 +203,6 @@ class Conductor:
         self.settings = apply_reloaded(self.settings, msg, "conductor")
         for w in self.workers:
             send(w.channel, msg)
-
-    def place(self, msg: m.AddRequest) -> None:
-        """Least outstanding requests wins (ties go to the lowest index)."""
-        w = min(self.workers, key=lambda h: len(h.outstanding))
-        w.outstanding.add(msg.request_id)
-        self.owner[msg.request_id] = w
-        send(w.channel, msg)
-
-    def abort(self, request_ids: list[str]) -> None:
-        by_worker: dict[int, list[str]] = {}
-        for rid in request_ids:
-            w = self.owner.get(rid)
-            if w is not None:
-                by_worker.setdefault(w.index, []).append(rid)
-        for index, ids in by_worker.items():
-            send(self.workers[index].channel, m.AbortRequests(ids))
 
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""

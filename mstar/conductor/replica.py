@@ -1,10 +1,10 @@
 """What the conductor knows of each replica: its ranks' processes (or, for a replica on another
-host, only what it reported), their SETUP_DONE, and the requests it holds."""
+host, only what it reported), their SETUP_DONE, and where its command socket listens."""
 
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,13 +39,14 @@ class RankProcess:
 
 @dataclass
 class WorkerHandle:
-    """One replica: placement and aborts see it as one worker, whatever its number of ranks.
-    ``channel`` (the conductor's PUSH to it) is None until a replica on another host joins."""
+    """One replica: one worker to the API server's placement, whatever its number of ranks.
+    ``channel`` (the conductor's PUSH to it) is None and ``address`` (its rank 0's command socket)
+    empty until a replica on another host joins."""
 
     index: int
     ranks: list[RankProcess]
     channel: zmq.Socket | None
-    outstanding: set[str] = field(default_factory=set)
+    address: str
 
     def name(self, rank: RankProcess) -> str:
         which = f" rank {rank.rank}" if len(self.ranks) > 1 else ""

@@ -1,11 +1,13 @@
-"""LLMEngine: requests in, per-step token/text deltas out, through the one step loop."""
+"""LLMEngine: requests in, per-step token deltas out, through the one step loop.
+
+The engine deals in token ids only: text, stop strings and logprob formatting are the caller's
+(``mstar.output``).
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import FIRST_COMPLETED, wait
-from queue import SimpleQueue
 
 import msgspec
 import structlog
@@ -13,21 +15,20 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from mstar.engine.block_manager import BlockManager
-from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.errors import RequestRejected
+from mstar.engine.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.engine.limits import check_logit_bias_ids, check_request_fits
 from mstar.engine.model_runner import ModelRunner
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.engine.overlap_policy import OverlapPolicy
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.scheduler import Scheduler, ready_to_run
+from mstar.engine.scheduler import Scheduler
 from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
 from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
-from mstar.engine.structured_output import GrammarCompilePool
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
@@ -80,9 +81,10 @@ class LLMEngine:
         self.eos_token_ids = self._eos_ids(model_dir)
         self.vocab_size = hf_config.get_text_config().vocab_size  # the width of the logits
         self.grammars = GrammarCompilePool(self.tokenizer, self.vocab_size,
-                                           sorted(self.eos_token_ids))
-        self.failed_grammars: SimpleQueue[Sequence] = SimpleQueue()  # from the compile threads
-        self.parallel_ranks = parallel is not None and parallel.size > 1  # schedule in lockstep
+                                           sorted(self.eos_token_ids),
+                                           GrammarBounds.from_settings(settings),
+                                           1 if parallel is None else parallel.size)
+        self.rejected: list[tuple[str, RequestRejected]] = []  # grammars failed; the worker tells
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
                                         self.max_model_len, parallel)
         self.model_runner.warmup()
@@ -154,39 +156,40 @@ class LLMEngine:
                 "max_tokens")
         check_logit_bias_ids(params.logit_bias, self.vocab_size)
         spec = params.structured_output
-        grammar = None if spec is None else self.grammars.start(spec, wait=self.parallel_ranks)
+        grammar = None if spec is None else self.grammars.start(request_id, spec)
         generator = None  # unseeded rows share the sampling batch's generator
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
-        seq = Sequence(request_id, prompt_token_ids, params, detok, generator, state)
+        seq = Sequence(request_id, prompt_token_ids, params, generator, state)
         self.seqs[request_id] = seq
-        self.scheduler.add(seq)
-        if grammar is not None:  # admitted once compiled; step() ends it if compiling fails
-            grammar.add_done_callback(
-                lambda f: f.exception() is None or self.failed_grammars.put(seq))
+        self.scheduler.add(seq)  # admitted once its grammar is (``grammars.admit``, each step)
 
     def _fail_uncompiled(self) -> list[RequestOutput]:
-        """Requests whose grammar passed the check but failed to compile: finished as aborted."""
+        """Requests whose grammar failed (or ran out of time): finished as aborted; the reasons
+        wait in ``rejected`` for ``take_rejected``."""
         outputs = []
-        while not self.failed_grammars.empty():
-            seq = self.failed_grammars.get()
-            if self.seqs.get(seq.request_id) is seq:
-                log.error("grammar_compile_failed", request_id=seq.request_id,
-                          error=str(seq.sampling_state.grammar.exception()))
-                self.abort_request(seq.request_id)
-                outputs.append(RequestOutput(seq.request_id, finished=True,
-                                             finish_reason="abort",
-                                             num_prompt_tokens=seq.num_prompt_tokens))
+        for request_id, error in self.grammars.admit():
+            seq = self.seqs[request_id]
+            log.warning("grammar_failed", request_id=request_id, error=str(error))
+            self.rejected.append((request_id, error))
+            self.abort_request(request_id)
+            outputs.append(RequestOutput(request_id, finished=True, finish_reason="abort",
+                                         num_prompt_tokens=seq.num_prompt_tokens))
         return outputs
+
+    def take_rejected(self) -> list[tuple[str, RequestRejected]]:
+        """The requests ended by their grammar since the last call, with the error to answer."""
+        rejected, self.rejected = self.rejected, []
+        return rejected
 
     def abort_request(self, request_id: str) -> None:
         """Abort a request, like a finish: nothing more is emitted; its blocks are freed at once,
         or once no step in flight may write to them (the scheduler's rule)."""
         seq = self.seqs.pop(request_id, None)
         if seq is not None:
+            self.grammars.cancel(request_id)
             self.scheduler.finish(seq)
 
     def has_unfinished_requests(self) -> bool:
@@ -228,7 +231,7 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One iteration of the step loop: the outputs of the step that finished in it."""
-        failed = self._fail_uncompiled() if not self.failed_grammars.empty() else []
+        failed = self._fail_uncompiled()
         outputs = failed + self.loop.step()
         if not outputs and not self.loop.in_flight:
             self._wait_for_grammars()
@@ -237,10 +240,7 @@ class LLMEngine:
     def _wait_for_grammars(self) -> None:
         """Nothing ran: when requests wait only for their grammars, block on those a moment. A
         caller looping on ``step()`` would otherwise hold the GIL and starve the compile threads."""
-        pending = [seq.sampling_state.grammar for seq in self.scheduler.waiting
-                   if not ready_to_run(seq)]
-        if pending:
-            wait(pending, timeout=GRAMMAR_WAIT_S, return_when=FIRST_COMPLETED)
+        self.grammars.wait_any(GRAMMAR_WAIT_S)
 
     def postprocess(self, out: SchedulerOutput, result: RunnerOutput) -> list[RequestOutput]:
         """Apply a finished step (the scheduler's progress), then each sampled token's stops; a
@@ -258,7 +258,7 @@ class LLMEngine:
         reason = None
         # A constrained request ends where its grammar does: it allows EOS only once complete.
         ends_at_eos = not params.ignore_eos or params.structured_output is not None
-        if seq.detokenizer.append(token) or token in params.stop_token_ids or (
+        if token in params.stop_token_ids or (
             ends_at_eos and token in self.eos_token_ids
         ):
             reason = "stop"
@@ -270,7 +270,6 @@ class LLMEngine:
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=[token],
-            new_text=seq.detokenizer.take_delta(finished=reason is not None),
             finished=reason is not None,
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
@@ -286,5 +285,4 @@ def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
     if first.logprobs is not None or then.logprobs is not None:
         logprobs = (first.logprobs or []) + (then.logprobs or [])
     return msgspec.structs.replace(
-        then, new_token_ids=first.new_token_ids + then.new_token_ids,
-        new_text=first.new_text + then.new_text, logprobs=logprobs)
+        then, new_token_ids=first.new_token_ids + then.new_token_ids, logprobs=logprobs)

@@ -18,11 +18,11 @@ class TokenLogprob(msgspec.Struct, array_like=True):
 
 
 class RequestOutput(msgspec.Struct, array_like=True):
-    """What one request produced in one engine step (deltas, not totals)."""
+    """What one request produced in one engine step (deltas, not totals): token ids only; the text
+    is made above the engine (``mstar.output``)."""
 
     request_id: str
     new_token_ids: list[int] = []
-    new_text: str = ""
     finished: bool = False
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     num_prompt_tokens: int = 0

@@ -7,7 +7,6 @@ import itertools
 
 import torch
 
-from mstar.engine.detokenizer import IncrementalDetokenizer
 from mstar.engine.sampling.state import SamplingState
 from mstar.engine.sampling_params import SamplingParams
 
@@ -34,7 +33,6 @@ class Sequence:
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
-        detokenizer: IncrementalDetokenizer,
         generator: torch.Generator | None,
         sampling_state: SamplingState | None = None,
     ) -> None:
@@ -43,7 +41,6 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
-        self.detokenizer = detokenizer
         self.generator = generator
         self.sampling_state = sampling_state  # see mstar/engine/sampling/state.py
         self.status = SequenceStatus.WAITING

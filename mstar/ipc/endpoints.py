@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Endpoints:
-    conductor: str  # conductor PULL: requests from the API server, reports from workers
+    conductor: str  # conductor PULL: control from the API server, reports from workers
     api: str  # API server PULL: token outputs and stats from workers, control from the conductor
-    workers: tuple[str, ...]  # worker i PULL: commands from the conductor
+    workers: tuple[str, ...]  # worker i PULL: requests from the API server, control from the conductor
     security: SocketSecurity  # what every socket applies (keys, frame limit)
     socket_dir: Path | None = None  # removed by whoever outlives the others
 

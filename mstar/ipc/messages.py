@@ -2,9 +2,10 @@
 
 Each message is a tagged struct; ``encode``/``decode`` turn it into msgpack and back, validating
 every field on the way in (a malformed message is a ``msgspec.ValidationError``, never a dict).
-Control (placement, aborts, liveness) goes through the conductor; token outputs go from a worker
-straight to the API server, one ``Outputs`` message per engine step, so the conductor never sits on
-the hot path.
+The request path is API server <-> worker: the API server places each request on a replica
+(``AddRequest``, ``AbortRequests`` straight to its rank 0) and the worker sends its outputs back,
+one ``Outputs`` message per engine step. The conductor keeps the life cycle (start-up, settings
+fingerprints, reload, liveness, shutdown) and never sits on the request path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class _Message(msgspec.Struct, tag=True, array_like=True):
     pass
 
 
-# API server -> conductor -> worker
+# API server -> worker (rank 0 of a replica)
 class AddRequest(_Message):
     request_id: str
     prompt_token_ids: list[int]
@@ -32,6 +33,7 @@ class AbortRequests(_Message):
     request_ids: list[str]
 
 
+# API server -> conductor -> worker
 class Shutdown(_Message):
     reason: str = ""
 
@@ -74,13 +76,6 @@ class SettingsSync(_Message):
     settings_json: str
 
 
-class RequestsDone(_Message):
-    """Requests a worker no longer holds (finished, aborted or rejected): load accounting."""
-
-    worker: int
-    request_ids: list[str]
-
-
 # worker -> API server
 class Outputs(_Message):
     outputs: list[RequestOutput]
@@ -110,10 +105,14 @@ class WorkerStats(_Message):
 
 # conductor -> API server
 class Ready(_Message):
+    """Every replica is up; ``worker_addresses[i]`` is replica i's command socket (its rank 0),
+    where the API server sends that replica's requests."""
+
     model_name: str
     max_model_len: int
     num_workers: int
     worker_pids: list[int] = []
+    worker_addresses: list[str] = []
 
 
 class Fatal(_Message):
@@ -133,13 +132,13 @@ class TransportDrops(_Message):
 
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
-    RequestsDone, Outputs, RequestFailed,
+    Outputs, RequestFailed,
     WorkerStats, Ready, Fatal, TransportDrops,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
 TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops)
-TO_CONDUCTOR = (AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, RequestsDone)
+TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join)
 TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
 TO_JOINING_WORKER = (SettingsSync,)
 

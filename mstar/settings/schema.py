@@ -56,6 +56,7 @@ _server = functools.partial(knob, category="Server")
 _engine = functools.partial(knob, category="Model and engine")
 _transport = functools.partial(knob, category="Transport")
 _config = functools.partial(knob, category="Config behaviour")
+_limits = functools.partial(knob, category="Request limits")
 _speculative = functools.partial(knob, category="Speculative decoding")
 
 
@@ -157,6 +158,37 @@ class ServerKnobs(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
+    # Request limits: each one a request passes is a 400 naming the field.
+    grammar_max_schema_kb: float = _limits(
+        64.0, "Largest structured-output constraint: a JSON schema (response_format, guided_json, "
+        "a tool's parameters), a guided_grammar or the guided_choice list, as JSON text.",
+        unit="KiB", gt=0.0, le=1e6)
+    grammar_max_depth: int = _limits(
+        64, "Deepest nesting of a JSON schema (each object or array level counts one).",
+        unit="levels", ge=1, le=10_000)
+    grammar_max_enum_entries: int = _limits(
+        1024, "Most entries of one enum of a JSON schema, or of guided_choice.", unit="entries",
+        ge=1, le=MAX_COUNT)
+    grammar_max_regex_length: int = _limits(
+        4096, "Longest guided_regex, and longest 'pattern' inside a JSON schema.",
+        unit="characters", ge=1, le=MAX_COUNT)
+    grammar_compile_timeout_s: float = _limits(
+        20.0, "A request whose grammar has not compiled this long after it arrived at the worker "
+        "(queueing included) fails with a 408; a compile not yet started is cancelled.",
+        unit="s", gt=0.0, le=MAX_WAIT_S)
+    grammar_cache_mb: float = _limits(
+        512.0, "Memory the worker's cache of compiled grammars may hold (xgrammar's "
+        "cache_limit_bytes); least recently used grammars are evicted past it.",
+        unit="MiB", gt=0.0, le=1e6)
+    max_stop_strings: int = _limits(
+        64, "Most entries of 'stop' in one request.", unit="strings", ge=1, le=MAX_COUNT)
+    max_logit_bias_entries: int = _limits(
+        1024, "Most entries of 'logit_bias' in one request.", unit="entries", ge=1,
+        le=MAX_COUNT)
+    special_tokens_in_content: Literal["escape", "reject"] = _limits(
+        "escape", "Special-token text (e.g. ``<|im_start|>``) typed inside a chat message's content "
+        "(system, user, assistant or tool): escape = tokenized as the plain text it is, never "
+        "as the special token; reject = a 400 naming the message.")
 
 
 class EngineKnobs(BaseModel):

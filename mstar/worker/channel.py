@@ -1,4 +1,5 @@
-"""A worker's sockets: commands in from the conductor, outputs out to the API server."""
+"""A worker's sockets: requests (API server) and control (conductor) in, outputs out to the API
+server, readiness to the conductor."""
 
 from __future__ import annotations
 

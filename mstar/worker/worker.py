@@ -1,4 +1,5 @@
-"""One engine replica: commands in from the conductor, engine steps, outputs out.
+"""One engine replica: requests in from the API server and control from the conductor, engine
+steps, outputs out to the API server.
 
 The engine owns the step loop (serial or overlapped, see ``mstar.engine.step_loop``); the worker
 only does the messaging around it: inbox -> add/abort, each step's outputs -> one message.
@@ -37,8 +38,7 @@ class Worker:
         self.index = index
         self.channel = channel
         self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
-        self.engine: LLMEngine | None = None  # built by run()
-        self.live: set[str] = set()  # request ids this worker holds
+        self.engine: LLMEngine | None = None  # built by run(); its requests are the live ones
         self._last_stats: tuple | None = None
         self._last_stats_at = 0.0
 
@@ -51,7 +51,11 @@ class Worker:
                 for msg in self.channel.receive(0 if busy else IDLE_POLL_MS):
                     running = self.handle(msg) and running
                 if running:
-                    self.publish(self.engine.step())
+                    outputs = self.engine.step()
+                    for rid, error in self.engine.take_rejected():  # before their abort output
+                        self.channel.send_to_api(m.RequestFailed(rid, error.status, str(error),
+                                                                 error.param))
+                    self.publish(outputs)
                 self.report_stats()
         finally:
             self.engine.shutdown()
@@ -77,10 +81,8 @@ class Worker:
         if isinstance(msg, m.AddRequest):
             self.add(msg)
         elif isinstance(msg, m.AbortRequests):
-            aborted = [rid for rid in msg.request_ids if rid in self.live]
-            for rid in aborted:
+            for rid in msg.request_ids:  # one this worker no longer holds is ignored
                 self.engine.abort_request(rid)
-            self.requests_done(aborted)
         elif isinstance(msg, m.ReloadSettings):
             self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
             self.engine.apply_settings(self.settings)
@@ -93,23 +95,12 @@ class Worker:
         try:
             self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params)
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
-            self.channel.send_to_api(m.RequestFailed(msg.request_id, 400, str(exc),
-                                                     getattr(exc, "param", None)))
-            self.channel.send_to_conductor(m.RequestsDone(self.index, [msg.request_id]))
-            return
-        self.live.add(msg.request_id)
+            self.channel.send_to_api(m.RequestFailed(msg.request_id, getattr(exc, "status", 400),
+                                                     str(exc), getattr(exc, "param", None)))
 
     def publish(self, outputs: list[RequestOutput]) -> None:
-        if not outputs:
-            return
-        self.channel.send_to_api(m.Outputs(outputs))
-        self.requests_done([o.request_id for o in outputs if o.finished])
-
-    def requests_done(self, request_ids: list[str]) -> None:
-        done = [rid for rid in request_ids if rid in self.live]
-        if done:
-            self.live.difference_update(done)
-            self.channel.send_to_conductor(m.RequestsDone(self.index, done))
+        if outputs:
+            self.channel.send_to_api(m.Outputs(outputs))
 
     def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""

@@ -1,14 +1,20 @@
-"""The API server's side of the messaging: submit to the conductor, route outputs to requests.
+"""The API server's side of the messaging: requests straight to the workers, text back to routes.
 
-Outputs of one HTTP request's sub-requests (n > 1) share one asyncio queue. A fault reported by
-the conductor (or the conductor process vanishing) fails every pending request at once.
+``live`` is the process's one registry of live requests: each sub-request's asyncio queue (shared
+by the sub-requests of one HTTP request, n > 1), its text state and its replica. Requests go to the
+replica with the fewest live requests here, then the fewest waiting and the lowest KV-cache use its
+stats report (``place``). Workers' outputs carry token ids only; each received batch is turned into
+text (``mstar.output``) on one detokenizing thread, so the event loop only routes. A stop string
+found there aborts its request in the worker. A fault reported by the conductor (or the conductor
+process vanishing) fails every pending request at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import zmq
@@ -27,6 +33,7 @@ from mstar.ipc.sockets import (
     push_socket,
     send,
 )
+from mstar.output.processor import RequestText, TextOutput, ends_in_engine, to_texts
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -49,18 +56,43 @@ class StartupError(Exception):
     pass
 
 
+@dataclass
+class LiveRequest:
+    """A sub-request between submit and release: where its outputs go, its text, its replica."""
+
+    queue: asyncio.Queue
+    text: RequestText
+    worker: int
+
+
+def least_loaded(load: list[int], stats: dict[int, m.WorkerStats]) -> int:
+    """The replica for a new request: fewest live requests here, then (by its last stats) fewest
+    waiting and least KV cache in use, then the lowest index."""
+    def key(i: int) -> tuple:
+        reported = stats.get(i)
+        return (load[i], reported.waiting if reported else 0,
+                reported.kv_cache_usage if reported else 0.0, i)
+
+    return min(range(len(load)), key=key)
+
+
 class EngineClient:
-    def __init__(self, endpoints: Endpoints, conductor: BaseProcess):
+    def __init__(self, endpoints: Endpoints, conductor: BaseProcess, tokenizer: Any):
         self.conductor = conductor
+        self.tokenizer = tokenizer
         self.ctx = zmq.Context()  # plain sockets: sends never block on PUSH, reads drain
         self.inbox = pull_socket(self.ctx, endpoints.api, endpoints.security, m.TO_API)
         self.inbox_waiter = zmq.asyncio.Socket.from_socket(self.inbox)  # awaits readability only
         self.to_conductor = push_socket(self.ctx, endpoints.conductor, endpoints.security)
-        self.queues: dict[str, asyncio.Queue] = {}
+        self.security = endpoints.security
+        self.to_workers: list[zmq.Socket] = []  # replica i's rank 0, connected at READY
+        self.load: list[int] = []  # live requests per replica (counted from ``live``)
+        self.live: dict[str, LiveRequest] = {}
         self.stats: dict[int, m.WorkerStats] = {}
         self.drops: dict[str, dict[str, int]] = {}  # process -> reason -> frames dropped
         self.failure: str | None = None
         self.failed = asyncio.Event()
+        self.detokenizing = ThreadPoolExecutor(1, thread_name_prefix="mstar-detokenize")
         self._task: asyncio.Task | None = None
 
     async def _receive(self) -> list[m.Message]:
@@ -74,6 +106,7 @@ class EngineClient:
         while not stop.is_set():
             for msg in await self._receive():
                 if isinstance(msg, m.Ready):
+                    self.connect(msg.worker_addresses)
                     return msg
                 if isinstance(msg, m.Fatal):
                     raise StartupError(msg.message)
@@ -84,6 +117,13 @@ class EngineClient:
             if asyncio.get_running_loop().time() > deadline:
                 raise StartupError(f"workers not ready after startup_timeout_s={timeout_s}")
         return None
+
+    def connect(self, addresses: list[str]) -> None:
+        """One PUSH to each replica's command socket (rank 0 of a tensor-parallel group)."""
+        if not addresses:
+            raise StartupError("the conductor's READY names no worker address")
+        self.to_workers = [push_socket(self.ctx, address, self.security) for address in addresses]
+        self.load = [0] * len(addresses)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._dispatch())
@@ -101,23 +141,38 @@ class EngineClient:
 
     async def _dispatch(self) -> None:
         while self.failure is None:
+            work: list[tuple[LiveRequest, RequestOutput]] = []
             for msg in await self._receive():
-                self._route(msg)
+                if isinstance(msg, m.Outputs):
+                    work += [(entry, out) for out in msg.outputs
+                             if (entry := self.live.get(out.request_id)) is not None]
+                else:
+                    self._route(msg)
+            if work:
+                await self._deliver(work)
             if self.failure is None and not self.conductor.is_alive():
                 self._fail(f"conductor exited with code {self.conductor.exitcode}")
 
+    async def _deliver(self, work: list[tuple[LiveRequest, RequestOutput]]) -> None:
+        """Text for one received batch (on the detokenizing thread), then to the routes' queues."""
+        texts = await asyncio.get_running_loop().run_in_executor(
+            self.detokenizing, to_texts, [(entry.text, out) for entry, out in work])
+        stopped = []
+        for (entry, out), text in zip(work, texts, strict=True):
+            if text is None:  # ended at a stop string: the worker's abort is on its way
+                continue
+            if ends_in_engine(text, out):
+                stopped.append(text.request_id)
+            entry.queue.put_nowait(text)
+        self.abort(stopped)
+
     def _route(self, msg: m.Message) -> None:
-        if isinstance(msg, m.Outputs):
-            for out in msg.outputs:
-                queue = self.queues.get(out.request_id)
-                if queue is not None:
-                    queue.put_nowait(out)
-        elif isinstance(msg, m.WorkerStats):
+        if isinstance(msg, m.WorkerStats):
             self.stats[msg.worker] = msg
         elif isinstance(msg, m.RequestFailed):
-            queue = self.queues.get(msg.request_id)
-            if queue is not None:
-                queue.put_nowait(Failure(msg.status, msg.message, msg.param))
+            entry = self.live.get(msg.request_id)
+            if entry is not None:
+                entry.queue.put_nowait(Failure(msg.status, msg.message, msg.param))
         elif isinstance(msg, m.Fatal):
             self._fail(msg.message)
         elif isinstance(msg, m.TransportDrops):
@@ -127,45 +182,56 @@ class EngineClient:
         """Frames dropped by every process's inbox, by process and reason."""
         return {**self.drops, "api_server": dropped_frames(self.inbox)}
 
+    def queues(self) -> list[asyncio.Queue]:
+        """The queue of every pending HTTP request (once each)."""
+        return list({id(e.queue): e.queue for e in self.live.values()}.values())
+
     def _fail(self, message: str) -> None:
-        log.error("serving_failed", reason=message, pending=len(self.queues))
+        log.error("serving_failed", reason=message, pending=len(self.live))
         self.failure = message
-        for queue in {id(q): q for q in self.queues.values()}.values():
+        for queue in self.queues():
             queue.put_nowait(Failure(503, message))
         self.failed.set()
 
+    def place(self) -> int:
+        return least_loaded(self.load, self.stats)
+
     def submit(self, requests: list[tuple[str, list[int], SamplingParams]]) -> asyncio.Queue:
-        """Send sub-requests to the conductor; their outputs arrive on the returned queue.
+        """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
 
         Every sub-request is encoded before the first is sent, so a request that cannot be encoded
         sends nothing; if a send fails part-way, the ones already sent are aborted.
         """
-        queue: asyncio.Queue[RequestOutput | Failure] = asyncio.Queue()
+        queue: asyncio.Queue[TextOutput | Failure] = asyncio.Queue()
         if self.failure is not None:
             queue.put_nowait(Failure(503, self.failure))
             return queue
         try:
-            frames = [(rid, encode_for(self.to_conductor, m.AddRequest(rid, ids, params)))
+            frames = [(rid, ids, params, encode_for(self.to_conductor, m.AddRequest(rid, ids, params)))
                       for rid, ids, params in requests]
         except MessageTooLarge as exc:
             queue.put_nowait(Failure(413, str(exc)))
             return queue
         sent: list[str] = []
         try:
-            for rid, frame in frames:
-                self.queues[rid] = queue
-                self.to_conductor.send(frame, copy=False)
+            for rid, ids, params, frame in frames:
+                worker = self.place()
+                self.live[rid] = LiveRequest(queue, RequestText(self.tokenizer, ids, params), worker)
+                self.load[worker] += 1
+                self.to_workers[worker].send(frame, copy=False)
                 sent.append(rid)
         except BaseException:
-            self.release([rid for rid, _ in frames])
             self.abort(sent)
+            self.release([rid for rid, *_ in frames])
             raise
         return queue
 
     def release(self, request_ids: list[str]) -> None:
-        """Stop routing outputs of these requests."""
+        """Forget these requests (after ``abort`` for those that did not finish)."""
         for rid in request_ids:
-            self.queues.pop(rid, None)
+            entry = self.live.pop(rid, None)
+            if entry is not None:
+                self.load[entry.worker] -= 1
 
     def send_control(self, msg: m.Message) -> None:
         """A control message for the conductor (which relays what concerns the workers)."""
@@ -173,9 +239,16 @@ class EngineClient:
             send(self.to_conductor, msg)
 
     def abort(self, request_ids: list[str]) -> None:
-        """Abort requests in their worker, which frees their KV blocks at once."""
-        if request_ids and self.failure is None:
-            send(self.to_conductor, m.AbortRequests(list(request_ids)))
+        """Abort live requests in their replicas, which free their KV blocks at once."""
+        if self.failure is not None:
+            return
+        by_worker: dict[int, list[str]] = {}
+        for rid in request_ids:
+            entry = self.live.get(rid)
+            if entry is not None:
+                by_worker.setdefault(entry.worker, []).append(rid)
+        for worker, ids in by_worker.items():
+            send(self.to_workers[worker], m.AbortRequests(ids))
 
     async def shutdown(self, reason: str) -> None:
         """Stop routing and ask the conductor to stop the workers."""
@@ -186,7 +259,8 @@ class EngineClient:
             send(self.to_conductor, m.Shutdown(reason))
 
     def close(self) -> None:
+        self.detokenizing.shutdown(wait=True, cancel_futures=True)
         self.inbox_waiter.close()
-        self.inbox.close()
-        self.to_conductor.close()
+        for sock in (self.inbox, self.to_conductor, *self.to_workers):
+            sock.close()
         self.ctx.term()

@@ -6,6 +6,9 @@ tokenizer's Rust encoder releases the GIL while it works; what holds the GIL in 
 prompt is turning the ids into a Python list and freeing the encoding, so the token count is
 checked against ``max_model_len`` first (an over-long prompt never becomes a list) and the encoding
 is the variant without per-token offsets and strings.
+
+Special-token text a message's content holds stays plain text (or is refused), as
+MSTAR_SPECIAL_TOKENS_IN_CONTENT says: see ``special_text``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mstar.api_server.generation.special_text import (
+    encode_marked,
+    mark_special_contents,
+    refuse_special_text,
+)
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.state import ServerState
@@ -42,13 +50,33 @@ async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int
 def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
                      tools: list[dict] | None, template_kwargs: dict[str, Any]) -> list[int]:
     messages, extra = template_inputs(req.messages, tools, state.tokenizer.chat_template)
+    text, contents = render_chat(state, req.messages, messages, extra, True, template_kwargs)
+    if not contents:
+        return encode(state.tokenizer, text, False, state.max_model_len, "messages")
+    ids = encode_marked(state.tokenizer, text, contents)
+    check_prompt_len(len(ids), state.max_model_len, "messages")
+    return ids
+
+
+def render_chat(state: ServerState, given: list[Any], messages: list[dict],
+                extra: dict[str, Any], add_generation_prompt: bool,
+                template_kwargs: dict[str, Any] | None = None) -> tuple[str, dict[str, str]]:
+    """The chat template over ``messages`` (made from the request's ``given`` messages), and the
+    contents that hold special-token text, each at its marker (``special_text``): tokenize with
+    ``encode_marked`` when there are any."""
+    tokenizer = state.tokenizer
+    contents: dict[str, str] = {}
+    if state.settings.special_tokens_in_content == "reject":
+        refuse_special_text(tokenizer, given)
+    else:
+        messages, contents = mark_special_contents(tokenizer, messages)
     try:
-        text = state.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                   add_generation_prompt=True, **extra,
-                                                   **template_kwargs)
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt, **extra,
+                                             **(template_kwargs or {}))
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
-    return encode(state.tokenizer, text, False, state.max_model_len, "messages")
+    return text, contents
 
 
 def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: str) -> list[int]:

@@ -22,8 +22,8 @@ from mstar.api_server.openai.protocol import SEED_LIMIT
 from mstar.api_server.state import ServerState
 from mstar.engine.errors import RequestRejected
 from mstar.engine.limits import check_request_fits
-from mstar.engine.outputs import RequestOutput
 from mstar.engine.sampling_params import SamplingParams, StructuredOutput
+from mstar.output.processor import TextOutput
 
 DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there
 
@@ -95,8 +95,8 @@ async def first_output(outputs: AsyncIterator) -> Any:
         raise
 
 
-async def replay(first: tuple[int, RequestOutput], outputs: AsyncIterator
-                 ) -> AsyncIterator[tuple[int, RequestOutput]]:
+async def replay(first: tuple[int, TextOutput], outputs: AsyncIterator
+                 ) -> AsyncIterator[tuple[int, TextOutput]]:
     """The first output (awaited before the response started), then the rest."""
     yield first
     async for item in outputs:
@@ -106,8 +106,8 @@ async def replay(first: tuple[int, RequestOutput], outputs: AsyncIterator
 async def run_requests(
     state: ServerState, request_id: str, jobs: list[Job],
     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """Yield (choice index, engine output) until every choice (job) finished."""
+) -> AsyncIterator[tuple[int, TextOutput]]:
+    """Yield (choice index, text output) until every choice (job) finished."""
     metrics = state.metrics
     ids = [f"{request_id}-{i}" for i in range(len(jobs))]
     index = {rid: i for i, rid in enumerate(ids)}
@@ -151,8 +151,8 @@ async def run_requests(
                 unfinished.discard(rid)
             yield index[rid], item
     finally:
-        state.client.release(ids)
         state.client.abort(sorted(unfinished))
+        state.client.release(ids)
 
 
 async def collect_choices(state: ServerState, request_id: str, jobs: list[Job],

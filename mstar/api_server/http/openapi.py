@@ -2,6 +2,11 @@
 
 Every failure is an OpenAI-shaped error (errors.py), never FastAPI's 422, so the 422 responses
 FastAPI documents for typed bodies are dropped from the schema.
+
+A server-sent-event stream (``text/event-stream``) is documented per event, as OpenAPI 3.1 reads
+an event stream's ``schema``: an object whose ``data`` is either ``[DONE]`` (the last event) or
+JSON text (``contentMediaType``) of a chunk object, or of an error object when the stream fails
+part-way. Schemathesis checks every event of a fuzzed stream against it.
 """
 
 from __future__ import annotations
@@ -30,13 +35,40 @@ def error_responses(errors: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
             for status in errors}
 
 
-def documented(ok: type[BaseModel], errors: tuple[int, ...], stream_media: str | None = None
-               ) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` of a route: the success model (and stream media type), then its errors."""
+STREAM_MODELS: dict[str, type[BaseModel]] = {}  # event payloads, added to the components
+SSE_DONE = "[DONE]"
+
+
+def component(model: type[BaseModel]) -> dict[str, str]:
+    STREAM_MODELS[model.__name__] = model
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def sse_event_schema(chunk: type[BaseModel]) -> dict[str, Any]:
+    """One event of a stream: ``data`` is [DONE], or JSON of a ``chunk`` or an error."""
+    payload = {"type": "string", "contentMediaType": "application/json",
+               "contentSchema": {"anyOf": [component(chunk), component(ErrorResponse)]}}
+    return {"type": "object", "required": ["data"], "properties": {
+        "data": {"if": {"const": SSE_DONE}, "then": True, "else": payload,
+                 "description": f"JSON of a {chunk.__name__} (or of an error), then {SSE_DONE}."}}}
+
+
+def documented(ok: type[BaseModel], errors: tuple[int, ...], stream_media: str | None = None,
+               stream_item: type[BaseModel] | None = None) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` of a route: the success model (and stream media type, with the schema of
+    each server-sent event when ``stream_item`` is its chunk model), then its errors."""
     success: dict[str, Any] = {"model": ok}
     if stream_media is not None:
-        success["content"] = {stream_media: {"schema": {"type": "string"}}}
+        schema = sse_event_schema(stream_item) if stream_item else {"type": "string"}
+        success["content"] = {stream_media: {"schema": schema}}
     return {200: success, **error_responses(errors)}
+
+
+def _add_stream_models(schemas: dict[str, Any]) -> None:
+    for name, model in STREAM_MODELS.items():
+        found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(found.pop("$defs", {}))
+        schemas.setdefault(name, found)
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -49,9 +81,10 @@ def install_openapi(app: FastAPI) -> None:
             for path in schema.get("paths", {}).values():
                 for operation in path.values():
                     operation.get("responses", {}).pop("422", None)
-            schemas = schema.get("components", {}).get("schemas", {})
+            schemas = schema.setdefault("components", {}).setdefault("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)
+            _add_stream_models(schemas)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -32,12 +32,12 @@ from mstar.api_server.openai.response_models import GenerateResponse
 from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.state import ServerState
 from mstar.api_server.validation.request_rules import admit
-from mstar.engine.outputs import RequestOutput
+from mstar.output.processor import TextOutput
 
 router = APIRouter()
 
 
-def _line(i: int, out: RequestOutput) -> dict[str, Any]:
+def _line(i: int, out: TextOutput) -> dict[str, Any]:
     line: dict[str, Any] = {"index": i, "text": out.new_text, "token_ids": out.new_token_ids,
                             "finished": out.finished, "finish_reason": fmt.finish_reason(out)}
     if out.logprobs:
@@ -53,7 +53,7 @@ def _line(i: int, out: RequestOutput) -> dict[str, Any]:
 async def generate(req: GenerateRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, None)
-    structured = await structured_output(req)
+    structured = await structured_output(req, state.settings)
     prompts = await completion_prompt_ids(state, req.prompts())
     jobs = jobs_for(state, req, prompts, "prompt", structured)
     request_id = new_request_id("gen")

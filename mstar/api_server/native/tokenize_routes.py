@@ -2,7 +2,8 @@
 
 /tokenize takes a ``prompt`` (special tokens added by default) or chat ``messages`` (rendered with
 the chat template, generation prompt added by default) and answers the token ids, their count and
-max_model_len. /detokenize turns token ids back into text.
+max_model_len. Tokenizing, the token strings and the JSON encoding all run in a worker thread.
+/detokenize turns token ids back into text.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
+from mstar.api_server.generation.prompts import render_chat
+from mstar.api_server.generation.special_text import encode_marked
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import REQUEST_ERRORS, documented
 from mstar.api_server.openai.chat_protocol import ChatMessage
@@ -48,11 +52,9 @@ def _tokenize(state: ServerState, req: TokenizeRequest) -> list[int]:
         add_special = True if req.add_special_tokens is None else req.add_special_tokens
         return tokenizer.encode(req.prompt, add_special_tokens=add_special)
     messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False,
-                                             add_generation_prompt=req.add_generation_prompt)
-    except Exception as exc:  # a template may reject e.g. a role order it does not support
-        raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
+    text, contents = render_chat(state, req.messages, messages, {}, req.add_generation_prompt)
+    if contents:
+        return encode_marked(tokenizer, text, contents)
     return tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
 
 
@@ -70,10 +72,17 @@ async def tokenize(req: TokenizeRequest, request: Request) -> Any:
         raise APIError(400, "give exactly one of 'prompt' and 'messages'", "prompt")
     if req.messages is not None:
         check_content_parts(req)
-    ids = await asyncio.to_thread(_tokenize, state, req)
+    body = await asyncio.to_thread(_tokenize_body, state, req)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _tokenize_body(state: ServerState, req: TokenizeRequest) -> bytes:
+    """The whole answer, encoded: a 40 MB prompt's token strings and their ~100 MB of JSON are
+    made here, in a worker thread, never on the event loop."""
+    ids = _tokenize(state, req)
     strs = state.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
-    return JSONResponse({"count": len(ids), "max_model_len": state.max_model_len,
-                         "tokens": ids, "token_strs": strs}, headers=headers)
+    return msgspec.json.encode({"count": len(ids), "max_model_len": state.max_model_len,
+                                "tokens": ids, "token_strs": strs})
 
 
 @router.post("/detokenize", response_model=None, responses=documented(DetokenizeResponse,

@@ -34,8 +34,9 @@ class ChatPlan:
 
 async def plan_chat(state: ServerState, req: ChatCompletionRequest) -> ChatPlan:
     """Tools, reasoning, output constraint, prompt and sub-requests of a validated chat request."""
+    requested = await structured_output(req, state.settings)
     tools = await request_tool_plan(req, state.settings.tool_call_parser,
-                                    state.tokenizer.chat_template, await structured_output(req),
+                                    state.tokenizer.chat_template, requested,
                                     state.settings.tool_call_undeclared)
     reasoning = await request_reasoning_plan(req, state.settings.reasoning_parser,
                                              state.tokenizer, tools.structured_output)

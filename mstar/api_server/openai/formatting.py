@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -9,7 +10,9 @@ from typing import Any
 
 import msgspec
 
-from mstar.engine.outputs import RequestOutput, TokenLogprob
+from mstar.engine.outputs import TokenLogprob
+from mstar.output.processor import TextOutput
+from mstar.output.token_bytes import TokenBytes
 
 _json = msgspec.json.Encoder()
 
@@ -30,19 +33,19 @@ def json_line(payload: Any) -> bytes:
 SSE_DONE = b"data: [DONE]\n\n"
 
 
-async def coalesce(outputs: AsyncIterator[tuple[int, RequestOutput]], interval: int
-                   ) -> AsyncIterator[tuple[int, RequestOutput]]:
+async def coalesce(outputs: AsyncIterator[tuple[int, TextOutput]], interval: int
+                   ) -> AsyncIterator[tuple[int, TextOutput]]:
     """Merge each choice's outputs until it has ``interval`` new tokens or finishes
-    (MSTAR_STREAM_INTERVAL): fewer, larger stream events."""
-    pending: dict[int, RequestOutput] = {}
+    (MSTAR_STREAM_INTERVAL): fewer, larger stream events; the merged output is the last one with
+    the tokens, text and logprobs of all."""
+    pending: dict[int, TextOutput] = {}
     async for i, out in outputs:
         prev = pending.pop(i, None)
         if prev is not None:
-            out = RequestOutput(
-                out.request_id, prev.new_token_ids + out.new_token_ids,
-                prev.new_text + out.new_text, out.finished, out.finish_reason,
-                out.num_prompt_tokens, out.num_output_tokens,
-                (prev.logprobs or []) + (out.logprobs or []) or None)
+            out = msgspec.structs.replace(
+                out, new_token_ids=prev.new_token_ids + out.new_token_ids,
+                new_text=prev.new_text + out.new_text,
+                logprobs=(prev.logprobs or []) + (out.logprobs or []) or None)
         if out.finished or len(out.new_token_ids) >= interval:
             yield i, out
         else:
@@ -65,38 +68,58 @@ def now() -> int:
     return int(time.time())
 
 
-def finish_reason(out: RequestOutput) -> str | None:
+def finish_reason(out: TextOutput) -> str | None:
     """The engine's 'abort' never reaches a client as such; it only ends an aborted stream."""
     return "stop" if out.finish_reason == "abort" else out.finish_reason
 
 
-def _token(tokenizer: Any, token_id: int) -> str:
-    return tokenizer.decode([token_id])
+def chat_logprobs(vocab: TokenBytes, entries: list[TokenLogprob]) -> dict[str, Any]:
+    """Chat's logprobs: each token's exact bytes, shown as OpenAI shows them."""
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        return {"token": vocab.shown(token_id), "logprob": logprob,
+                "bytes": list(vocab.of(token_id))}
+
+    return {"content": [{**entry(e.token_id, e.logprob),
+                         "top_logprobs": [entry(tid, lp) for tid, lp in e.top]}
+                        for e in entries]}
 
 
-def chat_logprobs(tokenizer: Any, entries: list[TokenLogprob]) -> dict[str, Any]:
-    content = []
-    for e in entries:
-        text = _token(tokenizer, e.token_id)
-        top = [{"token": _token(tokenizer, tid), "logprob": lp,
-                "bytes": list(_token(tokenizer, tid).encode())} for tid, lp in e.top]
-        content.append({"token": text, "logprob": e.logprob, "bytes": list(text.encode()),
-                        "top_logprobs": top})
-    return {"content": content}
+def top_logprobs_dict(vocab: TokenBytes, e: TokenLogprob) -> dict[str, float]:
+    """Completions' legacy {token: logprob} dict, every entry kept: the chosen token keys its own
+    shown text, each other token the first free of its shown text and ``<shown>#<token id>``."""
+    out: dict[str, float] = {}
+    chosen = next((lp for tid, lp in e.top if tid == e.token_id), None)
+    if chosen is not None:
+        out[vocab.shown(e.token_id)] = chosen
+    for tid, lp in e.top:
+        if tid == e.token_id:
+            continue
+        key = vocab.shown(tid)
+        out[key if key not in out else f"{key}#{tid}"] = lp
+    return out
 
 
-def completion_logprobs(tokenizer: Any, entries: list[TokenLogprob],
-                        offset: int) -> dict[str, Any]:
-    tokens, token_logprobs, top, offsets = [], [], [], []
-    for e in entries:
-        text = _token(tokenizer, e.token_id)
-        tokens.append(text)
-        token_logprobs.append(e.logprob)
-        top.append({_token(tokenizer, tid): lp for tid, lp in e.top})
-        offsets.append(offset)
-        offset += len(text)
-    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top,
-            "text_offset": offsets}
+class TextOffsets:
+    """Completions' ``text_offset``: where each token starts, in characters of the text so far
+    (a token holding the rest of a character starts after it)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.chars = start
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def advance(self, data: bytes) -> int:
+        """The offset of a token with these bytes; moves past them."""
+        at = self.chars
+        self.chars += len(self._utf8.decode(data))
+        return at
+
+
+def completion_logprobs(vocab: TokenBytes, entries: list[TokenLogprob],
+                        offsets: TextOffsets) -> dict[str, Any]:
+    return {"tokens": [vocab.shown(e.token_id) for e in entries],
+            "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [top_logprobs_dict(vocab, e) for e in entries],
+            "text_offset": [offsets.advance(vocab.of(e.token_id)) for e in entries]}
 
 
 @dataclass
@@ -109,7 +132,7 @@ class Choice:
     finish_reason: str | None = None
     cached_tokens: int = 0
 
-    def add(self, out: RequestOutput) -> None:
+    def add(self, out: TextOutput) -> None:
         self.cached_tokens = out.num_cached_tokens
         self.text += out.new_text
         self.token_ids.extend(out.new_token_ids)

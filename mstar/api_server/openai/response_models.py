@@ -70,6 +70,44 @@ class CompletionResponse(BaseModel):
     usage: Usage
 
 
+class ChatDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: ChatDelta
+    logprobs: dict[str, Any] | None
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One ``data:`` event of a chat stream (the last one, with stream_options.include_usage, has
+    no choices and the usage)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChunk(BaseModel):
+    """One ``data:`` event of a completions stream."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
 class GenerateChoice(BaseModel):
     index: int
     text: str

@@ -30,7 +30,9 @@ from mstar.api_server.openai.chat_plan import plan_chat
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.completion_protocol import CompletionRequest
 from mstar.api_server.openai.response_models import (
+    ChatCompletionChunk,
     ChatCompletionResponse,
+    CompletionChunk,
     CompletionResponse,
     ModelCard,
     ModelList,
@@ -40,13 +42,14 @@ from mstar.api_server.state import ServerState
 from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan
 from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.api_server.validation.request_rules import admit, check_model
-from mstar.engine.outputs import RequestOutput
+from mstar.output.processor import TextOutput
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=None,
-             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+             responses=documented(ChatCompletionResponse, GENERATION_ERRORS, "text/event-stream",
+                                  ChatCompletionChunk))
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "chat")
@@ -77,11 +80,12 @@ def _model_card(state: ServerState, name: str) -> dict[str, Any]:
 
 
 @router.post("/v1/completions", response_model=None,
-             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream"))
+             responses=documented(CompletionResponse, GENERATION_ERRORS, "text/event-stream",
+                                  CompletionChunk))
 async def completions(req: CompletionRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
     headers = admit(state, req, "completions")
-    structured = await structured_output(req)
+    structured = await structured_output(req, state.settings)
     prompts = await completion_prompt_ids(state, req.prompts())
     jobs = jobs_for(state, req, prompts, "prompt", structured)
     return await _respond(state, request, req, jobs, prompts, headers, chat=False)
@@ -121,8 +125,9 @@ def _final(state: ServerState, req: Any, request_id: str, prompt_lens: list[int]
     for i, c in enumerate(choices):
         logprobs = None
         if req.num_logprobs() is not None:
-            logprobs = (fmt.chat_logprobs(state.tokenizer, c.logprobs) if chat
-                        else fmt.completion_logprobs(state.tokenizer, c.logprobs, 0))
+            logprobs = (fmt.chat_logprobs(state.token_bytes, c.logprobs) if chat
+                        else fmt.completion_logprobs(state.token_bytes, c.logprobs,
+                                                     fmt.TextOffsets()))
         item: dict[str, Any] = {"index": i, "logprobs": logprobs, "finish_reason": c.finish_reason}
         if chat:
             item["message"], item["finish_reason"] = final_message(tools, c.text, c.finish_reason)
@@ -146,7 +151,7 @@ def _opening_events(base: dict, n: int, chat: bool, echoes: list[str] | None
 
 
 async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: list[int],
-                  first: tuple[int, RequestOutput], outputs: AsyncIterator, chat: bool,
+                  first: tuple[int, TextOutput], outputs: AsyncIterator, chat: bool,
                   echoes: list[str] | None, tools: ToolPlan) -> AsyncIterator[bytes]:
     base = fmt.envelope(request_id, "chat.completion.chunk" if chat else "text_completion",
                         state.model_name, fmt.now(), state.settings.fingerprint())
@@ -154,7 +159,8 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: li
     choices = [fmt.Choice() for _ in range(total)]
     streamed = [StreamedChoice(tools) for _ in range(total)]
     want_logprobs = req.num_logprobs() is not None
-    offsets = [len(text) for text in echoes] if echoes else [0] * total
+    offsets = [fmt.TextOffsets(len(text)) for text in echoes] if echoes else [
+        fmt.TextOffsets() for _ in range(total)]
     for event in _opening_events(base, total, chat, echoes):
         yield fmt.sse(event)
 
@@ -167,15 +173,14 @@ async def _stream(state: ServerState, req: Any, request_id: str, prompt_lens: li
                 entries = out.logprobs or []
                 if chat:
                     if want_logprobs:
-                        item["logprobs"] = fmt.chat_logprobs(state.tokenizer, entries)
+                        item["logprobs"] = fmt.chat_logprobs(state.token_bytes, entries)
                     for chunk in streamed[i].chunks(item, out.new_text, out.finished):
                         yield fmt.sse({**base, "choices": [chunk]})
                     continue
                 item["text"] = out.new_text
                 if want_logprobs:
-                    item["logprobs"] = fmt.completion_logprobs(state.tokenizer, entries,
+                    item["logprobs"] = fmt.completion_logprobs(state.token_bytes, entries,
                                                                offsets[i])
-                offsets[i] += len(out.new_text)
                 yield fmt.sse({**base, "choices": [item]})
         except APIError as exc:
             yield fmt.sse(exc.body())

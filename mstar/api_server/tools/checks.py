@@ -36,6 +36,8 @@ def check_parameters(schema: dict[str, Any], param: str) -> None:
         where = "/".join(str(p) for p in exc.path)
         raise APIError(400, f"not a valid JSON schema{f' at {where}' if where else ''}: "
                        f"{exc.message}", param) from None
+    except RecursionError:
+        raise APIError(400, "not a valid JSON schema: nested too deeply", param) from None
     if schema.get("type", "object") != "object":
         raise APIError(400, "must be the schema of an object (type \"object\")", param)
 
@@ -68,5 +70,8 @@ def _check_arguments(arguments: str, param: str) -> None:
         value = json.loads(arguments)
     except ValueError as exc:
         raise APIError(400, f"arguments must be JSON text of an object: {exc}", param) from None
+    except RecursionError:
+        raise APIError(400, "arguments must be JSON text of an object: nested too deeply",
+                       param) from None
     if not isinstance(value, dict):
         raise APIError(400, "arguments must be JSON text of an object", param)

@@ -56,6 +56,20 @@ def check_batch_size(req: PromptFields) -> None:
                        "n")
 
 
+def check_list_caps(req: SamplingFields, settings: Any) -> None:
+    """At most MSTAR_MAX_STOP_STRINGS stop strings and MSTAR_MAX_LOGIT_BIAS_ENTRIES biases: each
+    one costs work on every step of the request (checked before anything walks them)."""
+    stops = req.stop_list()
+    if len(stops) > settings.max_stop_strings:
+        raise APIError(400, f"stop has {len(stops)} strings; at most {settings.max_stop_strings} "
+                       "(MSTAR_MAX_STOP_STRINGS)", "stop")
+    biases = len(req.logit_bias or {})
+    if biases > settings.max_logit_bias_entries:
+        raise APIError(400, f"logit_bias has {biases} entries; at most "
+                       f"{settings.max_logit_bias_entries} (MSTAR_MAX_LOGIT_BIAS_ENTRIES)",
+                       "logit_bias")
+
+
 def check_token_ids(req: SamplingFields, vocab_size: int) -> None:
     """logit_bias keys and stop_token_ids must be ids of the vocabulary."""
     for key in req.logit_bias or {}:
@@ -93,5 +107,6 @@ def check_model(state: ServerState, model: str | None) -> None:
 def admit(state: ServerState, req: Any, endpoint: Endpoint | None) -> dict[str, str]:
     """Check a request before any work; the response headers it gets (unknown fields)."""
     check_model(state, req.model)
+    check_list_caps(req, state.settings)
     check_request(req, endpoint, len(state.tokenizer))
     return state.unknown_fields.headers(unknown_fields(req))

@@ -6,6 +6,11 @@ holds weight j in its low nibble and weight j + 16 in its high nibble); weight =
 
 int8 is int8 weights [N, K] with float32 scales [N, G] for groups of K / G weights: G = 1 is
 per-output-channel (what quantizing a dense checkpoint produces), K / 32 is GGUF's Q8_0.
+
+Activations are quantized too before the integer-dot kernels multiply them with these weights:
+int16 per block of 32 with scale max|x| / 32767, rounded half to even (llama.cpp's Q8_1 layout,
+with 16 bits: 8 bits moved the built-in model's greedy answers); ``round_activations`` is that
+rounding in torch, the reference the kernels match.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch
 
 Q4_BLOCK = 32
 Q4_BLOCK_BYTES = 20
+ACTIVATION_MAX = 32767  # activations are rounded to int16 per block of 32
 
 
 @dataclass
@@ -75,6 +81,15 @@ def dequantize_int8(w: Int8Weight) -> torch.Tensor:
     groups = w.scales.shape[1]
     q = w.weight.float().view(n, groups, k // groups)
     return (q * w.scales.unsqueeze(-1)).reshape(n, k)
+
+
+def round_activations(x: torch.Tensor) -> torch.Tensor:
+    """float32 x [M, K] as the kernels see it: int16 per block of 32 times max|x| / 32767."""
+    m, k = x.shape
+    blocks = x.view(m, k // Q4_BLOCK, Q4_BLOCK)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, ACTIVATION_MAX / amax, torch.zeros_like(amax))
+    return ((blocks * inv).round() * (amax / ACTIVATION_MAX)).view(m, k)
 
 
 def dequantize(w: QuantWeight) -> torch.Tensor:

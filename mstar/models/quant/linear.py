@@ -6,16 +6,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mstar.models.quant.formats import Q4Weight, QuantWeight, dequantize, select_rows
+from mstar.models.quant.formats import Q4Weight, QuantWeight, dequantize, round_activations, select_rows
+
+# How a QuantLinear computes: the C++ integer-dot kernels; the same arithmetic in torch (where
+# the kernels cannot build); or float32 activations times the dequantized weights (tests use it
+# to compare the weights with transformers' exactly).
+MODES = ("native", "reference", "exact")
 
 
 class QuantLinear(nn.Module):
-    """y = x @ dequantize(W)^T + b, computed in float32 and returned in x's dtype."""
+    """y = round_activations(x) @ dequantize(W)^T + b, in float32, returned in x's dtype."""
 
-    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, native: bool) -> None:
+    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, mode: str) -> None:
         super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"unknown QuantLinear mode {mode!r}; expected one of {MODES}")
         self.qweight = weight
-        self.native = native
+        self.mode = mode
         if isinstance(weight, Q4Weight):
             self.in_features, self.out_features = weight.in_features, weight.blocks.shape[0]
         else:
@@ -25,8 +32,8 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float()
         w = self.qweight
-        if not self.native:
-            out = F.linear(flat, dequantize(w))
+        if self.mode != "native":
+            out = F.linear(flat if self.mode == "exact" else round_activations(flat), dequantize(w))
         elif isinstance(w, Q4Weight):
             out = torch.ops.mstar_quant.q4_linear(flat, w.blocks, w.in_features)
         else:
@@ -37,7 +44,7 @@ class QuantLinear(nn.Module):
 
     def extra_repr(self) -> str:
         kind = "q4" if isinstance(self.qweight, Q4Weight) else "int8"
-        return f"{self.in_features} -> {self.out_features}, {kind}, native={self.native}"
+        return f"{self.in_features} -> {self.out_features}, {kind}, {self.mode}"
 
 
 class QuantEmbedding(nn.Module):

@@ -1,8 +1,9 @@
 """Builds the C++ quantized-linear kernels on first use and loads them as ``torch.ops.mstar_quant``.
 
-The build uses the machine's C++ compiler through ``torch.utils.cpp_extension`` with
-``-march=native`` (AVX2/FMA/F16C where the CPU has them), and is cached under
-``<cache_dir>/kernels/<hash>``, keyed by the source, the torch version and the CPU's flags. When no
+The build uses the machine's C++ compiler through ``torch.utils.cpp_extension`` and is cached
+under ``<cache_dir>/kernels/<hash>``, keyed by the sources, the flags and the torch version. One
+build serves every x86-64 CPU: the SIMD kernels are compiled per instruction-set level and chosen
+at run time from the CPU's features (csrc/cpu_level.h), so no ``-march=native``. When no
 compiler is available or the build fails, one warning is logged and the quantized layers run their
 pure-torch path (dequantize, then a float32 matmul): correct, slower.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import platform
 from pathlib import Path
 
 import structlog
@@ -22,24 +22,14 @@ log = structlog.get_logger(__name__)
 
 SOURCES = Path(__file__).with_name("csrc")  # ops.cpp and the headers it includes
 LIBRARY = "mstar_quant"
-_CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+_CFLAGS = ["-O3", "-fopenmp"]  # no -march: SIMD code is compiled per level (csrc/common.h)
 _state: dict[str, bool] = {}
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def build_dir(cache_dir: Path) -> Path:
     key = hashlib.sha256(
         b"".join(path.read_bytes() for path in sorted(SOURCES.glob("*.[ch]*")))
-        + torch.__version__.encode() + _cpu_flags().encode() + str(_CFLAGS).encode()
+        + torch.__version__.encode() + str(_CFLAGS).encode()
     ).hexdigest()[:16]
     return Path(cache_dir).expanduser() / "kernels" / key
 

@@ -1,20 +1,21 @@
 // Weight-only quantized linear layers for CPU: y = x @ dequantize(W)^T, x and y float32.
 //
-// Each thread takes a tile of output rows, dequantizes them into a small float32 scratch that
-// stays in L1/L2, then runs a register-blocked FMA micro-kernel over every row of x. The weights
-// are read from memory once per call, whatever the batch size. Batches of 4 rows and more
-// transpose the tile into a k-major panel and broadcast x (no horizontal sums), the layout BLAS
-// kernels use; smaller ones dequantize in registers (see block_dots).
+// x is quantized to int16 per block of 32 (qdot.h) and multiplied with the weights in integer
+// arithmetic, the output rows split over the threads. Every op takes `level` (-1: the CPU's best;
+// tests force each level the CPU has). The earlier kernels that dequantized W to float32 (in
+// registers, or through k-major panels for larger batches) were 1.6-2.8x slower at every batch
+// size from 1 to 512 on AVX2 and are gone (docs/engine.rst).
 //
 // q4: GGUF Q4_1 blocks of 20 bytes per 32 weights: fp16 scale d, fp16 minimum m, 16 bytes of
 //     nibbles (byte j holds weight j in its low nibble and weight j + 16 in its high nibble);
 //     weight = q * d + m.
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
 #include "common.h"
-#include "small_batch.h"
-#include "tiled.h"
+#include "qdot.h"
 
 namespace {
+
+constexpr int64_t kRowGrain = 16;  // output rows per parallel work item, at least
 
 void check_input(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 2,
@@ -22,70 +23,84 @@ void check_input(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " features, the weight ", K);
 }
 
-at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t K) {
+void check_q4(const at::Tensor& blocks, int64_t K) {
   TORCH_CHECK(K % kQ4Block == 0, "q4 needs in_features divisible by 32");
   TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous() &&
                   blocks.size(1) == K / kQ4Block * kQ4BlockBytes,
               "q4 blocks must be contiguous uint8 [N, K / 32 * 20]");
-  at::Tensor x = x_in.contiguous();
-  check_input(x, K);
-  const uint8_t* bp = blocks.data_ptr<uint8_t>();
-  const int64_t row_bytes = blocks.size(1);
-#ifdef MSTAR_AVX2
-  if (x.size(0) < kPanelMinRows) {
-    const int64_t M = x.size(0), N = blocks.size(0);
-    at::Tensor out = at::empty({M, N}, x.options());
-    const float* xp = x.data_ptr<float>();
-    const std::vector<float> sums = block_sums(xp, M, K);
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-      q4_small_batch(xp, sums, M, K, bp, begin, end, op, N);
-    });
-    return out;
-  }
-#endif
-  return tiled_linear(x, blocks.size(0),
-                      [&](int64_t n, float* dst) { dequant_q4_row(bp + n * row_bytes, K, dst); });
 }
 
-at::Tensor int8_linear(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& scales) {
+void check_int8(const at::Tensor& weight, const at::Tensor& scales) {
   TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.is_contiguous(),
               "int8 weight must be contiguous int8 [N, K]");
   const int64_t N = weight.size(0), K = weight.size(1);
-  TORCH_CHECK(K % 8 == 0, "int8 needs in_features divisible by 8");
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 && scales.is_contiguous() &&
-                  scales.size(0) == N && K % scales.size(1) == 0,
-              "int8 scales must be contiguous float32 [N, G] with G dividing in_features");
+                  scales.size(0) == N && K % scales.size(1) == 0 && (K / scales.size(1)) % kQ4Block == 0,
+              "int8 scales must be contiguous float32 [N, G], groups of a multiple of 32 weights");
+}
+
+// x quantized per block of 32: (q int16 [M, K], d [M, K / 32], s [M, K / 32]).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x_in, int64_t level) {
   at::Tensor x = x_in.contiguous();
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.size(1) % kQ4Block == 0,
+              "x must be float32 [M, K] with K divisible by 32");
+  const int64_t M = x.size(0), K = x.size(1);
+  at::Tensor q = at::empty({M, K}, x.options().dtype(at::kShort));
+  at::Tensor d = at::empty({M, K / kQ4Block}, x.options()), s = at::empty_like(d);
+  qdot_level(resolve_level(level)).quantize(x.data_ptr<float>(), M, K, q.data_ptr<int16_t>(),
+                                            d.data_ptr<float>(), s.data_ptr<float>());
+  return {q, d, s};
+}
+
+// Quantizes x, then `rows(activations, begin, end, out)` fills output columns [begin, end).
+template <typename Rows>
+at::Tensor qdot_linear(const at::Tensor& x, int64_t N, int64_t level, Rows rows) {
+  const auto [q, d, s] = quantize_activations(x, level);
+  const Activations a{q.data_ptr<int16_t>(), d.data_ptr<float>(), s.data_ptr<float>(), x.size(0), x.size(1)};
+  at::Tensor out = at::empty({x.size(0), N}, x.options());
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, N, kRowGrain, [&](int64_t begin, int64_t end) { rows(a, begin, end, op); });
+  return out;
+}
+
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t K, int64_t level) {
+  check_q4(blocks, K);
   check_input(x, K);
-  const int8_t* wp = weight.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  const int64_t groups = scales.size(1), group = K / groups;
-#ifdef MSTAR_AVX2
-  if (x.size(0) < kPanelMinRows && group % kQ4Block == 0) {
-    const int64_t M = x.size(0);
-    at::Tensor out = at::empty({M, N}, x.options());
-    const float* xp = x.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-      int8_small_batch(xp, M, K, wp, sp, groups, begin, end, op, N);
-    });
-    return out;
-  }
-#endif
-  return tiled_linear(x, N, [&](int64_t n, float* dst) {
-    dequant_int8_row(wp + n * K, sp + n * groups, K, group, dst);
+  const QdotLevel fns = qdot_level(resolve_level(level));
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  const int64_t N = blocks.size(0);
+  return qdot_linear(x, N, level, [&](const Activations& a, int64_t begin, int64_t end, float* op) {
+    fns.q4_rows(a, bp, begin, end, op, N);
   });
 }
+
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales, int64_t level) {
+  check_int8(weight, scales);
+  const int64_t N = weight.size(0), K = weight.size(1), groups = scales.size(1);
+  check_input(x, K);
+  const QdotLevel fns = qdot_level(resolve_level(level));
+  const int8_t* wp = weight.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  return qdot_linear(x, N, level, [&](const Activations& a, int64_t begin, int64_t end, float* op) {
+    fns.int8_rows(a, wp, sp, groups, begin, end, op, N);
+  });
+}
+
+int64_t best_level() { return cpu_level(); }
 
 }  // namespace
 
 TORCH_LIBRARY(mstar_quant, m) {
-  m.def("q4_linear(Tensor x, Tensor blocks, int in_features) -> Tensor");
-  m.def("int8_linear(Tensor x, Tensor weight, Tensor scales) -> Tensor");
+  m.def("q4_linear(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
+  m.def("int8_linear(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
+  m.def("quantize_activations(Tensor x, int level=-1) -> (Tensor, Tensor, Tensor)");
+  m.def("cpu_level() -> int");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("q4_linear", &q4_linear);
   m.impl("int8_linear", &int8_linear);
+  m.impl("quantize_activations", &quantize_activations);
 }
+
+TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }

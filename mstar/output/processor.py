@@ -1,0 +1,60 @@
+"""Engine outputs (token ids) -> text outputs: incremental detokenization and stop strings.
+
+The engine deals in token ids only; this runs where the text is wanted (the API server, on its
+detokenizing thread; ``mstar.LLM``, in process). A stop string ends the request here: the output
+that completes it is the last one handed out, cut before the stop string, and the caller aborts
+the request in the engine (``ends_in_engine``). Outputs the engine still sends for a request that
+ended here are dropped.
+"""
+
+from __future__ import annotations
+
+from mstar.engine.outputs import RequestOutput
+from mstar.engine.sampling_params import SamplingParams
+from mstar.output.detokenizer import IncrementalDetokenizer
+
+
+class TextOutput(RequestOutput, array_like=True):
+    """An engine output with its text delta (never any part of a stop string)."""
+
+    new_text: str = ""
+
+
+class RequestText:
+    """One live request's text state; only the thread that turns its outputs into text writes it."""
+
+    def __init__(self, tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self.detokenizer = IncrementalDetokenizer(tokenizer, params.stop, prompt_token_ids)
+        self.ended = False  # its last output was handed out
+
+    def to_text(self, out: RequestOutput) -> TextOutput | None:
+        """The output with its text; None once the request ended."""
+        if self.ended:
+            return None
+        tokens = out.new_token_ids
+        kept = len(tokens)
+        stopped = False
+        for k, token in enumerate(tokens):
+            if self.detokenizer.append(token):
+                kept, stopped = k + 1, True
+                break
+        finished = out.finished or stopped
+        self.ended = finished
+        logprobs = out.logprobs[:kept] if out.logprobs is not None else None
+        return TextOutput(
+            request_id=out.request_id, new_token_ids=tokens[:kept], finished=finished,
+            finish_reason="stop" if stopped else out.finish_reason,
+            num_prompt_tokens=out.num_prompt_tokens,
+            num_output_tokens=out.num_output_tokens - (len(tokens) - kept), logprobs=logprobs,
+            num_cached_tokens=out.num_cached_tokens,
+            new_text=self.detokenizer.take_delta(finished=finished))
+
+
+def ends_in_engine(text: TextOutput, out: RequestOutput) -> bool:
+    """Whether a stop string ended a request the engine still runs (so it must be aborted)."""
+    return text.finished and not out.finished
+
+
+def to_texts(work: list[tuple[RequestText, RequestOutput]]) -> list[TextOutput | None]:
+    """Each (request, output) pair's text output, in order; one call per received batch."""
+    return [request.to_text(out) for request, out in work]

@@ -1,0 +1,111 @@
+"""The integer-dot CPU kernels: every SIMD level this CPU runs, against torch references.
+
+Two references: the kernels' own arithmetic in torch (activations rounded to int16 per block of
+32, then dequantize-then-fp32; equal up to float32 summation order), and the plain float32
+product with the dequantized weights (the activation rounding costs at most ROUNDING_TOLERANCE
+of the output's norm).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mstar.models.quant.formats import (
+    ACTIVATION_MAX,
+    Int8Weight,
+    QuantWeight,
+    dequantize,
+    quantize_int8,
+    quantize_q4,
+    round_activations,
+)
+from mstar.models.quant.linear import QuantLinear
+from mstar.models.quant.native import native_kernels
+
+LEVELS = {0: "scalar", 1: "avx2", 2: "avx_vnni", 3: "avx512_vnni"}
+# (M, N, K): single rows, the x-row tiles of 4 and their tails, odd output counts
+SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (7, 33, 128), (13, 40, 576)]
+# Relative error (output norm) that int16 activations add over float32 ones on Gaussian inputs.
+ROUNDING_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def best_level(builtin_cache_dir) -> int:
+    if not native_kernels(builtin_cache_dir):
+        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
+    return torch.ops.mstar_quant.cpu_level()
+
+
+@pytest.fixture(params=list(LEVELS), ids=list(LEVELS.values()))
+def level(request, best_level) -> int:
+    if request.param > best_level:
+        pytest.skip(f"this CPU lacks {LEVELS[request.param]} (best level: {LEVELS[best_level]})")
+    return request.param
+
+
+def _weight(kind: str, n: int, k: int) -> QuantWeight:
+    torch.manual_seed(n * 1000 + k)
+    dense = torch.randn(n, k) * torch.rand(n, 1)  # rows of different magnitude
+    if kind == "q4":
+        return quantize_q4(dense)
+    if kind == "int8":
+        return quantize_int8(dense)
+    return Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
+
+
+def _kernel(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
+    if isinstance(w, Int8Weight):
+        return torch.ops.mstar_quant.int8_linear(x, w.weight, w.scales, level)
+    return torch.ops.mstar_quant.q4_linear(x, w.blocks, w.in_features, level)
+
+
+@pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_kernel_matches_the_dequantize_then_fp32_reference(level, kind, m, n, k):
+    w = _weight(kind, n, k)
+    x = torch.randn(m, k)
+    x[0, :32] = 0  # an all-zero block has scale 0
+    got = _kernel(w, x, level)
+    dense = dequantize(w).double()
+    same_math = round_activations(x).double() @ dense.T
+    torch.testing.assert_close(got.double(), same_math, rtol=1e-5, atol=1e-4 * dense.abs().max().item())
+    exact = x.double() @ dense.T
+    assert (got - exact).norm() <= ROUNDING_TOLERANCE * exact.norm()
+
+
+def test_activation_bytes_are_the_torch_rounding(level):
+    x = torch.randn(5, 96) * torch.logspace(-3, 3, 5).unsqueeze(1)
+    q, d, s = torch.ops.mstar_quant.quantize_activations(x, level)
+    blocks = x.view(5, 3, 32)
+    amax = blocks.abs().amax(-1)
+    assert torch.equal(d, amax / ACTIVATION_MAX)
+    assert torch.equal(q.view(5, 3, 32).float() * d.unsqueeze(-1), round_activations(x).view(5, 3, 32))
+    assert torch.equal(s, d * q.view(5, 3, 32).sum(-1).float())
+    assert q.dtype == torch.int16 and q.abs().max() == ACTIVATION_MAX
+
+
+def test_a_level_the_cpu_lacks_is_refused(best_level):
+    if best_level == max(LEVELS):
+        pytest.skip("this CPU has every level")
+    w = quantize_q4(torch.randn(4, 32))
+    with pytest.raises(RuntimeError, match="not supported by this CPU"):
+        torch.ops.mstar_quant.q4_linear(torch.randn(1, 32), w.blocks, 32, best_level + 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 9), n=st.integers(1, 21), blocks=st.integers(1, 5),
+       kind=st.sampled_from(["q4", "int8"]), scale=st.floats(1e-3, 1e3))
+def test_native_layer_equals_its_torch_reference(best_level, m, n, blocks, kind, scale):
+    """The layer the engine runs (best level) against the same layer computed in torch: equal up
+    to float32 rounding, 1e-5 of the sum of the products' magnitudes."""
+    w = _weight(kind, n, 32 * blocks)
+    bias = torch.randn(n)
+    x = torch.randn(2, m, 32 * blocks) * scale
+    got = QuantLinear(w, bias, "native")(x)
+    want = QuantLinear(w, bias, "reference")(x)
+    assert got.shape == want.shape == (2, m, n)
+    magnitude = x.abs() @ dequantize(w).abs().T + bias.abs()
+    assert ((got - want).abs() <= 1e-5 * magnitude).all()
