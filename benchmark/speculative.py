@@ -6,7 +6,8 @@ does not (the acceptance floor then turns speculation off for the request). Outp
 second at concurrency 1 (requests one after another) and 8 (all at once), greedy, and whether
 the outputs are identical token for token.
 
-    python -m benchmark.speculative [--max-tokens 128] [--threads 0]
+    python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
+        [--concurrency 1 8]
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--workload", choices=["all", "grounded", "chat"], default="all")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args()
     common = {"dtype": "float32", "max_model_len": 2048, "num_kv_blocks": 512,
               "torch_num_threads": args.threads, "log_level": "warning"}
@@ -88,8 +91,10 @@ def main() -> None:
                "ngram": LLMEngine(WorkerSettings(speculative_method="ngram", **common))}
     print("| workload | c | none tok/s | ngram tok/s | speed-up | acceptance | identical |")
     print("|---|---|---|---|---|---|---|")
-    for name, texts in (("input-grounded", GROUNDED), ("open-ended chat", CHAT)):
-        for concurrency in (1, 8):
+    workloads = {"grounded": ("input-grounded", GROUNDED), "chat": ("open-ended chat", CHAT)}
+    chosen = workloads.values() if args.workload == "all" else [workloads[args.workload]]
+    for name, texts in chosen:
+        for concurrency in args.concurrency:
             batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
             stats = engines["ngram"].speculation.stats
             before = (stats.proposed, stats.accepted)
