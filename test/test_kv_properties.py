@@ -52,7 +52,7 @@ class Sim:
 
     def add(self, prompt: list[int], max_tokens: int) -> None:
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-        seq = Sequence(f"r{len(self.live)}-{prompt}", prompt, params, detokenizer=None,
+        seq = Sequence(f"r{len(self.live)}-{prompt}", prompt, params,
                        generator=None)
         if self.bm.blocks_needed(len(prompt) + max_tokens) > self.bm.num_blocks:
             return  # the engine rejects it up front
