@@ -21,13 +21,15 @@ from mstar.settings.schema import (
     ConfigKnobs,
     EngineKnobs,
     ServerKnobs,
+    SpeculativeKnobs,
     TransportKnobs,
     WorkerLoopKnobs,
     WorkerSettings,
     env_name,
 )
 
-GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs, ConfigKnobs)
+GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
+          ConfigKnobs)
 
 
 class Kind(str, Enum):
