@@ -41,6 +41,19 @@ class Metrics:
         self.encoder_seconds = Gauge("mstar_encoder_seconds", "Time spent in the vision "
                                      "encoder inside engine steps so far, summed over workers.",
                                      registry=r)
+        spec = ("method",)
+        self.spec_proposed = Gauge("mstar_spec_decode_draft_tokens", "Speculative decoding: draft "
+                                   "tokens proposed so far, summed over workers.", spec,
+                                   registry=r)
+        self.spec_accepted = Gauge("mstar_spec_decode_accepted_tokens", "Speculative decoding: "
+                                   "draft tokens accepted so far, summed over workers.", spec,
+                                   registry=r)
+        self.spec_rate = Gauge("mstar_spec_decode_acceptance_ratio", "Speculative decoding: "
+                               "accepted / proposed draft tokens so far.", spec, registry=r)
+        self.spec_seconds = Gauge("mstar_spec_decode_seconds", "Speculative decoding: seconds "
+                                  "spent so far proposing drafts (phase=propose) and in the "
+                                  "forwards that verified them (phase=verify), summed over "
+                                  "workers.", ("method", "phase"), registry=r)
         self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
                                    "as system_fingerprint in responses); always 1.",
                                    ["fingerprint"], registry=r)
@@ -69,6 +82,20 @@ class Metrics:
         self.encoder_hits.set(sum(s.encoder_cache_hits for s in values))
         self.encoder_misses.set(sum(s.encoder_cache_misses for s in values))
         self.encoder_seconds.set(sum(s.encoder_seconds for s in values))
+        self._update_speculation(values)
+
+    def _update_speculation(self, values: list[WorkerStats]) -> None:
+        for method in {s.spec_method for s in values if s.spec_method}:
+            mine = [s for s in values if s.spec_method == method]
+            proposed = sum(s.spec_proposed for s in mine)
+            accepted = sum(s.spec_accepted for s in mine)
+            self.spec_proposed.labels(method=method).set(proposed)
+            self.spec_accepted.labels(method=method).set(accepted)
+            self.spec_rate.labels(method=method).set(accepted / proposed if proposed else 0.0)
+            self.spec_seconds.labels(method=method, phase="propose").set(
+                sum(s.spec_propose_s for s in mine))
+            self.spec_seconds.labels(method=method, phase="verify").set(
+                sum(s.spec_verify_s for s in mine))
 
     def update_dropped_frames(self, dropped: dict[str, dict[str, int]]) -> None:
         for process, counts in dropped.items():

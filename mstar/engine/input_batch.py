@@ -31,7 +31,7 @@ class StepTensors:
     query_lens: list[int]
     num_decodes: int  # leading single-token rows
     sample_indices: torch.Tensor  # rows of the flattened tokens whose logits are sampled
-    sample_slots: tuple[int, ...]  # their persistent-batch slots
+    sample_slots: tuple[int, ...]  # their persistent-batch slots (repeated: a row's positions)
     sample_positions: tuple[int, ...]  # where each sampled token goes in its row
 
 
@@ -61,6 +61,10 @@ class InputBatch:
             self.num_blocks[slot] = 0
             self.token_ids[slot, : len(req.token_ids)] = torch.tensor(req.token_ids)
         for row in out.rows:
+            if row.draft_token_ids:  # speculative decoding: the proposed tokens follow the input
+                slot = self.slot_of[row.key]
+                self.token_ids[slot, row.end - len(row.draft_token_ids) : row.end] = torch.tensor(
+                    row.draft_token_ids)
             if row.new_block_ids:
                 slot = self.slot_of[row.key]
                 n = self.num_blocks[slot]
@@ -85,7 +89,11 @@ class InputBatch:
         slot_of_token = torch.tensor(slots)[row_of_token]
         blocks = self.block_table[slot_of_token, positions // bs]
         max_blocks = max(self.num_blocks[s] for s in slots)
-        sampled = [i for i, row in enumerate(out.rows) if row.samples]
+        # every sampled position: a row's last one, or its last 1 + drafts when it verifies drafts
+        samples = torch.tensor([row.num_samples for row in out.rows])
+        row_of_sample = torch.repeat_interleave(torch.arange(len(slots)), samples)
+        back = (torch.cumsum(samples, 0) - 1)[row_of_sample] - torch.arange(len(row_of_sample))
+        ends = torch.tensor([row.end for row in out.rows])
         num_decodes = 0
         while num_decodes < len(query_lens) and query_lens[num_decodes] == 1:
             num_decodes += 1
@@ -97,9 +105,9 @@ class InputBatch:
             context_lens=[row.end for row in out.rows],
             query_lens=query_lens,
             num_decodes=num_decodes,
-            sample_indices=(first + n - 1)[sampled],
-            sample_slots=tuple(slots[i] for i in sampled),
-            sample_positions=tuple(out.rows[i].end for i in sampled),
+            sample_indices=(first + n - 1)[row_of_sample] - back,
+            sample_slots=tuple(torch.tensor(slots, dtype=torch.int64)[row_of_sample].tolist()),
+            sample_positions=tuple((ends[row_of_sample] - back).tolist()),
         )
 
     def record(self, step: StepTensors, tokens: list[int]) -> None:

@@ -27,6 +27,7 @@ from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.scheduler import Scheduler
 from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
+from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
 from mstar.graph import text_only
@@ -35,6 +36,7 @@ from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
 from mstar.models.vision.inputs import ImageInput
 from mstar.settings import WorkerSettings
+from mstar.settings.preflight import speculation_off_reason
 
 log = structlog.get_logger(__name__)
 
@@ -98,17 +100,34 @@ class LLMEngine:
             self._prefix_caching(settings.enable_prefix_caching),
             StateSlots(self.model_runner.num_state_slots) if self.model_runner.num_state_slots
             else None)
+        self.speculation = self._speculation(settings)
+        loop_settings = settings
+        if self.speculation is not None:  # the overlap cap auto yields: the loop runs serially
+            loop_settings = settings.model_copy(update={"max_consecutive_spec_steps": 0})
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
                                    settings.max_num_batched_tokens,
-                                   OverlapPolicy(settings, self.device.type),
-                                   settings.max_encoder_tokens_per_step)
+                                   OverlapPolicy(loop_settings, self.device.type),
+                                   settings.max_encoder_tokens_per_step, self.speculation)
         self.seqs: dict[str, Sequence] = {}
-        self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
+        self.loop = StepLoop(loop_settings, self.scheduler, self.model_runner, self.postprocess,
                              timer_label)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
                  dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
                  seconds=round(time.perf_counter() - start, 2))
+
+    def _speculation(self, settings: WorkerSettings) -> Speculation | None:
+        """Speculative decoding as asked, or None: ``none``, or a method that cannot run here
+        (a warning and none; an error in strict mode)."""
+        if settings.speculative_method == "none":
+            return None
+        reason = speculation_off_reason(settings, bool(self.model_runner.num_state_slots))
+        if reason is None:
+            return Speculation.from_settings(settings)
+        if settings.config_strictness == "strict":
+            raise ValueError(f"MSTAR_SPECULATIVE_METHOD: {reason}")
+        log.warning("speculative_decoding_off", reason=reason, fallback="none")
+        return None
 
     def _prefix_caching(self, enabled: bool) -> bool:
         """Off for hybrid models: cached K/V blocks do not restore a recurrent state."""
@@ -224,6 +243,13 @@ class LLMEngine:
         cache = self.model_runner.encoder_cache
         return cache.hits, cache.misses, round(cache.encode_seconds, 4)
 
+    def speculation_totals(self) -> tuple[str, int, int, float, float]:
+        """Speculative decoding so far: (method or "", proposed, accepted, propose s, verify s)."""
+        if self.speculation is None:
+            return ("", 0, 0, 0.0, 0.0)
+        s = self.speculation.stats
+        return (s.method, s.proposed, s.accepted, round(s.propose_s, 3), round(s.verify_s, 3))
+
     def kv_cache_usage(self) -> float:
         return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
 
@@ -243,10 +269,19 @@ class LLMEngine:
         self.grammars.wait_any(GRAMMAR_WAIT_S)
 
     def postprocess(self, out: SchedulerOutput, result: RunnerOutput) -> list[RequestOutput]:
-        """Apply a finished step (the scheduler's progress), then each sampled token's stops."""
-        return [self._append(seq, token, logprobs) if seq.params.pooling is None
-                else self._pooled(seq, result.pooled[seq.seq_no])
-                for seq, token, logprobs in self.scheduler.update(out, result)]
+        """Apply a finished step (the scheduler's progress), then each sampled token's stops; a
+        request's tokens of one step (speculative decoding emits several) make one output; a
+        pooling request ends with its vector."""
+        outputs: list[RequestOutput] = []
+        for seq, token, logprobs in self.scheduler.update(out, result):
+            if seq.params.pooling is not None:
+                outputs.append(self._pooled(seq, result.pooled[seq.seq_no]))
+                continue
+            output = self._append(seq, token, logprobs)
+            if outputs and outputs[-1].request_id == output.request_id:
+                output = merged(outputs.pop(), output)
+            outputs.append(output)
+        return outputs
 
     def _pooled(self, seq: Sequence, vector: bytes) -> RequestOutput:
         """A pooling request ends with its prompt: its vector, no tokens."""
@@ -280,3 +315,12 @@ class LLMEngine:
             num_cached_tokens=seq.num_cached_tokens,
             logprobs=[logprobs] if logprobs is not None else None,
         )
+
+
+def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
+    """Two consecutive outputs of one request in one step, as one (deltas joined)."""
+    logprobs = None
+    if first.logprobs is not None or then.logprobs is not None:
+        logprobs = (first.logprobs or []) + (then.logprobs or [])
+    return msgspec.structs.replace(
+        then, new_token_ids=first.new_token_ids + then.new_token_ids, logprobs=logprobs)

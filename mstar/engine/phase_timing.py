@@ -12,7 +12,10 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-PHASES = ("schedule", "speculate", "plan", "launch_wait", "forward", "postprocess", "iteration")
+# "speculate": planning the overlapped loop's speculative step; "propose" and "verify": speculative
+# decoding's draft proposals (inside "schedule") and the forwards that verify drafts.
+PHASES = ("schedule", "speculate", "propose", "plan", "launch_wait", "forward", "verify",
+          "postprocess", "iteration")
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

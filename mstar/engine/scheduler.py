@@ -8,11 +8,17 @@ in flight (a placeholder) until its output arrives.
 
 A request that finishes or is aborted while a step in flight still has a row for it keeps its
 blocks until that step's output arrives, so no block is freed while a forward may write to it.
+
+Speculative decoding (``speculation``, serial loop only): a decoding request's row may carry draft
+tokens after its input token; ``update`` keeps the accepted run plus one token and counts only
+the accepted tokens as computed, so the K/V written for rejected drafts is overwritten by the
+next step (the blocks grown for them stay with the request, for its next tokens).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 
 import structlog
 
@@ -21,6 +27,8 @@ from mstar.engine.outputs import TokenLogprob
 from mstar.engine.overlap_policy import OverlapPolicy
 from mstar.engine.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.sequence import Sequence, SequenceStatus
+from mstar.engine.speculative.speculation import Speculation
+from mstar.engine.speculative.verify import accept
 
 log = structlog.get_logger(__name__)
 
@@ -59,9 +67,11 @@ class Scheduler:
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
-                 max_encoder_tokens: int = 2**31 - 1) -> None:
+                 max_encoder_tokens: int = 2**31 - 1,
+                 speculation: Speculation | None = None) -> None:
         self.block_manager = block_manager
         self.max_encoder_tokens = max_encoder_tokens  # image embedding rows per step
+        self.speculation = speculation
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.policy = policy
@@ -111,11 +121,23 @@ class Scheduler:
         self.in_flight.append(out)
         return out
 
-    def _row(self, seq: Sequence, num_tokens: int, new_blocks: tuple[int, ...]) -> ScheduledRow:
+    def _row(self, seq: Sequence, num_tokens: int, new_blocks: tuple[int, ...],
+             drafts: tuple[int, ...] = ()) -> ScheduledRow:
         start = seq.num_computed_tokens
-        seq.num_computed_tokens = start + num_tokens
-        return ScheduledRow(seq.seq_no, start, num_tokens, new_blocks,
-                            samples=start + num_tokens >= len(seq))
+        seq.num_computed_tokens = start + num_tokens + len(drafts)
+        return ScheduledRow(seq.seq_no, start, num_tokens + len(drafts), new_blocks,
+                            samples=start + num_tokens >= len(seq), draft_token_ids=drafts)
+
+    def _drafts(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
+        """Draft tokens for a decoding row when speculative decoding is on (serial loop only: a
+        continuation step assumes one token per row), trimmed to the budget and free blocks."""
+        spec = self.speculation
+        if spec is None or n != 1 or (self.policy is not None and self.policy.overlapped):
+            return ()
+        drafts = spec.propose(seq)[: budget - 1]
+        if drafts and not self.block_manager.can_grow_to(seq.seq_no, len(seq) + len(drafts)):
+            return ()
+        return drafts
 
     def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest]]:
         assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
@@ -143,8 +165,10 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                rows.append(self._row(seq, n, bm.grow_to(seq.seq_no, total)))
-                budget -= n
+                drafts = self._drafts(seq, n, budget)
+                rows.append(self._row(seq, n, bm.grow_to(seq.seq_no, total + len(drafts)),
+                                      drafts))
+                budget -= n + len(drafts)
                 i += 1
                 continue
             break
@@ -191,26 +215,40 @@ class Scheduler:
 
     # ---- a step's output comes back ---------------------------------------------------------
 
-    def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[Sampled]:
-        """Apply a finished step: publish full blocks, append sampled tokens. Returns (request,
-        token, logprobs) for every sampled row of a request still unfinished; rows of requests
+    def update(self, out: SchedulerOutput, result: RunnerOutput) -> Iterator[Sampled]:
+        """Apply a finished step: publish full blocks, append sampled tokens. Yields (request,
+        token, logprobs) for every token a row of a still unfinished request emits, appending
+        each just before; a row that verified drafts emits its accepted run plus one, and stops
+        early once the caller finishes the request (a stop token, max_tokens). Rows of requests
         that finished or were aborted after the step was scheduled are wasted, never emitted."""
         self.in_flight.remove(out)
-        sampled: list[Sampled] = []
         k = 0
         for row in out.rows:
             seq = self.live.get(row.key)
             if seq is None or seq.status is not SequenceStatus.RUNNING:
-                k += row.samples
+                k += row.num_samples
                 continue
-            self.block_manager.commit_full_blocks(seq, row.end)
-            if row.samples:
-                token = result.token_ids[k]
-                seq.append_token(token)
-                sampled.append((seq, token, result.logprobs[k] if result.logprobs else None))
-                k += 1
+            tokens = result.token_ids[k : k + row.num_samples]
+            emitted = len(tokens)
+            if row.draft_token_ids:
+                emitted = self._verified(seq, row, tokens)
+            self.block_manager.commit_full_blocks(seq, seq.num_computed_tokens)
+            for i in range(emitted):
+                if seq.is_finished:
+                    break
+                seq.append_token(tokens[i])
+                yield seq, tokens[i], result.logprobs[k + i] if result.logprobs else None
+            k += row.num_samples
         self._free_retired()
-        return sampled
+
+    def _verified(self, seq: Sequence, row: ScheduledRow, tokens: list[int]) -> int:
+        """How many of the row's sampled tokens it emits (accepted drafts plus one); only the
+        accepted drafts' K/V count as computed."""
+        drafts = row.draft_token_ids
+        accepted = accept(drafts, tokens)
+        seq.num_computed_tokens = row.end - (len(drafts) - accepted)
+        self.speculation.record(seq.seq_no, len(drafts), accepted)
+        return accepted + 1
 
     def _in_flight(self, key: int) -> bool:
         return any(row.key == key for out in self.in_flight for row in out.rows)
@@ -250,6 +288,8 @@ class Scheduler:
             return
         seq.status = SequenceStatus.FINISHED
         del self.live[seq.seq_no]
+        if self.speculation is not None:
+            self.speculation.forget(seq.seq_no)
         self._forget(seq)
         if self._in_flight(seq.seq_no):
             self.retiring.append(seq.seq_no)

@@ -45,6 +45,10 @@ class ScheduledRow:
     ``samples``: the row reaches the request's end, so its last token's logits are sampled. A
     continuation row's input token is the one the previous step samples (a placeholder until it
     runs): the runner, which runs the steps in order, has it by then.
+
+    ``draft_token_ids`` (speculative decoding, ``mstar.engine.speculative``): the row's last
+    ``len(draft_token_ids)`` tokens are proposed, not yet the request's; the row is sampled at
+    each of its last ``1 + len(draft_token_ids)`` positions to verify them.
     """
 
     key: int
@@ -52,10 +56,16 @@ class ScheduledRow:
     num_tokens: int
     new_block_ids: tuple[int, ...]
     samples: bool
+    draft_token_ids: tuple[int, ...] = ()
 
     @property
     def end(self) -> int:
         return self.start + self.num_tokens
+
+    @property
+    def num_samples(self) -> int:
+        """Tokens sampled for the row: its positions that verify a draft, plus one."""
+        return 1 + len(self.draft_token_ids) if self.samples else 0
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: each step is its own value
@@ -82,10 +92,10 @@ class SchedulerOutput:
 
 @dataclass(frozen=True)
 class RunnerOutput:
-    """The runner's answer for one step: a token per sampled row, in row order, and the rows'
-    logprobs when asked for. ``sample_slots``: the persistent-batch slots of those rows.
-    ``pooled``: the vector of each pooling request whose prompt ended in the step, by key
-    (``mstar.engine.pooling``)."""
+    """The runner's answer for one step: a token per sampled position (``ScheduledRow.num_samples``
+    of each row), in row order, and their logprobs when asked for. ``sample_slots``: the
+    persistent-batch slots of those positions. ``pooled``: the vector of each pooling request
+    whose prompt ended in the step, by key (``mstar.engine.pooling``)."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None

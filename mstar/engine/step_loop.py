@@ -4,8 +4,10 @@
 modes take every step from the scheduler's one entry point, ``Scheduler.schedule``, and hand its
 immutable ``SchedulerOutput`` to ``ModelRunner.execute``, which returns a ``RunnerOutput``.
 
-- **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``, and ``auto`` on CPU): schedule -> execute ->
-  postprocess, all on the calling thread.
+- **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``, and ``auto`` on CPU or with speculative
+  decoding on): schedule -> execute -> postprocess, all on the calling thread. Speculative
+  decoding (``mstar.engine.speculative``) runs only here: a forward that verifies draft tokens
+  is timed as the "verify" phase, the proposals as "propose".
 - **Overlapped**: the forward of step N runs on a forward thread. ``step()`` returns with a step in
   flight, so the caller (a worker taking messages, say) works while the model runs. The next
   ``step()`` schedules N+1 from values while N runs (``schedule(after=N)``), waits for N, launches
@@ -103,12 +105,20 @@ class StepLoop:
 
     def _serial_step(self) -> list[RequestOutput]:
         start = time.perf_counter()
+        spec = self.scheduler.speculation
+        proposing = spec.stats.propose_s if spec is not None else 0.0
         with self.timer.phase("schedule"):
             out = self.scheduler.schedule()
         if out is None:
             return []
-        with self.timer.phase("forward"):
+        verifies = spec is not None and any(row.draft_token_ids for row in out.rows)
+        if verifies:
+            self.timer.record("propose", (spec.stats.propose_s - proposing) * 1000.0)
+        forward_start = time.perf_counter()
+        with self.timer.phase("verify" if verifies else "forward"):
             result = self.runner.execute(out)
+        if verifies:
+            spec.stats.verify_s += time.perf_counter() - forward_start
         with self.timer.phase("postprocess"):
             outputs = self.postprocess(out, result)
         self.policy.launched(continuation=False)

@@ -99,6 +99,13 @@ class WorkerStats(_Message):
     encoder_cache_hits: int = 0  # vision models: images whose encoder output was cached
     encoder_cache_misses: int = 0  # ... and images encoded
     encoder_seconds: float = 0.0  # time in the vision encoder so far
+    # speculative decoding, totals so far ("" = off): draft tokens proposed, accepted, and the
+    # seconds spent proposing and in the forwards that verified drafts
+    spec_method: str = ""
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    spec_propose_s: float = 0.0
+    spec_verify_s: float = 0.0
 
 
 # conductor -> API server

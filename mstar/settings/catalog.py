@@ -22,13 +22,15 @@ from mstar.settings.schema import (
     EngineKnobs,
     MediaKnobs,
     ServerKnobs,
+    SpeculativeKnobs,
     TransportKnobs,
     WorkerLoopKnobs,
     WorkerSettings,
     env_name,
 )
 
-GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs, MediaKnobs, ConfigKnobs)
+GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
+          MediaKnobs, ConfigKnobs)
 
 
 class Kind(str, Enum):

@@ -58,6 +58,7 @@ _transport = functools.partial(knob, category="Transport")
 _config = functools.partial(knob, category="Config behaviour")
 _limits = functools.partial(knob, category="Request limits")
 _media = functools.partial(knob, category="Images")
+_speculative = functools.partial(knob, category="Speculative decoding")
 
 
 class WorkerLoopKnobs(BaseModel):
@@ -269,6 +270,30 @@ class EngineKnobs(BaseModel):
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
 
 
+class SpeculativeKnobs(BaseModel):
+    """Speculative decoding (proposed tokens verified in one forward): not the overlapped loop's
+    "speculative step" (MSTAR_MAX_CONSECUTIVE_SPEC_STEPS), which is overlap scheduling."""
+
+    speculative_method: Literal["none", "ngram", "draft", "mtp"] = _speculative(
+        "none", "Speculative decoding: how draft tokens are proposed before one forward verifies "
+        "them all. ngram = prompt lookup over the request's own prompt and output. draft and mtp "
+        "are not implemented yet (a warning, then none; an error in strict mode). Runs in the "
+        "serial loop only: an overlap cap above 0 (MSTAR_MAX_CONSECUTIVE_SPEC_STEPS) turns it off "
+        "with a warning. See docs/engine.rst.")
+    num_speculative_tokens: int = _speculative(
+        4, "Most draft tokens proposed for a request in one step.", unit="tokens", ge=1, le=64)
+    ngram_min_n: int = _speculative(
+        2, "ngram proposer: the shortest suffix of a request's tokens looked up in its earlier "
+        "tokens.", unit="tokens", ge=1, le=64)
+    ngram_max_n: int = _speculative(
+        4, "ngram proposer: the longest suffix looked up (tried first).", unit="tokens", ge=1,
+        le=64)
+    speculative_min_acceptance: float = _speculative(
+        0.3, "A request stops speculating once its accepted share of the draft tokens proposed "
+        "for it falls below this (checked after MSTAR_NUM_SPECULATIVE_TOKENS * 4 proposed). 0 "
+        "never stops.", ge=0.0, le=1.0)
+
+
 class TransportKnobs(BaseModel):
     zmq_transport: Literal["ipc", "tcp"] = _transport(
         "ipc", "How processes talk: ipc sockets in MSTAR_SOCKET_DIR, or tcp.")
@@ -331,8 +356,8 @@ class ConfigKnobs(BaseModel):
         "nothing starts.")
 
 
-class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, EngineKnobs, TransportKnobs,
-                     MediaKnobs, ConfigKnobs):
+class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, EngineKnobs, SpeculativeKnobs,
+                     TransportKnobs, MediaKnobs, ConfigKnobs):
     """Every knob, frozen. Built once per process tree and passed down explicitly."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")

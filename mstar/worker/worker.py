@@ -108,7 +108,7 @@ class Worker:
         """Send load gauges when they change (throttled), and always once idle."""
         engine = self.engine
         stats = (engine.num_running(), engine.num_waiting(), round(engine.kv_cache_usage(), 4),
-                 engine.num_preemptions(), *engine.encoder_stats())
+                 engine.num_preemptions(), *engine.encoder_stats(), *engine.speculation_totals())
         if stats == self._last_stats:
             return
         now = time.monotonic()

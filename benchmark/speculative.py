@@ -1,0 +1,112 @@
+"""Speculative decoding on the built-in model (CPU): none vs ngram, one run, same engine settings.
+
+Workloads: input-grounded (repeat a passage with one change, edit code given in the prompt),
+where prompt lookup finds the continuation in the prompt, and open-ended chat, where it mostly
+does not (the acceptance floor then turns speculation off for the request). Output tokens per
+second at concurrency 1 (requests one after another) and 8 (all at once), greedy, and whether
+the outputs are identical token for token.
+
+    python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
+        [--concurrency 1 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.sampling_params import SamplingParams
+from mstar.settings import WorkerSettings
+
+PASSAGE = (
+    "The paged KV cache stores the keys and values of every request in fixed-size blocks. A "
+    "block table maps each request's positions to blocks, so requests of different lengths share "
+    "one pool of memory without fragmentation. When the pool runs out, the newest request is "
+    "preempted: its blocks are freed and it is recomputed later from its prompt and outputs.")
+CODE = '''def mean(values):
+    total = 0
+    for value in values:
+        total = total + value
+    return total / len(values)
+
+
+def variance(values):
+    centre = mean(values)
+    total = 0
+    for value in values:
+        total = total + (value - centre) ** 2
+    return total / len(values)
+'''
+GROUNDED = [
+    "Repeat the following text exactly, but write 'memory pool' instead of 'pool':\n\n" + PASSAGE,
+    "Rename the variable `total` to `acc` in this code and return the whole code:\n\n" + CODE,
+    "Copy this paragraph word for word, changing only 'newest' to 'youngest':\n\n" + PASSAGE,
+    "Add type hints (list[float] -> float) to these functions and return the whole code:\n\n"
+    + CODE,
+]
+CHAT = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "What are three good habits for staying healthy? Explain each briefly.",
+    "Describe your ideal weekend in a few sentences.",
+    "Give me some ideas for a birthday party for a ten-year-old.",
+]
+
+
+def prompts(engine: LLMEngine, texts: list[str], count: int) -> list[list[int]]:
+    tok = engine.tokenizer
+    chats = [[{"role": "user", "content": texts[i % len(texts)]}] for i in range(count)]
+    texts = [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
+    return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+
+def run(engine: LLMEngine, batch: list[list[int]], max_tokens: int, concurrency: int
+        ) -> tuple[float, list[list[int]]]:
+    """Output tokens per second, and each request's tokens."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    outputs: dict[str, list[int]] = {}
+    start = time.perf_counter()
+    for first in range(0, len(batch), concurrency):
+        for i in range(first, min(first + concurrency, len(batch))):
+            engine.add_request(str(i), batch[i], params)
+            outputs[str(i)] = []
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                outputs[out.request_id] += out.new_token_ids
+    seconds = time.perf_counter() - start
+    tokens = [outputs[str(i)] for i in range(len(batch))]
+    return sum(map(len, tokens)) / seconds, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--workload", choices=["all", "grounded", "chat"], default="all")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    args = parser.parse_args()
+    common = {"dtype": "float32", "max_model_len": 2048, "num_kv_blocks": 512,
+              "torch_num_threads": args.threads, "log_level": "warning"}
+    engines = {"none": LLMEngine(WorkerSettings(**common)),
+               "ngram": LLMEngine(WorkerSettings(speculative_method="ngram", **common))}
+    print("| workload | c | none tok/s | ngram tok/s | speed-up | acceptance | identical |")
+    print("|---|---|---|---|---|---|---|")
+    workloads = {"grounded": ("input-grounded", GROUNDED), "chat": ("open-ended chat", CHAT)}
+    chosen = workloads.values() if args.workload == "all" else [workloads[args.workload]]
+    for name, texts in chosen:
+        for concurrency in args.concurrency:
+            batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
+            stats = engines["ngram"].speculation.stats
+            before = (stats.proposed, stats.accepted)
+            base, want = run(engines["none"], batch, args.max_tokens, concurrency)
+            fast, got = run(engines["ngram"], batch, args.max_tokens, concurrency)
+            proposed, accepted = stats.proposed - before[0], stats.accepted - before[1]
+            rate = accepted / proposed if proposed else 0.0
+            print(f"| {name} | {concurrency} | {base:.1f} | {fast:.1f} | {fast / base:.2f}x | "
+                  f"{rate:.0%} of {proposed} | {got == want} |", flush=True)
+    for engine in engines.values():
+        engine.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Who speculates, how many drafts, and the counts: the scheduler's side of speculative decoding.
+
+Excluded from speculation (they decode one token per step as before):
+
+- requests with repetition/presence/frequency penalties or ``min_tokens``: both depend on the
+  outputs before each position, which the batched sampler counts once per step;
+- structured-output (grammar) requests: the matcher would have to check the drafts and roll back;
+- every request of a hybrid model (recurrent-state layers): the state would advance over rejected
+  tokens, and the state cache keeps no snapshot to roll back to;
+- a request whose accepted share of its drafts fell below ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE``
+  (after ``4 * k`` proposed), so open-ended text does not pay for verifying misses.
+
+``logit_bias``, logprobs, seeds, stop tokens and ``max_tokens`` work with speculation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from mstar.engine.sequence import Sequence
+from mstar.engine.speculative.ngram import propose_ngram
+from mstar.settings import WorkerSettings
+
+FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
+
+
+@dataclass
+class SpeculationStats:
+    """Totals since start, per method (only one runs at a time): what ``/metrics`` shows."""
+
+    method: str
+    proposed: int = 0
+    accepted: int = 0
+    steps: int = 0  # rows that verified drafts
+    stopped: int = 0  # requests turned off by the acceptance floor
+    propose_s: float = 0.0  # proposing drafts
+    verify_s: float = 0.0  # the forwards (and sampling) of steps that verified drafts
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+
+@dataclass
+class _Tally:
+    proposed: int = 0
+    accepted: int = 0
+    off: bool = False
+
+
+@dataclass
+class Speculation:
+    method: str
+    num_tokens: int
+    min_n: int
+    max_n: int
+    min_acceptance: float
+    stats: SpeculationStats = field(init=False)
+    tallies: dict[int, _Tally] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.stats = SpeculationStats(self.method)
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings) -> Speculation:
+        return cls(settings.speculative_method, settings.num_speculative_tokens,
+                   min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
+                   settings.speculative_min_acceptance)
+
+    @staticmethod
+    def eligible(seq: Sequence) -> bool:
+        p = seq.params
+        return (seq.sampling_state is None and p.repetition_penalty == 1.0
+                and p.presence_penalty == 0.0 and p.frequency_penalty == 0.0)
+
+    def propose(self, seq: Sequence) -> tuple[int, ...]:
+        """Draft tokens for ``seq``'s next step (it decodes: one token left to compute). At most
+        one token fewer than its remaining output, so a row never runs past max_tokens."""
+        tally = self.tallies.setdefault(seq.seq_no, _Tally())
+        room = min(self.num_tokens, seq.params.max_tokens - seq.num_output_tokens - 1)
+        if tally.off or room <= 0 or not self.eligible(seq):
+            return ()
+        start = time.perf_counter()
+        drafts = propose_ngram(seq.token_ids, self.min_n, self.max_n, room)
+        self.stats.propose_s += time.perf_counter() - start
+        return tuple(drafts)
+
+    def record(self, seq_no: int, proposed: int, accepted: int) -> None:
+        """A row verified ``proposed`` drafts, ``accepted`` of them; the floor may turn it off."""
+        s = self.stats
+        s.proposed += proposed
+        s.accepted += accepted
+        s.steps += 1
+        tally = self.tallies.setdefault(seq_no, _Tally())
+        tally.proposed += proposed
+        tally.accepted += accepted
+        if (not tally.off and tally.proposed >= FLOOR_AFTER_ROUNDS * self.num_tokens
+                and tally.accepted < self.min_acceptance * tally.proposed):
+            tally.off = True
+            s.stopped += 1
+
+    def forget(self, seq_no: int) -> None:
+        self.tallies.pop(seq_no, None)
+
