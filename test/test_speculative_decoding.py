@@ -198,7 +198,7 @@ def test_metrics_show_proposed_accepted_and_phase_seconds(tiny_model_dir, make_e
     method, proposed, accepted, _, verify_s = engine.speculation_totals()
     assert method == "ngram" and proposed >= accepted > 0 and verify_s > 0
     metrics = Metrics()
-    metrics.update_workers({0: WorkerStats(0, 0, 0, 0.0, 0, *engine.speculation_totals())})
+    metrics.update_workers({0: WorkerStats(0, 0, 0, 0.0, 0, 0, 0, 0.0, *engine.speculation_totals())})
     text = metrics.render().decode()
     assert f'mstar_spec_decode_accepted_tokens{{method="ngram"}} {float(accepted)}' in text
     assert 'mstar_spec_decode_seconds{method="ngram",phase="verify"}' in text
