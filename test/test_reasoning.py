@@ -19,8 +19,8 @@ from mstar.api_server.http.errors import APIError
 from mstar.api_server.reasoning.grammar import after_reasoning
 from mstar.api_server.reasoning.plan import generation_start, reasoning_plan, template_switch
 from mstar.api_server.reasoning.split import ReasoningStream, split_reasoning
-from mstar.engine.outputs import RequestOutput
 from mstar.engine.sampling_params import StructuredOutput
+from mstar.output.processor import TextOutput
 
 QWEN3_TEMPLATE = (  # Qwen3's switch: enable_thinking=false writes an empty section in the prompt
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -132,9 +132,9 @@ class ScriptedEngine(StubEngine):
             pieces = [self.TEXT[i:i + 3] for i in range(0, len(self.TEXT), 3)]
             for k, piece in enumerate(pieces):
                 last = k == len(pieces) - 1
-                queue.put_nowait(RequestOutput(
-                    rid, [5], piece, finished=last, finish_reason="stop" if last else None,
-                    num_prompt_tokens=len(ids), num_output_tokens=k + 1))
+                queue.put_nowait(TextOutput(
+                    rid, [5], finished=last, finish_reason="stop" if last else None,
+                    num_prompt_tokens=len(ids), num_output_tokens=k + 1, new_text=piece))
         return queue
 
 

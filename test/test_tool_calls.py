@@ -170,9 +170,11 @@ JSON_FORMAT = {"response_format": {"type": "json_schema", "json_schema": {"name"
 
 def constrained_plan(**fields):
     from mstar.api_server.openai.structured import requested_constraints
+    from mstar.engine.grammar_limits import GrammarLimits
+    from mstar.settings import WorkerSettings
 
     req = request(**fields)
-    found = requested_constraints(req)
+    found = requested_constraints(req, GrammarLimits.from_settings(WorkerSettings()))
     return tool_plan(req, "auto", "{{ messages }}", found[0][0] if found else None)
 
 
