@@ -6,6 +6,7 @@ For tests of the HTTP layer (fields, errors, the published schema) that need no 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 
@@ -77,3 +78,12 @@ def stub_app(tokenizer, **settings):
                         model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
                         metrics=Metrics())
     return build_app(state), engine
+
+
+def sse_events(resp) -> list[tuple[str, dict]]:
+    """(event name, data) of each typed server-sent event of a response (Responses, Messages)."""
+    out = []
+    for block in resp.text.strip().split("\n\n"):
+        kind, data = block.split("\n")
+        out.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return out

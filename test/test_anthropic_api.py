@@ -5,10 +5,8 @@ Anthropic's shape naming the field."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from api_stub import STUB_MODEL, stub_app
+from api_stub import STUB_MODEL, sse_events, stub_app
 from starlette.testclient import TestClient
 
 from mstar.api_server.anthropic.output import ContentBlocks
@@ -27,13 +25,6 @@ def stub(tiny_tokenizer):
     app, engine = stub_app(tiny_tokenizer)
     return TestClient(app), engine, tiny_tokenizer
 
-
-def _events(resp) -> list[tuple[str, dict]]:
-    out = []
-    for block in resp.text.strip().split("\n\n"):
-        kind, data = block.split("\n")
-        out.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
 
 
 def test_system_and_messages_become_the_chat_prompt(stub):
@@ -88,7 +79,7 @@ def test_the_stream_is_the_typed_event_sequence(stub):
     resp = client.post("/v1/messages", json={**BASE, "stream": True,
                                              "messages": [{"role": "user", "content": "hi"}]})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
-    events = _events(resp)
+    events = sse_events(resp)
     assert all(kind == data["type"] for kind, data in events)
     kinds = [kind for kind, _ in events]
     assert kinds[:2] == ["message_start", "content_block_start"]

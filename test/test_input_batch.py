@@ -11,7 +11,7 @@ positions and KV slots follow the block table; every live request keeps one stab
 from __future__ import annotations
 
 from hypothesis import given
-from test_kv_properties import FAST, Sim, scenarios
+from test_kv_properties import FAST, Sim, replay, scenarios
 
 from mstar.engine.input_batch import InputBatch
 from mstar.engine.scheduler_output import SchedulerOutput
@@ -58,14 +58,6 @@ def test_the_persistent_batch_matches_the_scheduler_step_by_step(scenario):
     sim = BatchSim.make(**cfg)
     sim.batch = InputBatch(cfg["max_num_seqs"], MAX_MODEL_LEN, cfg["block_size"])
     sim.slots = {}
-    for op in ops:
-        if op[0] == "add":
-            sim.add(op[1], op[2])
-        elif op[0] == "abort":
-            sim.abort(op[1])
-        elif op[0] == "overlapped":
-            sim.overlapped_step(op[1])
-        else:
-            sim.step()
+    replay(sim, ops)
     while sim.live:
         sim.step()

@@ -187,11 +187,8 @@ def scenarios(draw):
 
 # ---- the properties ----------------------------------------------------------------------------
 
-@FAST
-@given(scenarios())
-def test_random_interleavings_keep_the_cache_consistent_and_fcfs(scenario):
-    cfg, ops = scenario
-    sim = Sim.make(**cfg)
+def replay(sim, ops, after_each=lambda: None) -> None:
+    """Apply a scenario's random operations to a simulation, in order."""
     for op in ops:
         if op[0] == "add":
             sim.add(op[1], op[2])
@@ -201,7 +198,15 @@ def test_random_interleavings_keep_the_cache_consistent_and_fcfs(scenario):
             sim.overlapped_step(op[1])
         else:
             sim.step()
-        sim.check_prefix_hits()
+        after_each()
+
+
+@FAST
+@given(scenarios())
+def test_random_interleavings_keep_the_cache_consistent_and_fcfs(scenario):
+    cfg, ops = scenario
+    sim = Sim.make(**cfg)
+    replay(sim, ops, after_each=sim.check_prefix_hits)
     for _ in range(400):  # everything left finishes: no request is starved
         if not sim.live:
             break

@@ -5,10 +5,8 @@ refused by name."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from api_stub import STUB_MODEL, stub_app
+from api_stub import STUB_MODEL, sse_events, stub_app
 from starlette.testclient import TestClient
 
 from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
@@ -28,14 +26,6 @@ def stub(tiny_tokenizer):
 def _prompt(engine, tokenizer) -> str:
     return tokenizer.decode(engine.submitted[-1][1])
 
-
-def _events(resp) -> list[tuple[str, dict]]:
-    """(event line, data) of each server-sent event."""
-    out = []
-    for block in resp.text.strip().split("\n\n"):
-        kind, data = block.split("\n")
-        out.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
 
 
 def test_text_input_and_instructions_become_the_chat_prompt(stub):
@@ -94,7 +84,7 @@ def test_the_stream_is_the_typed_event_sequence(stub):
     client, _, _ = stub
     resp = client.post("/v1/responses", json={"input": "hi", "stream": True})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
-    events = _events(resp)
+    events = sse_events(resp)
     kinds = [k for k, _ in events]
     assert all(k == data["type"] for k, data in events)
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
