@@ -16,20 +16,17 @@ from typing import Any
 import annotated_types
 from pydantic import SecretStr
 
+from mstar.settings.knobs.config import ConfigKnobs
+from mstar.settings.knobs.engine import EngineKnobs
+from mstar.settings.knobs.media import MediaKnobs
+from mstar.settings.knobs.server import RequestLimitKnobs, ServerKnobs
+from mstar.settings.knobs.speculative import SpeculativeKnobs
+from mstar.settings.knobs.transport import TransportKnobs
+from mstar.settings.knobs.worker_loop import WorkerLoopKnobs
 from mstar.settings.reloadable import RELOADABLE
-from mstar.settings.schema import (
-    ConfigKnobs,
-    EngineKnobs,
-    MediaKnobs,
-    ServerKnobs,
-    SpeculativeKnobs,
-    TransportKnobs,
-    WorkerLoopKnobs,
-    WorkerSettings,
-    env_name,
-)
+from mstar.settings.schema import WorkerSettings, env_name
 
-GROUPS = (WorkerLoopKnobs, ServerKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
+GROUPS = (WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
           MediaKnobs, ConfigKnobs)
 
 

@@ -1,0 +1,1 @@
+"""The knob groups WorkerSettings is made of, one file per concern (see mstar.settings.schema)."""

@@ -1,0 +1,82 @@
+"""The model and the engine: what to load, on what, with how much cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from mstar.settings.knobs.field import MAX_COUNT, _engine
+
+BUILTIN_MODEL = "SmolLM2-135M-Instruct"
+CUDA_GRAPHS_GONE = "0.1.0 (the unwired CUDA-graph runner was deleted)"
+
+
+class EngineKnobs(BaseModel):
+    model: str = _engine(
+        BUILTIN_MODEL, f"Model to serve: '{BUILTIN_MODEL}' (the built-in model) or a local "
+        "HF-format directory (config.json, *.safetensors, tokenizer files) or a .gguf file.")
+    cache_dir: Path = _engine(
+        Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
+    verify_cache: bool = _engine(
+        False, "At start, hash the converted built-in model and compare it with the hashes "
+        "recorded at conversion (file sizes are always checked; hashes also after an unfinished "
+        "conversion). A mismatch converts the model again.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
+        "auto", "Weight and activation dtype. auto = bfloat16 on CUDA and on CPUs with native bf16 "
+        "(avx512_bf16 or AMX), else float32.")
+    device: Literal["auto", "cpu", "cuda"] = _engine(
+        "auto", "Device to run on. auto = cuda when available, else cpu.")
+    max_model_len: int | None = _engine(
+        None, "Longest sequence (prompt + output). Unset = the model's own limit.",
+        unit="tokens", ge=1, le=MAX_COUNT)
+    max_num_seqs: int = _engine(256, "Most sequences in one batch.", unit="sequences", ge=1,
+                               le=MAX_COUNT)
+    max_num_batched_tokens: int = _engine(
+        8192, "Token budget of one step (prefill chunks plus decodes).", unit="tokens", ge=1,
+        le=MAX_COUNT)
+    kv_block_size: int = _engine(16, "Tokens per KV-cache block.", unit="tokens", ge=1, le=1024)
+    num_kv_blocks: int | None = _engine(
+        None, "KV-cache blocks to allocate. Unset = sized from MSTAR_KV_CACHE_MEMORY_FRACTION "
+        "(CUDA) or MSTAR_CPU_KV_CACHE_GB (CPU).", unit="blocks", ge=1, le=MAX_COUNT)
+    kv_cache_memory_fraction: float = _engine(
+        0.9, "Fraction of free accelerator memory given to the KV cache when "
+        "MSTAR_NUM_KV_BLOCKS is unset.", ge=0.01, le=1.0)
+    cpu_kv_cache_gb: float = _engine(
+        2.0, "KV-cache budget on CPU when MSTAR_NUM_KV_BLOCKS is unset.", unit="GiB",
+        gt=0.0, le=1e6)
+    enable_prefix_caching: bool = _engine(True, "Reuse KV-cache blocks of identical prompt prefixes.")
+    attention_backend: Literal["auto", "torch", "triton"] = _engine(
+        "auto", "Attention kernels: torch (SDPA over gathered pages) or triton (paged kernels reading "
+        "the cache in place; needs CUDA and the triton package). auto = triton on CUDA, else torch.")
+    cuda_graph: bool = _engine(
+        True, "Was: capture the decode forward as CUDA graphs. The capture runner was never wired "
+        "into the model runner and is gone.", no_effect=CUDA_GRAPHS_GONE)
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = _engine(
+        None, "Was: the decode batch sizes to capture CUDA graphs for, a comma list.",
+        unit="sequences", no_effect=CUDA_GRAPHS_GONE)
+    quantization: Literal["none", "int8", "q4"] = _engine(
+        "none", "Weight-only quantization of the linear layers (CPU): int8 = per output channel, "
+        "q4 = 4-bit groups of 32 with a scale and a minimum (GGUF Q4_1). The LM head is int8 in "
+        "both. With the built-in model, q4 serves its shipped Q4_1 GGUF directly.")
+    compile: bool = _engine(
+        False, "Compile the model's MLPs with torch.compile (slower first start; "
+        "MSTAR_RECOMPILE_LIMIT applies).")
+    num_workers: int = _engine(
+        1, "Engine replicas (each one a tensor-parallel group of MSTAR_TENSOR_PARALLEL_SIZE "
+        "processes); requests go to the replica with the fewest outstanding.", ge=1, le=256)
+    tensor_parallel_size: int = _engine(
+        1, "Processes (ranks) one replica's model is split across: attention heads, MLP width and "
+        "vocabulary are divided between them, over torch.distributed (NCCL on CUDA, gloo on CPU). "
+        "Must divide the model's attention heads; see docs/distributed.rst.",
+        unit="ranks", ge=1, le=64)
+    device_ids: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] | None = _engine(
+        None, "CUDA devices to place ranks on, a comma list: replica i's rank r goes to entry "
+        "i * MSTAR_TENSOR_PARALLEL_SIZE + r (wrapping around, with a warning, when there are "
+        "fewer entries than ranks). Unset = 0, 1, 2, ... No effect on CPU.")
+    torch_num_threads: int = _engine(
+        0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
+        "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
+        le=1024)
+    seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)

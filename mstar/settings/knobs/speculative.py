@@ -1,0 +1,33 @@
+"""Speculative decoding (not the overlapped loop)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from mstar.settings.knobs.field import _speculative
+
+
+class SpeculativeKnobs(BaseModel):
+    """Speculative decoding (proposed tokens verified in one forward): not the overlapped loop's
+    "speculative step" (MSTAR_MAX_CONSECUTIVE_SPEC_STEPS), which is overlap scheduling."""
+
+    speculative_method: Literal["none", "ngram", "draft", "mtp"] = _speculative(
+        "none", "Speculative decoding: how draft tokens are proposed before one forward verifies "
+        "them all. ngram = prompt lookup over the request's own prompt and output. draft and mtp "
+        "are not implemented yet (a warning, then none; an error in strict mode). Runs in the "
+        "serial loop only: an overlap cap above 0 (MSTAR_MAX_CONSECUTIVE_SPEC_STEPS) turns it off "
+        "with a warning. See docs/engine.rst.")
+    num_speculative_tokens: int = _speculative(
+        4, "Most draft tokens proposed for a request in one step.", unit="tokens", ge=1, le=64)
+    ngram_min_n: int = _speculative(
+        2, "ngram proposer: the shortest suffix of a request's tokens looked up in its earlier "
+        "tokens.", unit="tokens", ge=1, le=64)
+    ngram_max_n: int = _speculative(
+        4, "ngram proposer: the longest suffix looked up (tried first).", unit="tokens", ge=1,
+        le=64)
+    speculative_min_acceptance: float = _speculative(
+        0.3, "A request stops speculating once its accepted share of the draft tokens proposed "
+        "for it falls below this (checked after MSTAR_NUM_SPECULATIVE_TOKENS * 4 proposed). 0 "
+        "never stops.", ge=0.0, le=1.0)

@@ -1,0 +1,41 @@
+"""How processes talk: sockets, CURVE, frame limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, SecretStr
+
+from mstar.settings.knobs.field import _transport
+
+
+class TransportKnobs(BaseModel):
+    zmq_transport: Literal["ipc", "tcp"] = _transport(
+        "ipc", "How processes talk: ipc sockets in MSTAR_SOCKET_DIR, or tcp.")
+    zmq_tcp_host: str = _transport("127.0.0.1", "Host for tcp transport.")
+    zmq_tcp_base_port: int = _transport(
+        29500, "First port for tcp transport; each socket takes the next one.", ge=1024, le=65000)
+    dist_master_addr: str = _transport(
+        "127.0.0.1", "Address of the torch.distributed rendezvous of a tensor-parallel group "
+        "(rank 0's host; every rank must reach it).")
+    dist_master_port: int = _transport(
+        0, "Port of the rendezvous of replica 0; replica i uses this + i. 0 = a free port picked "
+        "at start (one host only).", ge=0, le=65535)
+    remote_workers: int = _transport(
+        0, "How many of the MSTAR_NUM_WORKERS replicas join from other hosts (`mstar worker "
+        "--conductor tcp://HOST:PORT --replica I`) instead of being started by the conductor: "
+        "the last ones. Needs the tcp transport (MSTAR_ZMQ_TRANSPORT=tcp).", ge=0, le=256)
+    socket_dir: Path | None = _transport(
+        None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
+    cluster_secret: SecretStr | None = _transport(
+        None, "The secret every process of the cluster holds: over tcp, the ZeroMQ CURVE keys "
+        "that encrypt and authenticate all traffic are derived from it, and a peer without it "
+        "cannot connect. Required with MSTAR_REMOTE_WORKERS (the same on every host); unset "
+        "with tcp on one host, a random secret is made per instance. Not used by the ipc "
+        "transport. A security setting: any problem with it is an error.",
+        secret=True, security=True)
+    max_message_mb: float = _transport(
+        64.0, "Largest message between processes. A larger frame is dropped (and counted) by its "
+        "receiver, and a larger message is never sent: the request that would need it fails.",
+        unit="MiB", gt=0.0, le=2047.0)
