@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mstar.engine.errors import RequestRejected
-from mstar.engine.pooling import Pooler, bytes_vector
+from mstar.engine.runner.pooling import Pooler, bytes_vector
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.scheduler_output import NewRequest, ScheduledRow, SchedulerOutput
+from mstar.engine.schedule.scheduler_output import NewRequest, ScheduledRow, SchedulerOutput
 from mstar.models.resolve import resolve_model_dir
 from mstar.settings import WorkerSettings
 

@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mstar.engine.block_manager import chain_hash
-from mstar.engine.encoder_cache import EncoderCache
-from mstar.engine.scheduler import encoder_cut
+from mstar.engine.kv.block_manager import chain_hash
+from mstar.engine.runner.encoder_cache import EncoderCache
+from mstar.engine.schedule.scheduler import encoder_cut
 from mstar.graph import Edge, Node, NodeKind, Walk, WalkGraph, text_only, with_encoder
 from mstar.models.vision.inputs import ImageInput
 

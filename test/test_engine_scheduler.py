@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mstar.engine.block_manager import BlockManager
 from mstar.engine.errors import RequestRejected
+from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.sequence import Sequence

@@ -124,8 +124,8 @@ def _under_load(url: str, path: str, body: dict, calls: dict) -> tuple[dict, htt
 def test_distinct_enum_schemas_keep_memory_within_the_cache_bound(builtin_cache_dir):
     from transformers import AutoTokenizer
 
-    from mstar.engine.grammar_pool import MIB, GrammarBounds, GrammarCompilePool
     from mstar.engine.sampling_params import StructuredOutput
+    from mstar.engine.structured.grammar_pool import MIB, GrammarBounds, GrammarCompilePool
     from mstar.settings import WorkerSettings
 
     tokenizer = AutoTokenizer.from_pretrained(builtin_cache_dir / "models" / BUILTIN_MODEL)

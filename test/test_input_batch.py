@@ -13,8 +13,8 @@ from __future__ import annotations
 from hypothesis import given
 from test_kv_properties import FAST, Sim, replay, scenarios
 
-from mstar.engine.input_batch import InputBatch
-from mstar.engine.scheduler_output import SchedulerOutput
+from mstar.engine.runner.input_batch import InputBatch
+from mstar.engine.schedule.scheduler_output import SchedulerOutput
 
 MAX_MODEL_LEN = 64
 

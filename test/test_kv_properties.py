@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstar.engine.block_manager import BlockManager
-from mstar.engine.overlap_policy import OverlapPolicy
+from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.scheduler import Scheduler
-from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
+from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.scheduler import Scheduler
+from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
 from mstar.settings import WorkerSettings
 

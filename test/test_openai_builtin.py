@@ -4,7 +4,7 @@ greedy first token.
 
 Both hold in fp32 and in bf16 (CI runs this file once more with --builtin-dtype=bfloat16). Both
 need the engine's sampler work (logit_bias, grammar masks): they run once
-``mstar.engine.structured_output`` exists.
+``mstar.engine.structured.structured_output`` exists.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 from mstar.settings.schema import BUILTIN_MODEL
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("mstar.engine.structured_output") is None,
-    reason="needs the engine's structured output and logit_bias (mstar.engine.structured_output)")
+    importlib.util.find_spec("mstar.engine.structured.structured_output") is None,
+    reason="needs the engine's structured output and logit_bias (mstar.engine.structured.structured_output)")
 
 # Bounded output: under bf16 the model writes "population": 1111222233333... until max_tokens
 # when nothing stops it; xgrammar enforces maxLength and an integer's maximum, so both end.

@@ -11,7 +11,7 @@ from api_stub import stub_app
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstar.engine.grammar_limits import GrammarLimits, check_schema, parse_json
+from mstar.engine.structured.grammar_limits import GrammarLimits, check_schema, parse_json
 
 LIMITS = GrammarLimits(max_bytes=64 * 1024, max_depth=64, max_enum=1024, max_regex=4096)
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mstar.engine.overlap_policy import overlap_cap
+from mstar.engine.schedule.overlap_policy import overlap_cap
 from mstar.settings import load_settings
 from mstar.settings.catalog import BY_ENV
 

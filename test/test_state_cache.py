@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mstar.engine.state_cache import slot_bytes
+from mstar.engine.kv.state_cache import slot_bytes
 
 GIB = 1 << 30
 

@@ -14,7 +14,7 @@ import pytest
 
 from mstar.engine.errors import RequestRejected
 from mstar.engine.sampling_params import SamplingParams, StructuredOutput
-from mstar.engine.structured_output import check_structured_output
+from mstar.engine.structured.structured_output import check_structured_output
 
 
 def _obj(props: dict, required: list[str] | None = None) -> dict:

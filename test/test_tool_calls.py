@@ -170,7 +170,7 @@ JSON_FORMAT = {"response_format": {"type": "json_schema", "json_schema": {"name"
 
 def constrained_plan(**fields):
     from mstar.api_server.openai.structured import requested_constraints
-    from mstar.engine.grammar_limits import GrammarLimits
+    from mstar.engine.structured.grammar_limits import GrammarLimits
     from mstar.settings import WorkerSettings
 
     req = request(**fields)

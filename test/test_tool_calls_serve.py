@@ -2,7 +2,7 @@
 
 A round trip (streaming and not): tools with tool_choice required / a named function -> a call
 whose arguments validate against the function's schema -> the call and its result sent back ->
-an ordinary answer. Forcing a call needs the engine's grammar mask (mstar.engine.structured_output);
+an ordinary answer. Forcing a call needs the engine's grammar mask;
 those tests skip where it is not there yet.
 """
 
@@ -80,7 +80,7 @@ def assert_plain_answer(content: str | None, calls: list, finish: str) -> None:
     (True, {"type": "function", "function": {"name": "get_weather"}}),
 ], ids=["required", "named-streaming"])
 def test_round_trip_call_result_answer(client, stream, tool_choice):
-    pytest.importorskip("mstar.engine.structured_output")
+    pytest.importorskip("mstar.engine.structured.structured_output")
     content, calls, finish = ask(client, QUESTION, stream, tool_choice=tool_choice)
     assert finish == "tool_calls" and content is None and calls
     for call in calls:

@@ -157,7 +157,7 @@ def test_silu_and_mul_matches_module(width, dtype):
 def test_engine_tokens_match_with_triton_attention(tiny_model_dir, make_engine, run, monkeypatch):
     """Greedy tokens of a whole engine run (prefix caching, chunked prefill, mixed steps) do
     not change when every attention call goes through the Triton backend."""
-    from mstar.engine import model_runner
+    from mstar.engine.runner import model_runner
     from mstar.engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)

@@ -116,7 +116,7 @@ def transformers_greedy(model_dir: Path, text: str, images: list, max_new: int) 
 def paged_greedy(model, prompt_ids: list[int], images, max_new: int, block_size: int = 16):
     """One sequence through the paged KV cache: the prompt (image rows merged), then decodes."""
     from mstar.engine.attention import AttentionInputs, get_backend
-    from mstar.engine.kv_cache import allocate_kv_cache
+    from mstar.engine.kv.kv_cache import allocate_kv_cache
 
     backend = get_backend("torch")
     total = len(prompt_ids) + max_new

@@ -14,22 +14,22 @@ import structlog
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from mstar.engine.block_manager import BlockManager
 from mstar.engine.errors import RequestRejected
-from mstar.engine.grammar_pool import GrammarBounds, GrammarCompilePool
+from mstar.engine.kv.block_manager import BlockManager
+from mstar.engine.kv.state_cache import StateSlots
 from mstar.engine.limits import check_logit_bias_ids, check_pooled_prompt_fits, check_request_fits
-from mstar.engine.model_runner import ModelRunner
 from mstar.engine.outputs import RequestOutput, TokenLogprob
-from mstar.engine.overlap_policy import OverlapPolicy
-from mstar.engine.pooling import model_pooling
+from mstar.engine.runner.model_runner import ModelRunner
+from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.scheduler import Scheduler
-from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
+from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.scheduler import Scheduler
+from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
 from mstar.engine.speculative.speculation import Speculation
-from mstar.engine.state_cache import StateSlots
 from mstar.engine.step_loop import StepLoop
+from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.graph import text_only
 from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel

@@ -18,7 +18,7 @@ immutable ``SchedulerOutput`` to ``ModelRunner.execute``, which returns a ``Runn
     into its persistent batch by the time N+1 runs; or
   - a *yield-away step*: a fresh ``schedule()``, which admits waiting prefills and resumes
     preempted requests, once N's output is in. The overlap policy
-    (``mstar.engine.overlap_policy``) decides between them. A request that N finishes (or an
+    (``mstar.engine.schedule.overlap_policy``) decides between them. A request that N finishes (or an
     abort) does not stop N+1: its row in N+1 is wasted and never emitted, and its blocks are freed
     once N+1 is done.
 
@@ -37,14 +37,14 @@ from dataclasses import asdict, dataclass
 from threading import Event
 from typing import TYPE_CHECKING
 
-from mstar.engine.overlap_policy import LoopCounters
 from mstar.engine.phase_timing import PhaseTimer
+from mstar.engine.schedule.overlap_policy import LoopCounters
 
 if TYPE_CHECKING:
-    from mstar.engine.model_runner import ModelRunner
     from mstar.engine.outputs import RequestOutput
-    from mstar.engine.scheduler import Scheduler
-    from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
+    from mstar.engine.runner.model_runner import ModelRunner
+    from mstar.engine.schedule.scheduler import Scheduler
+    from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
     from mstar.settings import WorkerSettings
 
 Postprocess = Callable[["SchedulerOutput", "RunnerOutput"], "list[RequestOutput]"]

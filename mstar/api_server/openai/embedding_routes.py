@@ -1,7 +1,7 @@
 """POST /v1/embeddings: one vector per input, pooled from the served model's final hidden states.
 
 Each input runs in a worker as a prefill-only pooling request (``SamplingParams.pooling``, see
-``mstar.engine.pooling``: last token or mean, MSTAR_EMBEDDING_POOLING). The vector is scaled to
+``mstar.engine.runner.pooling``: last token or mean, MSTAR_EMBEDDING_POOLING). The vector is scaled to
 unit length here, as OpenAI's are, and sent as numbers or as base64 of little-endian float32.
 """
 
@@ -24,7 +24,7 @@ from mstar.api_server.openai.embedding_protocol import EmbeddingRequest, Embeddi
 from mstar.api_server.state import ServerState
 from mstar.api_server.validation.request_rules import check_model, check_rejected_fields
 from mstar.api_server.validation.unknown_fields import unknown_fields
-from mstar.engine.pooling import bytes_vector
+from mstar.engine.runner.pooling import bytes_vector
 from mstar.engine.sampling_params import SamplingParams
 
 router = APIRouter()

@@ -1,7 +1,7 @@
 """A request's structured-output constraint: ``response_format`` or one ``guided_*`` extra.
 
 At most one per request. Each becomes the engine's ``StructuredOutput``; one that passes a bound
-of ``mstar.engine.grammar_limits`` (size, nesting, enum entries, regex length, a ``$ref`` outside
+of ``mstar.engine.structured.grammar_limits`` (size, nesting, enum entries, regex length, a ``$ref`` outside
 the schema) or does not compile (an invalid JSON schema, regex or grammar) is a 400 naming the
 field.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import SamplingFields
-from mstar.engine.grammar_limits import GrammarLimits, check_constraint, check_size
 from mstar.engine.sampling_params import StructuredOutput
-from mstar.engine.structured_output import check_structured_output
+from mstar.engine.structured.grammar_limits import GrammarLimits, check_constraint, check_size
+from mstar.engine.structured.structured_output import check_structured_output
 
 GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 

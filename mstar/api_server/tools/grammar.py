@@ -58,7 +58,7 @@ def output_grammar(output: StructuredOutput):
     """The xgrammar Grammar of a request's structured-output constraint (any kind)."""
     import xgrammar as xgr
 
-    from mstar.engine.structured_output import ANY_OBJECT_SCHEMA, choice_grammar
+    from mstar.engine.structured.structured_output import ANY_OBJECT_SCHEMA, choice_grammar
 
     if output.kind in ("json_object", "json_schema"):
         schema = ANY_OBJECT_SCHEMA if output.kind == "json_object" else output.spec

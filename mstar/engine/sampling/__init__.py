@@ -5,7 +5,7 @@ The contract (``batch.SamplingBatch``; ``sampler.Sampler`` drives it each step):
 - A row slot is an integer in ``0 .. max_rows-1`` (``max_rows`` = ``max_num_seqs``). Whoever owns
   the running set assigns slots: a request takes one when it enters the running set and gives it
   back when it leaves (finished, aborted, preempted). The owner is the model runner's persistent
-  ``InputBatch`` (``mstar.engine.input_batch``): the slot of a request's row there.
+  ``InputBatch`` (``mstar.engine.runner.input_batch``): the slot of a request's row there.
 - ``SamplingBatch.add(slot, params, prompt_token_ids, output_token_ids=(), generator=None,
   state=None)`` fills the slot's rows: temperature, top-k, top-p, min-p, the three penalties as
   per-slot tensors; logit_bias as (ids, values) tensors, built once here; min_tokens' early-stop

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 
 import structlog
 
-from mstar.engine.block_manager import BlockManager
+from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.outputs import TokenLogprob
-from mstar.engine.overlap_policy import OverlapPolicy
-from mstar.engine.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
+from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.sequence import Sequence, SequenceStatus
 from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.speculative.verify import accept

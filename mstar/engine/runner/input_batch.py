@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.scheduler_output import NewRequest, SchedulerOutput
+from mstar.engine.schedule.scheduler_output import NewRequest, SchedulerOutput
 
 
 @dataclass(frozen=True)

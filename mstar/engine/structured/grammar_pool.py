@@ -1,7 +1,7 @@
 """Grammar compilation off the step loop: a bounded pool, a time budget, and lockstep admission.
 
 The step-loop thread never checks or compiles a grammar. ``GrammarCompilePool.start`` only queues
-the work; a pool thread then checks the constraint's bounds (``mstar.engine.grammar_limits``) and
+the work; a pool thread then checks the constraint's bounds (``mstar.engine.structured.grammar_limits``) and
 its syntax, and compiles it with xgrammar. Once per engine step ``admit`` decides, for every
 request still waiting for its grammar: admitted (compiled), failed (a 400 naming the field) or out
 of time (past ``grammar_compile_timeout_s`` since ``start``: a 408, and a compile not yet begun is
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from threading import Lock
 
 from mstar.engine.errors import RequestRejected
-from mstar.engine.grammar_limits import GrammarLimits, check_constraint
 from mstar.engine.sampling_params import StructuredOutput
-from mstar.engine.structured_output import (
+from mstar.engine.structured.grammar_limits import GrammarLimits, check_constraint
+from mstar.engine.structured.structured_output import (
     ANY_OBJECT_SCHEMA,
     REQUEST_FIELD,
     Constraint,

@@ -1,7 +1,7 @@
 """The values that cross from the scheduler to the model runner and back, one pair per step.
 
 The scheduler owns every request's progress and the block manager its block ids; the model runner
-keeps its own persistent copy (``mstar.engine.input_batch``), changed only by these diffs. Both
+keeps its own persistent copy (``mstar.engine.runner.input_batch``), changed only by these diffs. Both
 values are immutable, so a step in flight on the forward thread shares nothing mutable with the
 main thread, which meanwhile schedules the next one.
 """
@@ -95,7 +95,7 @@ class RunnerOutput:
     """The runner's answer for one step: a token per sampled position (``ScheduledRow.num_samples``
     of each row), in row order, and their logprobs when asked for. ``sample_slots``: the
     persistent-batch slots of those positions. ``pooled``: the vector of each pooling request
-    whose prompt ended in the step, by key (``mstar.engine.pooling``)."""
+    whose prompt ended in the step, by key (``mstar.engine.runner.pooling``)."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mstar.engine.scheduler_output import SchedulerOutput
+from mstar.engine.schedule.scheduler_output import SchedulerOutput
 
 
 def vector_bytes(vector: torch.Tensor) -> bytes:

@@ -10,21 +10,21 @@ from mstar.engine.attention import (
     get_backend,
     model_attention_features,
 )
-from mstar.engine.compilation import compile_model
-from mstar.engine.encoder_cache import EncoderCache
-from mstar.engine.input_batch import InputBatch, StepTensors
-from mstar.engine.kv_cache import (
+from mstar.engine.kv.kv_cache import (
     allocate_kv_cache,
     attention_layers,
     block_bytes,
     memory_budget,
     num_blocks_for,
 )
-from mstar.engine.pooling import Pooler
+from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slot_bytes
+from mstar.engine.runner.compilation import compile_model
+from mstar.engine.runner.encoder_cache import EncoderCache
+from mstar.engine.runner.input_batch import InputBatch, StepTensors
+from mstar.engine.runner.pooling import Pooler
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
-from mstar.engine.scheduler_output import RunnerOutput, SchedulerOutput
-from mstar.engine.state_cache import allocate_state_cache, num_slots_for, slot_bytes
+from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.models.loader import load_model
 from mstar.models.parallel import TensorParallel
 from mstar.models.state_layout import StateLayout

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from mstar.engine.kv.state_cache import StateSlots
 from mstar.engine.sequence import Sequence
-from mstar.engine.state_cache import StateSlots
 
 
 class Block:

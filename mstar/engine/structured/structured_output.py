@@ -1,7 +1,7 @@
 """Structured output with xgrammar: check a constraint, compile it off the hot path, mask logits.
 
 - ``check_structured_output``: needs no tokenizer (the API layer calls it for a 400).
-- compiling happens in ``mstar.engine.grammar_pool`` (off the step loop, bounded in time and
+- compiling happens in ``mstar.engine.structured.grammar_pool`` (off the step loop, bounded in time and
   cache memory); the scheduler admits a request once its grammar is ready.
 - The token bitmask of each constrained row is filled and applied by the sampler
   (``mstar.engine.sampling.grammar``).

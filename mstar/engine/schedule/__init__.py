@@ -1,0 +1,1 @@
+"""The scheduler, the immutable step plan it emits, and the overlap policy."""

@@ -1,0 +1,1 @@
+"""Structured output: grammar limits, the compile pool, the per-request matcher."""
