@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from api_stub import stub_app
+from api_stub import STUB_MODEL, stub_app
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -154,3 +154,45 @@ def test_the_reject_mode_refuses_special_token_text(tiny_tokenizer):
     response = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
     _assert_400(response, "messages.1.content", "special-token")
     assert _chat(client).status_code == 200 and len(stub.submitted) == 1
+
+
+# ---- the longest text tokenized ---------------------------------------------------------------
+
+MAX_CHARS = 1000
+LONG = "word " * (MAX_CHARS // 5) + "!"  # one character past the bound
+TEXT_ROUTES = {  # every route that tokenizes text: (path, body, the field its 413 names)
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": LONG}]},
+             "messages"),
+    "completions": ("/v1/completions", {"prompt": LONG}, "prompt"),
+    "completions-batch": ("/v1/completions", {"prompt": ["hi", LONG]}, "prompt.1"),
+    "generate": ("/generate", {"prompt": LONG}, "prompt"),
+    "tokenize": ("/tokenize", {"prompt": LONG}, "prompt"),
+    "tokenize-messages": ("/tokenize", {"messages": [{"role": "user", "content": LONG}]},
+                          "messages"),
+    "embeddings": ("/v1/embeddings", {"input": ["hi", LONG]}, "input.1"),
+    "responses": ("/v1/responses", {"input": LONG}, "input"),
+    "anthropic-messages": ("/v1/messages", {"model": STUB_MODEL, "max_tokens": 2, "messages": [
+        {"role": "user", "content": LONG}]}, "messages"),
+}
+
+
+@pytest.fixture(scope="module")
+def short_client(tiny_tokenizer):
+    from starlette.testclient import TestClient
+
+    app, stub = stub_app(tiny_tokenizer, max_prompt_chars=MAX_CHARS)
+    return TestClient(app), stub
+
+
+@pytest.mark.parametrize("route", list(TEXT_ROUTES))
+def test_a_text_over_the_bound_is_a_413_naming_the_field_before_tokenizing(short_client, route):
+    client, stub = short_client
+    path, body, param = TEXT_ROUTES[route]
+    submitted = len(stub.submitted)
+    response = client.post(path, json=body)
+    assert response.status_code == 413, response.text
+    error = response.json()["error"]
+    assert "MSTAR_MAX_PROMPT_CHARS" in error["message"] and error["param"] == param, error
+    assert len(stub.submitted) == submitted  # nothing reached the engine
+    short = json.loads(json.dumps(body).replace(LONG, "hello"))
+    assert client.post(path, json=short).status_code == 200

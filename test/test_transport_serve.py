@@ -84,13 +84,14 @@ def chat(server: Server) -> str:
 
 
 def fingerprints(server: Server, root) -> set[str]:
-    """Every process's fingerprint: the API server's (a response, /v1/config, /metrics), the
-    conductor's and each worker's (logged when ready; a reload would log ``settings_applied``)."""
+    """Every process's fingerprint: the API server's (a chat within 2 s, /v1/config, /metrics),
+    the conductor's and each worker's (logged when ready, and by every reload they apply)."""
     config = httpx.get(server.url + "/v1/config", headers=server.headers, timeout=5).json()
     metric = re.search(r'^mstar_settings_info\{fingerprint="(\w+)"\}', server.metrics_text(), re.M)
     logs = server.log() + (root / "worker.log").read_text()
-    logged = re.findall(r"(?:worker_loaded|workers_ready).*fingerprint=(\w+)", logs)
-    assert len(logged) == 3  # the conductor, worker 0, worker 1
+    logged = re.findall(r"(?:worker_loaded|workers_ready|settings_applied).*fingerprint=(\w+)",
+                        logs)
+    assert len(logged) == 3  # the conductor, worker 0, worker 1: ready, and no reload applied
     return {chat(server), config["fingerprint"], metric.group(1), *logged}
 
 
@@ -146,14 +147,13 @@ def test_a_port_survives_every_probe(cluster, process):
     assert len(expected) == 1
     raw_send(address, os.urandom(4096))
     raw_send(address, b"\xff" + b"\x00" * 8 + b"\x7f")  # a zmq greeting cut short
-    assert chat(server) in expected, "raw bytes"
+    assert fingerprints(server, root) == expected, "raw bytes"
     for probe, frames in PROBES.items():
         zmq_send(address, frames, None)  # no secret: CURVE refuses the peer
-        assert chat(server) in expected, f"{probe} without the secret"
+        assert fingerprints(server, root) == expected, f"{probe} without the secret"
         if probe != "a forged reload":  # a secret holder's reload or fatal is obeyed
             zmq_send(address, frames, CurveKeys.from_secret(SECRET))
-            assert chat(server) in expected, f"{probe} with the secret"
-    assert fingerprints(server, root) == expected
+            assert fingerprints(server, root) == expected, f"{probe} with the secret"
 
 
 def test_each_process_counted_and_logged_its_drops_and_nothing_else(cluster):

@@ -5,7 +5,9 @@ thread (``asyncio.to_thread``) and ``/health`` and running streams stay responsi
 tokenizer's Rust encoder releases the GIL while it works; what holds the GIL in proportion to the
 prompt is turning the ids into a Python list and freeing the encoding, so the token count is
 checked against ``max_model_len`` first (an over-long prompt never becomes a list) and the encoding
-is the variant without per-token offsets and strings.
+is the variant without per-token offsets and strings. Before any of that, a text longer than
+MSTAR_MAX_PROMPT_CHARS is refused (``check_prompt_chars``, a 413 naming the field): every route that
+tokenizes text (chat, completions, embeddings, /generate, /tokenize, images) passes through it.
 
 Special-token text a message's content holds stays plain text (or is refused), as
 MSTAR_SPECIAL_TOKENS_IN_CONTENT says: see ``special_text``.
@@ -76,11 +78,13 @@ def render_chat(state: ServerState, given: list[Any], messages: list[dict],
                                              **(template_kwargs or {}))
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
+    check_prompt_chars(text, state.settings.max_prompt_chars, "messages")
     return text, contents
 
 
 def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: str) -> list[int]:
     if isinstance(prompt, str):
+        check_prompt_chars(prompt, state.settings.max_prompt_chars, param)
         return encode(state.tokenizer, prompt, True, state.max_model_len, param)
     vocab = len(state.tokenizer)
     bad = [t for t in prompt if not 0 <= t < vocab]
@@ -88,6 +92,13 @@ def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: s
         raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param)
     check_prompt_len(len(prompt), state.max_model_len, param)
     return list(prompt)
+
+
+def check_prompt_chars(text: str, max_chars: int, param: str) -> None:
+    """A 413 naming ``param`` when ``text`` is longer than MSTAR_MAX_PROMPT_CHARS."""
+    if len(text) > max_chars:
+        raise APIError(413, f"{param} has {len(text)} characters; at most {max_chars} are "
+                       "tokenized per text (MSTAR_MAX_PROMPT_CHARS)", param)
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mstar.api_server.generation.prompts import check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.parts import image_parts
 from mstar.api_server.media.pool import in_media_pool, load_images
@@ -41,11 +42,14 @@ def _template_messages(req) -> list[dict[str, Any]]:
     return out
 
 
-def _build(processor, req, images, max_model_len: int) -> ImagePrompt:
+def _build(processor, req, images, max_model_len: int, max_chars: int) -> ImagePrompt:
     try:
         text = processor.apply_chat_template(_template_messages(req), tokenize=False,
                                              add_generation_prompt=True)
+        check_prompt_chars(text, max_chars, "messages")
         ids, inputs = build_prompt(processor, text, images)
+    except APIError:
+        raise
     except Exception as exc:  # a template or processor refusing this conversation
         raise APIError(400, f"cannot prepare the images and text: {exc}", "messages") from exc
     if len(ids) >= max_model_len:
@@ -59,4 +63,5 @@ def _build(processor, req, images, max_model_len: int) -> ImagePrompt:
 async def image_chat_prompt(state, req) -> ImagePrompt:
     parts = image_parts(req.messages, True, state.settings.max_images_per_request)
     images = await load_images(parts, state.settings)
-    return await in_media_pool(_build, state.processor, req, images, state.max_model_len)
+    return await in_media_pool(_build, state.processor, req, images, state.max_model_len,
+                               state.settings.max_prompt_chars)

@@ -2,7 +2,8 @@
 
 /tokenize takes a ``prompt`` (special tokens added by default) or chat ``messages`` (rendered with
 the chat template, generation prompt added by default) and answers the token ids, their count and
-max_model_len. Tokenizing, the token strings and the JSON encoding all run in a worker thread.
+max_model_len. A text over MSTAR_MAX_PROMPT_CHARS is a 413 before any tokenizing. Tokenizing,
+the token strings and the JSON encoding all run in a worker thread.
 /detokenize turns token ids back into text.
 """
 
@@ -16,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from mstar.api_server.generation.prompts import render_chat
+from mstar.api_server.generation.prompts import check_prompt_chars, render_chat
 from mstar.api_server.generation.special_text import encode_marked
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import REQUEST_ERRORS, documented
@@ -72,6 +73,8 @@ async def tokenize(req: TokenizeRequest, request: Request) -> Any:
         raise APIError(400, "give exactly one of 'prompt' and 'messages'", "prompt")
     if req.messages is not None:
         check_content_parts(req)
+    else:
+        check_prompt_chars(req.prompt, state.settings.max_prompt_chars, "prompt")
     body = await asyncio.to_thread(_tokenize_body, state, req)
     return Response(body, media_type="application/json", headers=headers)
 

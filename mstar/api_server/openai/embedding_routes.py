@@ -16,7 +16,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from mstar.api_server.generation.prompts import check_prompt_len, encode
+from mstar.api_server.generation.prompts import check_prompt_chars, check_prompt_len, encode
 from mstar.api_server.generation.run import new_request_id, run_requests
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
@@ -60,6 +60,7 @@ def _input_ids(state: ServerState, inputs: list[str | list[int]]) -> list[list[i
     for k, item in enumerate(inputs):
         param = f"input.{k}" if len(inputs) > 1 else "input"
         if isinstance(item, str):
+            check_prompt_chars(item, state.settings.max_prompt_chars, param)
             ids.append(encode(state.tokenizer, item, True, state.max_model_len, param, pooled=True))
             continue
         vocab = len(state.tokenizer)

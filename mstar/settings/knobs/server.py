@@ -113,6 +113,11 @@ class RequestLimitKnobs(BaseModel):
     max_logit_bias_entries: int = _limits(
         1024, "Most entries of 'logit_bias' in one request.", unit="entries", ge=1,
         le=MAX_COUNT)
+    max_prompt_chars: int = _limits(
+        16_000_000, "Longest text one request has tokenized: a prompt (each one of a batch), an "
+        "embeddings input, or a chat rendered with its template (/v1/chat/completions, "
+        "/v1/responses, /v1/messages, /tokenize). Longer is a 413 naming the field, before any "
+        "tokenizing.", unit="characters", ge=1, le=MAX_COUNT)
     special_tokens_in_content: Literal["escape", "reject"] = _limits(
         "escape", "Special-token text (e.g. ``<|im_start|>``) typed inside a chat message's content "
         "(system, user, assistant or tool): escape = tokenized as the plain text it is, never "
