@@ -32,7 +32,7 @@ def _mstar(model_dir):
     return load_model(model_dir, config, torch.device("cpu"), torch.float32)
 
 
-FAMILIES = ["smolvlm", "llava_clip", "llava_siglip"]
+FAMILIES = ["smolvlm", "llava_clip", "llava_siglip", "qwen2_5_vl", "gemma3"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
