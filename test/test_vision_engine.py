@@ -14,7 +14,11 @@ from mstar.models.vision.inputs import build_prompt, load_processor
 
 MAX_NEW = 10
 _CALLS = itertools.count()
-FAMILIES = ["smolvlm", "llava_clip"]
+FAMILIES = ["smolvlm", "llava_clip", "qwen2_5_vl", "gemma3"]
+# Chunk sizes that cut through image placeholders. Gemma 3's image tokens attend to each other
+# both ways, so its chunks stop before an image they would split (16 tokens: one chunk holds
+# a whole image); the others split runs anywhere.
+CHUNK = {"gemma3": 20}
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +73,21 @@ def test_alone_and_batched_with_text_match(family, vlm, make_engine):
 def test_chunked_prefill_through_placeholders_matches(family, vlm, make_engine):
     path, processor, requests, refs = vlm(family)
     # 7-token chunks: every image's placeholder run is split across steps.
-    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512, max_num_batched_tokens=7,
-                         encoder_cache_mb=0)
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512,
+                         max_num_batched_tokens=CHUNK.get(family, 7), encoder_cache_mb=0)
     assert _run(engine, processor, requests) == refs
+
+
+def test_an_image_run_longer_than_a_step_is_refused_by_name(vlm, make_engine):
+    """Gemma 3 runs each image's 16 tokens in one step: a smaller step budget cannot."""
+    from mstar.engine.errors import RequestRejected
+
+    path, processor, requests, refs = vlm("gemma3")
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512, max_num_batched_tokens=8)
+    prompt, images = build_prompt(processor, *requests["one"])
+    with pytest.raises(RequestRejected, match="MSTAR_MAX_NUM_BATCHED_TOKENS") as err:
+        engine.add_request("big", prompt, SamplingParams(max_tokens=2), images)
+    assert err.value.param == "messages"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -45,3 +45,14 @@ def check_logit_bias_ids(logit_bias: dict[int, float], vocab_size: int) -> None:
         raise RequestRejected(
             f"logit_bias has token ids outside the vocabulary (0..{vocab_size - 1}): "
             f"{unknown[:5]}", "logit_bias")
+
+
+def check_image_runs_fit(images, max_num_batched_tokens: int) -> None:
+    """Models whose image tokens attend to each other both ways run each image's placeholder
+    run in one step: it must fit the step's token budget."""
+    for i, image in enumerate(images):
+        if image.num_embeds > max_num_batched_tokens:
+            raise RequestRejected(
+                f"image {i} takes {image.num_embeds} tokens, all in one step for this model "
+                f"(its image tokens attend to each other both ways); MSTAR_MAX_NUM_BATCHED_TOKENS="
+                f"{max_num_batched_tokens}", "messages")

@@ -17,7 +17,12 @@ from transformers import AutoConfig, AutoTokenizer
 from mstar.engine.errors import RequestRejected
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.state_cache import StateSlots
-from mstar.engine.limits import check_logit_bias_ids, check_pooled_prompt_fits, check_request_fits
+from mstar.engine.limits import (
+    check_image_runs_fit,
+    check_logit_bias_ids,
+    check_pooled_prompt_fits,
+    check_request_fits,
+)
 from mstar.engine.outputs import RequestOutput, TokenLogprob
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
@@ -107,7 +112,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
                                    settings.max_num_batched_tokens,
                                    OverlapPolicy(loop_settings, self.device.type),
-                                   settings.max_encoder_tokens_per_step, self.speculation)
+                                   settings.max_encoder_tokens_per_step, self.speculation,
+                                   self.model_runner.bidirectional_images)
         self.seqs: dict[str, Sequence] = {}
         self.loop = StepLoop(loop_settings, self.scheduler, self.model_runner, self.postprocess,
                              timer_label)
@@ -159,6 +165,8 @@ class LLMEngine:
             self.graph.prefill_walk({"text", "image"} if images else {"text"})
         except ValueError as exc:
             raise RequestRejected(str(exc), "messages") from exc
+        if self.model_runner.bidirectional_images:
+            check_image_runs_fit(images, self.scheduler.max_num_batched_tokens)
         if params.pooling is not None:  # prefill only: no output tokens
             check_pooled_prompt_fits(len(prompt_token_ids), self.max_model_len)
             # Its row is sampled once (the token is dropped): greedy, so it draws no random

@@ -21,6 +21,10 @@ _MODELS = {
                                         "SmolVLMForConditionalGeneration"),
     "LlavaForConditionalGeneration": ("mstar.models.vision.llava",
                                       "LlavaForConditionalGeneration"),
+    "Qwen2_5_VLForConditionalGeneration": ("mstar.models.vision.qwen2_5_vl",
+                                           "Qwen2_5_VLForConditionalGeneration"),
+    "Gemma3ForConditionalGeneration": ("mstar.models.vision.gemma3",
+                                       "Gemma3ForConditionalGeneration"),
 }
 
 

@@ -31,12 +31,14 @@ def get_backend(name: str):
 
 
 # What models may ask of ``attend`` beyond plain causal attention, per backend.
-_FEATURES = {"torch": {"sliding_window", "scale"}, "triton": set()}
+_FEATURES = {"torch": {"sliding_window", "scale", "bidirectional_images"}, "triton": set()}
 
 
 def model_attention_features(model) -> set[str]:
-    """Per-layer attention variations the model uses (a sliding window, a non-default scale)."""
-    found = set()
+    """Attention variations the model uses (a sliding window, a non-default scale, image tokens
+    attending to each other both ways)."""
+    found = {"bidirectional_images"} if getattr(model, "bidirectional_image_attention",
+                                                False) else set()
     for layer in model.model.layers:
         attn = getattr(layer, "self_attn", None)
         if attn is not None and attn.sliding_window is not None:

@@ -27,3 +27,6 @@ class AttentionInputs:
     dtype: torch.dtype  # activation dtype (for float masks)
     seq_keys: list[int]  # unique per sequence, so a backend can reuse work across steps
     state_layout: StateLayout | None = None  # hybrid models: recurrent-state slots per sequence
+    # Per sequence: position runs [start, end) whose tokens attend to each other both ways in
+    # prefill (one image's tokens, Gemma 3); a chunk never ends inside one.
+    bidirectional_spans: list[tuple[tuple[int, int], ...]] | None = None

@@ -25,16 +25,21 @@ def decode_mask(lens: torch.Tensor, span: int, window: int | None,
     return mask.view(len(lens), 1, 1, span)
 
 
-def prefill_mask(q_len: int, ctx: int, window: int | None,
-                 device: torch.device) -> torch.Tensor | None:
+def prefill_mask(q_len: int, ctx: int, window: int | None, device: torch.device,
+                 spans: tuple[tuple[int, int], ...] = ()) -> torch.Tensor | None:
     """Boolean [q_len, ctx] mask for a chunk's queries (the last ``q_len`` of ``ctx``
-    positions); None when plain causal attention over the chunk itself is exact."""
+    positions); None when plain causal attention over the chunk itself is exact.
+
+    ``spans``: position runs [start, end) ending within ``ctx`` whose tokens also see the later
+    tokens of their run (as transformers composes it: the window still applies)."""
     windowed = window is not None and window < ctx
-    if ctx == q_len and not windowed:
+    if ctx == q_len and not windowed and not spans:
         return None
     q_pos = torch.arange(ctx - q_len, ctx, device=device)[:, None]
     k_pos = torch.arange(ctx, device=device)[None, :]
     mask = k_pos <= q_pos
+    for start, end in spans:
+        mask |= (q_pos >= start) & (q_pos < end) & (k_pos >= start) & (k_pos < end)
     if windowed:
         mask &= k_pos > q_pos - window
     return mask

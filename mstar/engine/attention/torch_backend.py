@@ -70,8 +70,10 @@ class TorchAttentionMetadata:
             q_len, ctx = inputs.query_lens[i], inputs.context_lens_list[i]
             self.prefills.append((start, q_len, ctx, inputs.block_tables[i, : -(-ctx // bs)]))
             start += q_len
+        spans = inputs.bidirectional_spans or [()] * len(inputs.query_lens)
         self.prefill_masks = MasksByWindow(lambda w: [
-            prefill_mask(q_len, ctx, w, device) for _, q_len, ctx, _ in self.prefills])
+            prefill_mask(q_len, ctx, w, device, spans[nd + i])
+            for i, (_, q_len, ctx, _) in enumerate(self.prefills)])
 
     def begin_forward(self) -> None:
         """Called right before the forward, in execution order (metadata may be built ahead)."""

@@ -22,6 +22,7 @@ from mstar.engine.runner.compilation import compile_model
 from mstar.engine.runner.encoder_cache import EncoderCache
 from mstar.engine.runner.input_batch import InputBatch, StepTensors
 from mstar.engine.runner.pooling import Pooler
+from mstar.engine.runner.rope_positions import RopePositions
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
@@ -65,12 +66,17 @@ class ModelRunner:
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
         self.encoder_cache = EncoderCache(int(settings.encoder_cache_mb * (1 << 20)), device)
         self.takes_images = hasattr(self.model, "encode")  # a vision-language model
+        # M-RoPE models: per-request position tables (else each token's index is its position).
+        self.rope_positions = (RopePositions(self.model) if hasattr(self.model, "rope_positions")
+                               else None)
+        # Image tokens attending to each other both ways in prefill (Gemma 3).
+        self.bidirectional_images = getattr(self.model, "bidirectional_image_attention", False)
         self.pooler = Pooler()
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
 
-    def _attention(self, step: StepTensors, keys: list[int]):
+    def _attention(self, step: StepTensors, keys: list[int], image_spans=None):
         """The backend's metadata for the step (built on the thread that runs it)."""
         inputs = AttentionInputs(
             slot_mapping=step.slot_mapping.to(self.device, non_blocking=True),
@@ -83,8 +89,18 @@ class ModelRunner:
             dtype=self.dtype,
             seq_keys=keys,
             state_layout=self._state_layout(step, keys) if self.num_state_slots else None,
+            bidirectional_spans=image_spans,
         )
         return self.attn_backend.build(inputs)
+
+    def _image_spans(self, out: SchedulerOutput) -> list[tuple[tuple[int, int], ...]]:
+        """Per row: the placeholder runs [start, end) of its images that the row touches."""
+        spans = []
+        for row in out.rows:
+            req = self.batch.requests[self.batch.slot_of[row.key]]
+            spans.append(tuple((im.offset, im.end) for im in req.images
+                               if im.offset < row.end and im.end > row.start))
+        return spans
 
     def _state_layout(self, step: StepTensors, keys: list[int]) -> StateLayout:
         """Each row's state slot; a span starting at token 0 starts from a zero state."""
@@ -169,12 +185,18 @@ class ModelRunner:
         removed = [self.batch.slot_of[k] for k in out.removed if k in self.batch.slot_of]
         self.batch.apply(out)
         self.pooler.apply(out)
+        if self.rope_positions is not None:
+            self.rope_positions.apply(out)
         step = self.batch.tensors(out)
         started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
-        attn_metadata = self._attention(step, [row.key for row in out.rows])
+        attn_metadata = self._attention(step, [row.key for row in out.rows],
+                                        self._image_spans(out) if self.bidirectional_images else None)
         attn_metadata.begin_forward()
         input_ids = step.input_ids.to(self.device, non_blocking=True)
-        positions = step.positions.to(self.device, non_blocking=True)
+        positions = step.positions
+        if self.rope_positions is not None:
+            positions = self.rope_positions.step(out, positions)
+        positions = positions.to(self.device, non_blocking=True)
         images = self._images_in_step(out) if self.takes_images else None
         if images:
             embeds = self._merged_embeds(input_ids, images)

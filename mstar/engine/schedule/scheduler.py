@@ -51,6 +51,17 @@ def encoder_cut(seq: Sequence, start: int, n: int, budget: int, fresh: bool) -> 
     return n, used
 
 
+def image_run_cut(seq: Sequence, start: int, n: int) -> int:
+    """``n`` or fewer tokens of ``seq`` from ``start``, so that the chunk does not end inside an
+    image's placeholder run: for models whose image tokens attend to each other both ways
+    (Gemma 3), a token cannot see keys that a later chunk computes. A chunk may start inside a
+    run (after a prefix-cache hit): the earlier tokens of the run are already computed."""
+    for image in seq.images:
+        if image.offset < start + n < image.end:
+            return max(image.offset - start, 0)
+    return n
+
+
 def ready_to_run(seq: Sequence) -> bool:
     """A request waits until its structured-output grammar has compiled (off the hot path)."""
     return seq.sampling_state is None or seq.sampling_state.grammar_ready
@@ -68,8 +79,9 @@ class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
                  max_encoder_tokens: int = 2**31 - 1,
-                 speculation: Speculation | None = None) -> None:
+                 speculation: Speculation | None = None, whole_image_runs: bool = False) -> None:
         self.block_manager = block_manager
+        self.whole_image_runs = whole_image_runs  # chunks never end inside an image's run
         self.max_encoder_tokens = max_encoder_tokens  # image embedding rows per step
         self.speculation = speculation
         self.max_num_seqs = max_num_seqs
@@ -128,6 +140,13 @@ class Scheduler:
         return ScheduledRow(seq.seq_no, start, num_tokens + len(drafts), new_blocks,
                             samples=start + num_tokens >= len(seq), draft_token_ids=drafts)
 
+    def _image_cut(self, seq: Sequence, start: int, n: int, encoder: int) -> tuple[int, int]:
+        """``encoder_cut`` with the step's encoder budget left, after ``image_run_cut`` for
+        models that need whole image runs."""
+        if self.whole_image_runs:
+            n = image_run_cut(seq, start, n)
+        return encoder_cut(seq, start, n, encoder, encoder == self.max_encoder_tokens)
+
     def _drafts(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
         """Draft tokens for a decoding row when speculative decoding is on (serial loop only: a
         continuation step assumes one token per row), trimmed to the budget and free blocks."""
@@ -151,8 +170,7 @@ class Scheduler:
             seq = self.running[i]
             n = min(len(seq) - seq.num_computed_tokens, budget)
             if seq.images:
-                n, cost = encoder_cut(seq, seq.num_computed_tokens, n, encoder,
-                                      encoder == self.max_encoder_tokens)
+                n, cost = self._image_cut(seq, seq.num_computed_tokens, n, encoder)
                 if n == 0:  # its next image waits for a step with encoder budget left
                     i += 1
                     continue
@@ -182,8 +200,7 @@ class Scheduler:
                 break
             n = min(len(seq) - num_cached, budget)
             if seq.images:
-                n, cost = encoder_cut(seq, num_cached, n, encoder,
-                                      encoder == self.max_encoder_tokens)
+                n, cost = self._image_cut(seq, num_cached, n, encoder)
                 if n == 0:  # its first image waits for a step with encoder budget left
                     bm.free_request(seq.seq_no)
                     break

@@ -14,6 +14,14 @@ from mstar.graph import WalkGraph, with_encoder
 from mstar.models.llama import LlamaForCausalLM
 
 
+def init_position_ids(tower: nn.Module, device: torch.device) -> None:
+    """A transformers tower's position ids: non-persistent buffers, not in the checkpoint."""
+    for module in tower.modules():
+        ids = module._buffers.get("position_ids")
+        if ids is not None:
+            module.position_ids = torch.arange(ids.shape[-1], device=device).expand(ids.shape)
+
+
 class VisionLanguageParts(nn.Module):
     """The checkpoint's ``model.*`` modules; the text decoder's pieces the engine looks for
     (``embed_tokens``, ``layers``, ``rotary_emb``) are forwarded from it."""

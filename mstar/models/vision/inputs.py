@@ -38,15 +38,33 @@ class ImageInput:
         return len(self.positions)
 
 
-def load_processor(model_dir):
-    from transformers import AutoProcessor
+# Families whose transformers processor would load a video processor (its class needs
+# torchvision): their images-only subclass instead, by config.model_type.
+_IMAGES_ONLY_PROCESSORS = {
+    "qwen2_5_vl": ("mstar.models.vision.qwen2_5_vl", "Qwen2_5_VLImagesProcessor"),
+}
+# Processor outputs that are not the encoder's input (they describe the text around the image).
+_TEXT_SIDE = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 
+
+def load_processor(model_dir):
+    import importlib
+
+    from transformers import AutoConfig, AutoProcessor
+
+    model_type = AutoConfig.from_pretrained(model_dir).model_type
+    if model_type in _IMAGES_ONLY_PROCESSORS:
+        module, name = _IMAGES_ONLY_PROCESSORS[model_type]
+        return getattr(importlib.import_module(module), name).from_pretrained(model_dir,
+                                                                              backend="pil")
     return AutoProcessor.from_pretrained(model_dir, backend="pil")
 
 
 def image_token_id(processor) -> int:
+    """The placeholder token: the tokenizer's own image token where it names one (Gemma 3's
+    prompt marker, ``processor.image_token``, is the begin-of-image token around them)."""
     tok = processor.tokenizer
-    return tok.convert_tokens_to_ids(processor.image_token)
+    return tok.convert_tokens_to_ids(getattr(tok, "image_token", None) or processor.image_token)
 
 
 def content_hash(tensors: dict[str, torch.Tensor]) -> str:
@@ -66,7 +84,7 @@ def _image_alone(processor, image) -> tuple[dict[str, torch.Tensor], int]:
     token = image_token_id(processor)
     count = int((out["input_ids"] == token).sum())
     tensors = {k: v for k, v in out.items()
-               if isinstance(v, torch.Tensor) and k not in ("input_ids", "attention_mask")}
+               if isinstance(v, torch.Tensor) and k not in _TEXT_SIDE}
     return tensors, count
 
 

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModel
 from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
 
-from mstar.models.vision.base import VisionLanguageModel, VisionLanguageParts
+from mstar.models.vision.base import VisionLanguageModel, VisionLanguageParts, init_position_ids
 
 
 class LlavaForConditionalGeneration(VisionLanguageModel):
@@ -33,11 +33,7 @@ class LlavaForConditionalGeneration(VisionLanguageModel):
         self.drop_cls = config.vision_feature_select_strategy == "default"
 
     def init_buffers(self, device: torch.device) -> None:
-        """The tower's position ids: a non-persistent buffer, not in the checkpoint."""
-        for module in self.model.vision_tower.modules():
-            ids = module._buffers.get("position_ids")
-            if ids is not None:
-                module.position_ids = torch.arange(ids.shape[-1], device=device).expand(ids.shape)
+        init_position_ids(self.model.vision_tower, device)
 
     def encode(self, image: dict[str, torch.Tensor]) -> torch.Tensor:
         """``pixel_values`` [1, 3, H, W]."""
