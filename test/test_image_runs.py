@@ -4,7 +4,7 @@ prefill mask lets a run's tokens see each other, windowed as transformers compos
 from __future__ import annotations
 
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mstar.engine.attention.masks import prefill_mask
@@ -30,6 +30,7 @@ def _seq(length: int, runs) -> Sequence:
     return Sequence("r", [0] * length, SamplingParams(), None, images=images)
 
 
+@settings(max_examples=60, deadline=None)
 @given(prompts_with_runs(), st.data())
 def test_a_chunk_never_ends_inside_a_run_and_is_as_long_as_it_can_be(shape, data):
     length, runs = shape
@@ -45,6 +46,7 @@ def test_a_chunk_never_ends_inside_a_run_and_is_as_long_as_it_can_be(shape, data
             assert any(a < start + longer < b for a, b in runs)
 
 
+@settings(max_examples=60, deadline=None)
 @given(prompts_with_runs(), st.data(), st.sampled_from([None, 3, 8]))
 def test_prefill_mask_is_causal_or_same_run_within_the_window(shape, data, window):
     length, runs = shape

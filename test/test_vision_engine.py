@@ -135,13 +135,14 @@ def _cached(engine, processor, requests, rid) -> int:
     return run_engine(engine, {})[again]["cached_tokens"]
 
 
-def test_llm_chat_takes_openai_image_parts(vlm):
+@pytest.mark.parametrize("family", ["smolvlm", "gemma3"])  # Gemma 3's marker is not its token
+def test_llm_chat_takes_openai_image_parts(family, vlm):
     import base64
     import io
 
     from mstar import LLM
 
-    path, processor, requests, refs = vlm("smolvlm")
+    path, processor, requests, refs = vlm(family)
     png = io.BytesIO()
     requests["one"][1][0].save(png, format="PNG")
     url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
