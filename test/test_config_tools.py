@@ -198,3 +198,14 @@ def test_step_loop_switches_between_serial_and_overlapped_mid_run(tiny_model_dir
     reference, switched = generate(False), generate(True)
     assert switched == reference
     assert all(len(t) == 24 for t in switched.values())
+
+
+def test_qwen2_5_vl_image_budget_reads_the_transformers_5_pixel_cap(tmp_path):
+    """transformers 5 saves Qwen2.5-VL's pixel cap as size.longest_edge, not max_pixels."""
+    from mstar.settings.image_budget import max_image_tokens
+
+    config = {"model_type": "qwen2_5_vl", "vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
+    pre = tmp_path / "preprocessor_config.json"
+    pre.write_text(json.dumps({"size": {"shortest_edge": 3136, "longest_edge": 28 * 28 * 100}}))
+    # 100 merged 28x28 patches at the cap, plus the vision start and end tokens.
+    assert max_image_tokens(config, tmp_path / "config.json", max_pixels=10**9) == 102

@@ -45,6 +45,8 @@ def max_image_tokens(config: dict[str, Any], config_json: Path, max_pixels: int)
         return int(config.get("mm_tokens_per_image", 256)) + 2
     if kind == "qwen2_5_vl":
         patch = vision.get("patch_size", 14) * vision.get("spatial_merge_size", 2)
-        pixels = min(max_pixels, int(pre.get("max_pixels") or _QWEN_MAX_PIXELS))
+        # transformers 5 saves the pixel cap as size.longest_edge; older processors as max_pixels.
+        cap = pre.get("max_pixels") or (pre.get("size") or {}).get("longest_edge")
+        pixels = min(max_pixels, int(cap or _QWEN_MAX_PIXELS))
         return pixels // (patch * patch) + 2
     return None
