@@ -11,6 +11,8 @@ where it is native; its perplexity is within the quality gate (docs/engine.rst).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -40,9 +42,16 @@ def native_bf16() -> bool:
     return native and torch.backends.mkldnn.is_available()
 
 
+def avx2_without_native_bf16() -> bool:
+    """True on a CPU whose bf16 linears run mstar's bf16-weight kernel (cpu_bf16_linear.py):
+    AVX2 and FMA, no native bf16."""
+    return not native_bf16() and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
 def cpu_auto_dtype() -> torch.dtype:
-    """The dtype MSTAR_DTYPE=auto means on CPU."""
-    return torch.bfloat16 if native_bf16() else torch.float32
+    """The dtype MSTAR_DTYPE=auto means on CPU: bf16 where it is native or runs the bf16-weight
+    kernel (AVX2), float32 on older CPUs."""
+    return torch.bfloat16 if native_bf16() or avx2_without_native_bf16() else torch.float32
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
@@ -51,10 +60,20 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
 
 
-def pack_linears(model: nn.Module) -> None:
-    """Swap every nn.Linear for a PackedLinear (tied embeddings keep their own weight)."""
+def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module],
+                    keep: Callable[[nn.Linear], bool] = lambda linear: False) -> int:
+    """Swap every nn.Linear (not ``keep``) for ``make(linear)``; returns how many were swapped."""
+    swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             # nn.MultiheadAttention (e.g. a SigLIP pooling head) reads its out_proj's weight.
-            if isinstance(child, nn.Linear) and not isinstance(parent, nn.MultiheadAttention):
-                setattr(parent, name, PackedLinear(child))
+            if (isinstance(child, nn.Linear) and not isinstance(parent, nn.MultiheadAttention)
+                    and not keep(child)):
+                setattr(parent, name, make(child))
+                swapped += 1
+    return swapped
+
+
+def pack_linears(model: nn.Module) -> None:
+    """Swap every nn.Linear for a PackedLinear (tied embeddings keep their own weight)."""
+    replace_linears(model, PackedLinear)
