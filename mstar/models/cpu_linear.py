@@ -3,10 +3,10 @@
 Prepacked weights let oneDNN skip per-call reordering; on small decode batches this
 runs the projections and the LM head 1.4-2.5x faster than the default BLAS path.
 
-bf16 is only fast with native bf16 instructions (avx512_bf16 or AMX): on an AVX2-only CPU
-oneDNN cannot pack bf16 and plain bf16 matmuls are emulated, several times slower than fp32
-at decode batch sizes (benchmark/cpu_kernels.py). So MSTAR_DTYPE=auto picks bf16 on CPU only
-where it is native; its perplexity is within the quality gate (docs/engine.rst).
+oneDNN packs bf16 only with native bf16 instructions (avx512_bf16 or AMX); on an AVX2-only CPU
+a bf16 model runs mstar's bf16-weight kernel instead (cpu_bf16_linear.py). MSTAR_DTYPE=auto picks
+bf16 on CPU only where it is native: on AVX2 the kernel wins at 1-8 sequences, not at 32
+(docs/engine.rst); bf16's perplexity is within the quality gate either way.
 """
 
 from __future__ import annotations
@@ -42,16 +42,10 @@ def native_bf16() -> bool:
     return native and torch.backends.mkldnn.is_available()
 
 
-def avx2_without_native_bf16() -> bool:
-    """True on a CPU whose bf16 linears run mstar's bf16-weight kernel (cpu_bf16_linear.py):
-    AVX2 and FMA, no native bf16."""
-    return not native_bf16() and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-
-
 def cpu_auto_dtype() -> torch.dtype:
-    """The dtype MSTAR_DTYPE=auto means on CPU: bf16 where it is native or runs the bf16-weight
-    kernel (AVX2), float32 on older CPUs."""
-    return torch.bfloat16 if native_bf16() or avx2_without_native_bf16() else torch.float32
+    """The dtype MSTAR_DTYPE=auto means on CPU (docs/engine.rst: on AVX2 without native bf16,
+    bf16 through the bf16-weight kernel decodes faster at 1-8 sequences, not at 32)."""
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
