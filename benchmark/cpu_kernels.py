@@ -3,7 +3,9 @@
     .venv/bin/python -m benchmark.cpu_kernels [--threads 2] [--compile]
 
 Each candidate computes y = x @ W^T for every shape of SmolLM2-135M (hidden 576, intermediate
-1536, vocab 49152; 9 q heads and 3 kv heads of 64). To time weights the way a decode step sees them
+1536, vocab 49152; 9 q heads and 3 kv heads of 64), x float32. The bf16 candidates store W in
+bf16: ``bf16_linear`` is torch's, ``mstar_bf16`` the native bf16-weight kernel (float32
+arithmetic) that bf16 models use on CPUs without native bf16. To time weights the way a decode step sees them
 (streamed from memory, not hot in the 32 MB L3), each candidate cycles through enough copies of the
 weight to exceed --cold-mb of float32 data. Reported: the fastest of --repeats sweeps, in
 microseconds per call; the machine is shared, so compare columns of one run and prefer the minimum.
@@ -56,9 +58,8 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
         out["mstar_q4"] = (lambda x, s: torch.ops.mstar_quant.q4_linear(x, s, x.shape[1]), q4.blocks)
         out["mstar_int8"] = (lambda x, s: torch.ops.mstar_quant.int8_linear(x, s[0], s[1]),
                              (q8.weight, q8.scales))
-        out["q4_qdot"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_qdot(x, s, x.shape[1]), q4.blocks)
-        out["int8_qdot"] = (lambda x, s: torch.ops.mstar_quant.int8_linear_qdot(x, s[0], s[1]),
-                            (q8.weight, q8.scales))
+        out["mstar_bf16"] = (lambda x, s: torch.ops.mstar_quant.bf16_linear(x, s, None, -1),
+                             w.bfloat16())
     if use_compile:
         fused = torch.compile(lambda x, blocks: F.linear(x, dequantize_q4(Q4Weight(blocks, x.shape[1]))),
                               dynamic=True)

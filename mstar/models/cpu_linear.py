@@ -3,13 +3,15 @@
 Prepacked weights let oneDNN skip per-call reordering; on small decode batches this
 runs the projections and the LM head 1.4-2.5x faster than the default BLAS path.
 
-bf16 is only fast with native bf16 instructions (avx512_bf16 or AMX): on an AVX2-only CPU
-oneDNN cannot pack bf16 and plain bf16 matmuls are emulated, several times slower than fp32
-at decode batch sizes (benchmark/cpu_kernels.py). So MSTAR_DTYPE=auto picks bf16 on CPU only
-where it is native; its perplexity is within the quality gate (docs/engine.rst).
+oneDNN packs bf16 only with native bf16 instructions (avx512_bf16 or AMX); on an AVX2-only CPU
+a bf16 model runs mstar's bf16-weight kernel instead (cpu_bf16_linear.py). MSTAR_DTYPE=auto picks
+bf16 on CPU only where it is native: on AVX2 the kernel wins at 1-8 sequences, not at 32
+(docs/engine.rst); bf16's perplexity is within the quality gate either way.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -41,7 +43,8 @@ def native_bf16() -> bool:
 
 
 def cpu_auto_dtype() -> torch.dtype:
-    """The dtype MSTAR_DTYPE=auto means on CPU."""
+    """The dtype MSTAR_DTYPE=auto means on CPU (docs/engine.rst: on AVX2 without native bf16,
+    bf16 through the bf16-weight kernel decodes faster at 1-8 sequences, not at 32)."""
     return torch.bfloat16 if native_bf16() else torch.float32
 
 
@@ -51,10 +54,20 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
 
 
-def pack_linears(model: nn.Module) -> None:
-    """Swap every nn.Linear for a PackedLinear (tied embeddings keep their own weight)."""
+def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module],
+                    keep: Callable[[nn.Linear], bool] = lambda linear: False) -> int:
+    """Swap every nn.Linear (not ``keep``) for ``make(linear)``; returns how many were swapped."""
+    swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             # nn.MultiheadAttention (e.g. a SigLIP pooling head) reads its out_proj's weight.
-            if isinstance(child, nn.Linear) and not isinstance(parent, nn.MultiheadAttention):
-                setattr(parent, name, PackedLinear(child))
+            if (isinstance(child, nn.Linear) and not isinstance(parent, nn.MultiheadAttention)
+                    and not keep(child)):
+                setattr(parent, name, make(child))
+                swapped += 1
+    return swapped
+
+
+def pack_linears(model: nn.Module) -> None:
+    """Swap every nn.Linear for a PackedLinear (tied embeddings keep their own weight)."""
+    replace_linears(model, PackedLinear)

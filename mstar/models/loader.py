@@ -12,6 +12,7 @@ import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
+from mstar.models.cpu_bf16_linear import runs_bf16_kernel, use_bf16_kernel
 from mstar.models.cpu_linear import can_pack, pack_linears
 from mstar.models.gguf_loader import gguf_source, read_gguf
 from mstar.models.parallel import TensorParallel, build_sharded, shard_tensor
@@ -31,7 +32,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
                cache_dir: Path = Path("~/.cache/mstar"), parallel: TensorParallel | None = None):
     """Instantiate without initialising weights (meta device), then fill from the checkpoint.
 
-    ``prepack`` repacks linear weights for oneDNN on CPU; torch.compile cannot lower those.
+    ``prepack`` repacks linear weights for oneDNN on CPU, or, for bf16 on a CPU without native
+    bf16, runs them on the native bf16-weight kernel; torch.compile cannot lower either.
     ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
     keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build.
     ``parallel`` (tensor parallelism over more than one rank) builds this rank's shard and loads
@@ -67,6 +69,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
         install_quantized(model, quantized, device.type == "cpu" and native_kernels(cache_dir))
     if prepack and can_pack(device, dtype):
         pack_linears(model)
+    elif prepack and runs_bf16_kernel(device, dtype) and native_kernels(cache_dir):
+        use_bf16_kernel(model)
     log.info("model_loaded", path=str(model_dir), arch=cls.__name__,
              seconds=round(time.perf_counter() - start, 2))
     return model

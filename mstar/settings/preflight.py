@@ -86,12 +86,21 @@ def gpu_visible() -> bool:
     return gpus.is_dir() and any(gpus.iterdir())
 
 
-def cpu_has_native_bf16() -> bool:
+def _cpu_flags() -> set[str]:
     try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
+        return set(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split())
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        return set()
+
+
+def cpu_has_native_bf16() -> bool:
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags())
+
+
+def cpu_runs_bf16() -> bool:
+    """bf16 is not emulated on this CPU: native (avx512_bf16, AMX), or AVX2 + FMA for mstar's
+    bf16-weight kernel (float32 arithmetic on bf16 weights; mstar/models/cpu_bf16_linear.py)."""
+    return cpu_has_native_bf16() or {"avx2", "fma", "f16c"} <= _cpu_flags()
 
 
 def resolved_device_dtype(settings: WorkerSettings) -> tuple[str, str]:
@@ -214,9 +223,9 @@ def check_device(settings: WorkerSettings, device: str, dtype: str) -> list[Prob
     if device == "cpu" and dtype == "float16":
         return [_problem("MSTAR_DTYPE", "float16 on CPU is slow and loses precision; use "
                          "float32 or bfloat16", here, error=False)]
-    if device == "cpu" and dtype == "bfloat16" and not cpu_has_native_bf16():
-        return [_problem("MSTAR_DTYPE", "bfloat16 on a CPU without avx512_bf16/AMX is emulated "
-                         "and slow; use float32", here, error=False)]
+    if device == "cpu" and dtype == "bfloat16" and not cpu_runs_bf16():
+        return [_problem("MSTAR_DTYPE", "bfloat16 on a CPU without AVX2 or native bf16 is "
+                         "emulated and slow; use float32", here, error=False)]
     return []
 
 

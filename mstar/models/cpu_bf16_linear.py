@@ -1,0 +1,48 @@
+"""bf16 linear layers for CPUs without native bf16 (AVX2): bf16 weights, float32 arithmetic.
+
+On such a CPU torch emulates bf16 matmuls, several times slower than float32 at batch, and oneDNN
+cannot prepack bf16. The native kernel (``torch.ops.mstar_quant.bf16_linear``,
+quant/csrc/bf16_linear.h) reads the bf16 weights (half the bytes of float32: decode streams them
+from memory), widens them to float32 in registers and runs float32 FMAs, so a bf16 model there
+reads half the memory of a float32 one and computes like one. Activations between the layers stay
+bf16, as on a CPU with native bf16; each layer's sums are float32, rounded to bf16 once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mstar.models.cpu_linear import native_bf16, replace_linears
+
+
+class Bf16Linear(nn.Module):
+    """``nn.Linear`` with a bf16 weight run by the native kernel; shares the layer's parameters
+    (a tied LM head keeps reading the embedding's rows). ``level`` forces a SIMD level (tests)."""
+
+    def __init__(self, linear: nn.Linear, level: int = -1) -> None:
+        super().__init__()
+        if linear.weight.dtype != torch.bfloat16 or not linear.weight.is_contiguous():
+            raise ValueError("Bf16Linear needs a contiguous bfloat16 weight")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        self.level = level
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        out = torch.ops.mstar_quant.bf16_linear(flat, self.weight, self.bias, self.level)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def use_bf16_kernel(model: nn.Module, level: int = -1) -> int:
+    """Swap every bf16 nn.Linear for a Bf16Linear; returns how many were swapped."""
+    return replace_linears(model, lambda linear: Bf16Linear(linear, level),
+                           keep=lambda linear: linear.weight.dtype != torch.bfloat16)
+
+
+def runs_bf16_kernel(device: torch.device, dtype: torch.dtype) -> bool:
+    """A bf16 model on this CPU runs its linears on the bf16-weight kernel: AVX2 and FMA, no
+    native bf16 (which oneDNN runs faster)."""
+    avx2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return device.type == "cpu" and dtype == torch.bfloat16 and avx2 and not native_bf16()

@@ -1,0 +1,116 @@
+"""The bf16-weight CPU linear (bf16 weights, float32 arithmetic): every SIMD level this CPU runs
+against torch's float32 product with the same bf16 weights, and a model in this mode against the
+same model whose linears torch computes that way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cpu_qdot import best_level, level  # noqa: F401 (fixtures: the native build, each level)
+
+from mstar.engine.sampling_params import SamplingParams
+from mstar.models.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
+
+# (M, N, K): one row (the streaming path), the tiles of 5 rows and their tails, K not a multiple
+# of the 16 features per weight load, odd N, the built-in model's shapes.
+SHAPES = [(1, 19, 64), (1, 7, 5), (2, 8, 96), (3, 9, 17), (5, 16, 32), (7, 33, 130),
+          (13, 40, 576), (32, 131, 576), (40, 3, 1536)]
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """float32 math on the bf16 values, in float64 so only the kernel's rounding remains."""
+    b = None if bias is None else bias.double()
+    return F.linear(x.double(), w.double(), b)
+
+
+def _tolerance(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """float32 summation error bound: a few ulps of the sum of the products' magnitudes."""
+    return 1e-6 * (x.double().abs() @ w.double().abs().T) * max(1.0, x.shape[1] ** 0.5)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_kernel_matches_float32_math_on_the_bf16_weights(level, m, n, k):  # noqa: F811
+    torch.manual_seed(m * 10_000 + n * 100 + k)
+    w = (torch.randn(n, k) * torch.rand(n, 1)).bfloat16()  # rows of different magnitude
+    x, bias = torch.randn(m, k), torch.randn(n)
+    got = torch.ops.mstar_quant.bf16_linear(x, w, bias, level)
+    assert got.dtype == torch.float32 and got.shape == (m, n)
+    assert ((got.double() - _reference(x, w, bias)).abs() <= _tolerance(x, w)).all()
+
+
+def test_bf16_activations_give_the_rounded_float32_result(level):  # noqa: F811
+    torch.manual_seed(0)
+    w, x = torch.randn(37, 100).bfloat16(), torch.randn(6, 100).bfloat16()
+    got = torch.ops.mstar_quant.bf16_linear(x, w, None, level)
+    assert got.dtype == torch.bfloat16
+    exact = _reference(x, w, None)
+    # One bf16 rounding of the float32 sums: within half a bf16 ulp (2^-8 relative) plus float32 error.
+    assert ((got.double() - exact).abs() <= exact.abs() * 2**-8 + _tolerance(x, w)).all()
+
+
+def test_a_bad_weight_is_refused(best_level):  # noqa: F811
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        torch.ops.mstar_quant.bf16_linear(torch.randn(1, 8), torch.randn(4, 8), None, -1)
+    with pytest.raises(RuntimeError, match="features"):
+        torch.ops.mstar_quant.bf16_linear(torch.randn(1, 9), torch.randn(4, 8).bfloat16(), None, -1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 70), k=st.integers(1, 200),
+       scale=st.floats(1e-3, 1e3), bias=st.booleans())
+def test_layer_equals_float32_math_on_its_bf16_weights(best_level, m, n, k, scale, bias):  # noqa: F811
+    """The layer the engine runs (best level), any shape, input [2, m, k] float32."""
+    linear = torch.nn.Linear(k, n, bias=bias).to(torch.bfloat16)
+    x = torch.randn(2, m, k) * scale
+    got = Bf16Linear(linear)(x)
+    assert got.shape == (2, m, n)
+    want = _reference(x.view(-1, k), linear.weight, linear.bias)
+    assert ((got.view(-1, n).double() - want).abs() <= _tolerance(x.view(-1, k), linear.weight)).all()
+
+
+class _TorchBf16Linear(torch.nn.Module):
+    """The reference: torch's float32 product with the same bf16 weights, rounded to bf16."""
+
+    def __init__(self, linear: Bf16Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.float()
+        return F.linear(x.float(), self.weight.float(), bias).to(x.dtype)
+
+
+def _greedy(engine, run, prompts: list[list[int]]) -> list[list[int]]:
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    out = run(engine, {str(i): (p, params) for i, p in enumerate(prompts)})
+    return [out[str(i)]["token_ids"] for i in range(len(prompts))]
+
+
+def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
+        tiny_model_dir, make_engine, run, best_level):  # noqa: F811
+    """A bf16 model on this kind of CPU (AVX2, no native bf16) runs every linear, the tied LM head
+    included, on the kernel; at each level it decodes what torch does with the same weights."""
+    model_dir = tiny_model_dir("qwen2")  # tied embeddings, q/k/v biases
+    prompts = [[1, 5, 9, 13, 2], [3, 4], list(range(20, 60))]
+    tokens = {}
+    for name in ["torch", "best", "scalar"]:
+        engine = make_engine(model_dir, dtype="bfloat16", enable_prefix_caching=False)
+        model = engine.model_runner.model
+        layers = [m for m in model.modules() if isinstance(m, Bf16Linear)]
+        if not layers:  # a CPU with native bf16 packs its linears for oneDNN instead
+            assert use_bf16_kernel(model) > 0
+            layers = [m for m in model.modules() if isinstance(m, Bf16Linear)]
+        assert model.lm_head in layers and model.lm_head.weight is model.model.embed_tokens.weight
+        for layer in layers:
+            layer.level = 0 if name == "scalar" else -1
+        if name == "torch":
+            for parent in list(model.modules()):
+                for child_name, child in list(parent.named_children()):
+                    if isinstance(child, Bf16Linear):
+                        setattr(parent, child_name, _TorchBf16Linear(child))
+        tokens[name] = _greedy(engine, run, prompts)
+    assert tokens["best"] == tokens["torch"]
+    assert tokens["scalar"] == tokens["torch"]
