@@ -58,6 +58,7 @@ def step_breakdown(llm, prompts: list[str], params_cls) -> dict:
     on every linear module: the forward runs on the engine's own thread, out of a profiler's view)."""
     from torch import nn
 
+    from mstar.models.cpu_bf16_linear import Bf16Linear
     from mstar.models.cpu_linear import PackedLinear
     from mstar.models.quant.linear import QuantLinear
 
@@ -70,7 +71,7 @@ def step_breakdown(llm, prompts: list[str], params_cls) -> dict:
         spent[0] += time.perf_counter() - started[module]
 
     linears = [m for m in llm.engine.model_runner.model.modules()
-               if isinstance(m, (nn.Linear, PackedLinear, QuantLinear))]
+               if isinstance(m, (nn.Linear, PackedLinear, QuantLinear, Bf16Linear))]
     hooks = [h for m in linears
              for h in (m.register_forward_pre_hook(before), m.register_forward_hook(after))]
     llm.generate(prompts, params_cls(temperature=0, max_tokens=1))  # the prompts' prefill, cached
