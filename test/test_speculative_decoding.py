@@ -16,8 +16,8 @@ from mstar.engine.speculative.ngram import propose_ngram
 from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.speculative.verify import accept
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3", "olmo2", "smollm3",
-            "qwen3_moe")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3", "phi3_longrope", "olmo2",
+            "smollm3", "qwen3_moe")  # and qwen3_5: test_hybrid_model_rolls_back_its_state
 MAX_NEW = 24
 TEXTS = [
     "one two three four five six seven. one two three four five six seven. one two three",
@@ -62,18 +62,42 @@ def test_greedy_output_is_identical_and_drafts_are_accepted(family, tiny_model_d
     assert engine.num_free_blocks() == 256
 
 
-def test_hybrid_model_does_not_speculate(tiny_model_dir, make_engine, run, prompts):
-    """Qwen3.5's recurrent state would advance over rejected drafts: speculation is off."""
-    plain, spec, engine = _both(make_engine, run, tiny_model_dir("qwen3_5"), _requests(prompts),
-                                kv_block_size=4, num_kv_blocks=256)
-    assert engine.speculation is None
+def _oracle(engine, truth: dict, k: int):
+    """A proposer that knows the plain output: the next ``k`` tokens, the third one wrong on
+    every other step (two accepted, the rest rejected), all right otherwise."""
+    def propose(seq):
+        done = seq.num_output_tokens
+        drafts = list(truth[seq.request_id][done:done + min(k, seq.params.max_tokens - done - 1)])
+        if done % 2 and len(drafts) > 2:
+            drafts[2] = (drafts[2] + 1) % 300
+        return tuple(drafts)
+    return propose
+
+
+def test_hybrid_model_rolls_back_its_state_after_rejections(tiny_model_dir, make_engine, run,
+                                                           prompts):
+    """Qwen3.5: a row that rejects drafts gets its recurrent state back and recomputes; the
+    output is what it is without speculation, batched beside plain decodes, for drafts that
+    match in full, in part (a rollback) and not at all (the n-gram proposer on random text)."""
+    model_dir = tiny_model_dir("qwen3_5")
+    requests = _requests(prompts) | {"long": (prompts[2], SamplingParams(temperature=0.0,
+                                                                          max_tokens=40))}
+    plain, spec, engine = _both(make_engine, run, model_dir, requests, kv_block_size=4,
+                                num_kv_blocks=256)
+    assert engine.speculation.recompute_rejected
     assert _tokens(spec) == _tokens(plain)
+    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=256, **NGRAM)
+    engine.speculation.propose = _oracle(engine, _tokens(plain), k=4)
+    assert _tokens(run(engine, requests)) == _tokens(plain)
+    stats = engine.speculation.stats
+    assert stats.accepted > 0 and stats.proposed > stats.accepted  # some drafts were rejected
 
 
-def test_batch_mixing_speculating_and_excluded_requests(tiny_model_dir, make_engine, run,
-                                                        prompts):
-    """Penalised and min_tokens requests decode one token a step beside speculating ones; stop
-    tokens, max_tokens and logprobs inside an accepted run come out as without speculation."""
+def test_batch_mixing_penalties_min_tokens_and_plain_requests(tiny_model_dir, make_engine, run,
+                                                              prompts):
+    """Penalised and min_tokens requests speculate beside plain ones (each verified position
+    counts the drafts before it); stop tokens, max_tokens and logprobs inside an accepted run
+    come out as without speculation."""
     model_dir = tiny_model_dir("llama")
     greedy = _requests(prompts)
     stop_at = run(make_engine(model_dir), {"r0": greedy["r0"]})["r0"]["token_ids"][9]
@@ -146,7 +170,7 @@ def test_seeded_sampling_is_reproducible(tiny_model_dir, make_engine, run, promp
 def test_overlap_cap_turns_speculation_off(tiny_model_dir, make_engine):
     engine = make_engine(tiny_model_dir("llama"), max_consecutive_spec_steps=4, **NGRAM)
     assert engine.speculation is None and engine.loop.policy.overlapped
-    with pytest.raises(ValueError, match="not implemented"):
+    with pytest.raises(ValueError, match="not implemented"):  # mtp, draft: not yet
         make_engine(tiny_model_dir("llama"), speculative_method="mtp", config_strictness="strict")
 
 

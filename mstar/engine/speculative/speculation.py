@@ -1,16 +1,11 @@
 """Who speculates, how many drafts, and the counts: the scheduler's side of speculative decoding.
 
-Excluded from speculation (they decode one token per step as before):
-
-- requests with repetition/presence/frequency penalties or ``min_tokens``: both depend on the
-  outputs before each position, which the batched sampler counts once per step;
-- structured-output (grammar) requests: the matcher would have to check the drafts and roll back;
-- every request of a hybrid model (recurrent-state layers): the state would advance over rejected
-  tokens, and the state cache keeps no snapshot to roll back to;
-- a request whose accepted share of its drafts fell below ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE``
-  (after ``4 * k`` proposed), so open-ended text does not pay for verifying misses.
-
-``logit_bias``, logprobs, seeds, stop tokens and ``max_tokens`` work with speculation.
+Every decoding request may speculate: penalties and ``min_tokens`` count the drafts before each
+verified position (``draft_rows``), a grammar checks the drafts and rolls back
+(``mstar.engine.sampling.grammar``), a hybrid model's recurrent state is restored after a
+rejection (``state_rollback``; ``recompute_rejected``). A request stops speculating when its
+accepted share of its drafts falls below ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE`` (after ``4 * k``
+proposed), so open-ended text does not pay for verifying misses.
 """
 
 from __future__ import annotations
@@ -56,6 +51,7 @@ class Speculation:
     min_n: int
     max_n: int
     min_acceptance: float
+    recompute_rejected: bool = False  # a hybrid model: a rejection recomputes the row
     stats: SpeculationStats = field(init=False)
     tallies: dict[int, _Tally] = field(default_factory=dict)
 
@@ -63,23 +59,17 @@ class Speculation:
         self.stats = SpeculationStats(self.method)
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> Speculation:
+    def from_settings(cls, settings: WorkerSettings, hybrid: bool) -> Speculation:
         return cls(settings.speculative_method, settings.num_speculative_tokens,
                    min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
-                   settings.speculative_min_acceptance)
-
-    @staticmethod
-    def eligible(seq: Sequence) -> bool:
-        p = seq.params
-        return (seq.sampling_state is None and p.repetition_penalty == 1.0
-                and p.presence_penalty == 0.0 and p.frequency_penalty == 0.0)
+                   settings.speculative_min_acceptance, recompute_rejected=hybrid)
 
     def propose(self, seq: Sequence) -> tuple[int, ...]:
         """Draft tokens for ``seq``'s next step (it decodes: one token left to compute). At most
         one token fewer than its remaining output, so a row never runs past max_tokens."""
         tally = self.tallies.setdefault(seq.seq_no, _Tally())
         room = min(self.num_tokens, seq.params.max_tokens - seq.num_output_tokens - 1)
-        if tally.off or room <= 0 or not self.eligible(seq):
+        if tally.off or room <= 0:
             return ()
         start = time.perf_counter()
         drafts = propose_ngram(seq.token_ids, self.min_n, self.max_n, room)
