@@ -131,12 +131,12 @@ class Scheduler:
                             samples=start + num_tokens >= len(seq), draft_token_ids=drafts)
 
     def _drafts(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
-        """Draft tokens for a row that reaches the end of a decoding request when speculative
-        decoding is on (serial loop only: a continuation step assumes one token per row),
-        trimmed to the budget and free blocks."""
+        """Draft tokens for a decoding row (one token to compute) when speculative decoding is
+        on (serial loop only: a continuation step assumes one token per row), trimmed to the
+        budget and free blocks. A hybrid model's row that recomputes after a rejection has more
+        tokens and proposes none, so its state catches up before the next verify."""
         spec = self.speculation
-        if (spec is None or seq.num_computed_tokens + n != len(seq) or not seq.num_output_tokens
-                or (self.policy is not None and self.policy.overlapped)):
+        if spec is None or n != 1 or (self.policy is not None and self.policy.overlapped):
             return ()
         drafts = spec.propose(seq)[: budget - n]
         if drafts and not self.block_manager.can_grow_to(seq.seq_no, len(seq) + len(drafts)):

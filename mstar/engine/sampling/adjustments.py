@@ -16,8 +16,8 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, rows: StepRows,
     """repetition_penalty over prompt + output (as transformers: a seen token's logit is divided
     by the penalty if positive, multiplied if not), then OpenAI's presence/frequency penalties over
     the output: ``logit -= presence * (count > 0) + frequency * count``. ``extra_counts``
-    ([rows, vocab]): tokens each row counts as output beyond the batch's counts (the draft tokens
-    before a verified position)."""
+    ([penalised rows, vocab]): tokens each penalised row counts as output beyond the batch's
+    counts (the draft tokens before a verified position)."""
     if not rows.penalised:
         return
     every = len(rows.penalised) == len(rows.slots)
@@ -26,7 +26,7 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, rows: StepRows,
     sub = logits if every else logits[where]
     counts = batch.output_counts[slots].to(sub.dtype)
     if extra_counts is not None:
-        counts = counts + (extra_counts if every else extra_counts[where])
+        counts = counts + extra_counts
     seen = counts > 0
     if rows.repetition_rows:
         penalty = batch.repetition_penalty[slots].unsqueeze(1)

@@ -87,7 +87,8 @@ class Sampler:
                 drafts: DraftRows | None) -> torch.Tensor:
         """Penalties, bias, grammar mask, min_tokens: in place on a copy of the raw logits. A
         position after drafts counts them as output (penalties, min_tokens)."""
-        extra = drafts.counts(logits.shape[-1], logits.device) if drafts and rows.penalised else None
+        extra = (drafts.counts(rows.penalised, logits.shape[-1], logits.device)
+                 if drafts and rows.penalised else None)
         apply_penalties(logits, self.batch, rows, extra)
         apply_logit_bias(logits, rows)
         if masks is not None:

@@ -56,14 +56,16 @@ class DraftRows:
         return [(i, self.follow[i - m]) for i, j in enumerate(self.offsets)
                 for m in range(1, j + 1)]
 
-    def counts(self, vocab_size: int, device: torch.device) -> torch.Tensor | None:
-        """[positions, vocab] counts of the drafts before each position (None: no position has
-        one), added to the request's output counts for its penalties."""
-        pairs = self.preceding()
+    def counts(self, rows: Sequence[int], vocab_size: int,
+               device: torch.device) -> torch.Tensor | None:
+        """[len(rows), vocab] counts of the drafts before each of the positions ``rows`` (the
+        penalised ones), added to their requests' output counts; None when none has one."""
+        where = {i: r for r, i in enumerate(rows)}
+        pairs = [(where[i], d) for i, d in self.preceding() if i in where]
         if not pairs:
             return None
-        where = torch.tensor(pairs, dtype=torch.int64, device=device)
-        out = torch.zeros(len(self.offsets), vocab_size, device=device)
-        out.index_put_((where[:, 0], where[:, 1]), torch.ones(len(pairs), device=device),
+        index = torch.tensor(pairs, dtype=torch.int64, device=device)
+        out = torch.zeros(len(rows), vocab_size, device=device)
+        out.index_put_((index[:, 0], index[:, 1]), torch.ones(len(pairs), device=device),
                        accumulate=True)
         return out
