@@ -5,9 +5,10 @@ a verify forward leaves the state past the rejected drafts. We snapshot and reco
 step that verifies drafts, the slots of its verifying rows are copied; after sampling, a row
 with a rejected draft gets its slot back, and the scheduler counts none of that row's tokens as
 computed, so the next step runs them again (its input token, the accepted drafts and the new
-token) from the restored state, without drafts (so the state catches up before the next verify). Why not keep a state per position instead: the chunked delta
-rule yields only the final state of a span, per-position states would cost ``k`` slots per row,
-and a recomputed run of a few tokens costs about what one decode does when the weights dominate.
+token) from the restored state, without drafts (so the state catches up before the next
+verify). Why not keep a state per position instead: the chunked delta rule yields only the final
+state of a span, per-position states would cost ``k`` slots per row, and a recomputed run of a
+few tokens costs about what one decode does when the weights dominate.
 A row whose drafts are all accepted keeps its state and recomputes nothing.
 """
 
