@@ -4,7 +4,8 @@ Workloads: input-grounded (repeat a passage with one change, edit code given in 
 where prompt lookup finds the continuation in the prompt, and open-ended chat, where it mostly
 does not (the acceptance floor then turns speculation off for the request). Output tokens per
 second at concurrency 1 (requests one after another) and 8 (all at once), greedy, and whether
-the outputs are identical token for token.
+the outputs are identical token for token. The two engines take turns request group by request
+group, in alternating order, so a shared machine's changing load hits both alike.
 
     python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
         [--concurrency 1 8]
@@ -60,22 +61,38 @@ def prompts(engine: LLMEngine, texts: list[str], count: int) -> list[list[int]]:
     return [tok.encode(t, add_special_tokens=False) for t in texts]
 
 
-def run(engine: LLMEngine, batch: list[list[int]], max_tokens: int, concurrency: int
-        ) -> tuple[float, list[list[int]]]:
-    """Output tokens per second, and each request's tokens."""
+def run_group(engine: LLMEngine, batch: list[list[int]], ids: range, max_tokens: int
+              ) -> tuple[float, dict[int, list[int]]]:
+    """Run ``batch[i]`` for ``i`` in ``ids`` at once: (seconds, each request's tokens)."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     outputs: dict[str, list[int]] = {}
     start = time.perf_counter()
-    for first in range(0, len(batch), concurrency):
-        for i in range(first, min(first + concurrency, len(batch))):
-            engine.add_request(str(i), batch[i], params)
-            outputs[str(i)] = []
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                outputs[out.request_id] += out.new_token_ids
-    seconds = time.perf_counter() - start
-    tokens = [outputs[str(i)] for i in range(len(batch))]
-    return sum(map(len, tokens)) / seconds, tokens
+    for i in ids:
+        engine.add_request(str(i), batch[i], params)
+        outputs[str(i)] = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    return time.perf_counter() - start, {int(i): t for i, t in outputs.items()}
+
+
+def compare(engines: dict[str, LLMEngine], batch: list[list[int]], max_tokens: int,
+            concurrency: int) -> dict[str, tuple[float, list[list[int]]]]:
+    """Per engine: output tokens per second and each request's tokens. The engines take turns
+    group by group, the order flipped every group, so a machine's drift hits both alike."""
+    seconds = dict.fromkeys(engines, 0.0)
+    tokens: dict[str, dict[int, list[int]]] = {name: {} for name in engines}
+    for g, first in enumerate(range(0, len(batch), concurrency)):
+        ids = range(first, min(first + concurrency, len(batch)))
+        for name in (list(engines) if g % 2 == 0 else list(engines)[::-1]):
+            took, got = run_group(engines[name], batch, ids, max_tokens)
+            seconds[name] += took
+            tokens[name].update(got)
+    out = {}
+    for name in engines:
+        ordered = [tokens[name][i] for i in range(len(batch))]
+        out[name] = (sum(map(len, ordered)) / seconds[name], ordered)
+    return out
 
 
 def main() -> None:
@@ -98,8 +115,8 @@ def main() -> None:
             batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
             stats = engines["ngram"].speculation.stats
             before = (stats.proposed, stats.accepted)
-            base, want = run(engines["none"], batch, args.max_tokens, concurrency)
-            fast, got = run(engines["ngram"], batch, args.max_tokens, concurrency)
+            results = compare(engines, batch, args.max_tokens, concurrency)
+            (base, want), (fast, got) = results["none"], results["ngram"]
             proposed, accepted = stats.proposed - before[0], stats.accepted - before[1]
             rate = accepted / proposed if proposed else 0.0
             print(f"| {name} | {concurrency} | {base:.1f} | {fast:.1f} | {fast / base:.2f}x | "

@@ -12,12 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.speculative.ngram import propose_ngram
+from mstar.engine.speculative.ngram import NgramIndex
 from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.speculative.verify import accept
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3", "olmo2", "smollm3",
-            "qwen3_moe")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3", "phi3_longrope", "olmo2",
+            "smollm3", "qwen3_moe")  # and qwen3_5: test_hybrid_model_rolls_back_its_state
 MAX_NEW = 24
 TEXTS = [
     "one two three four five six seven. one two three four five six seven. one two three",
@@ -62,18 +62,42 @@ def test_greedy_output_is_identical_and_drafts_are_accepted(family, tiny_model_d
     assert engine.num_free_blocks() == 256
 
 
-def test_hybrid_model_does_not_speculate(tiny_model_dir, make_engine, run, prompts):
-    """Qwen3.5's recurrent state would advance over rejected drafts: speculation is off."""
-    plain, spec, engine = _both(make_engine, run, tiny_model_dir("qwen3_5"), _requests(prompts),
-                                kv_block_size=4, num_kv_blocks=256)
-    assert engine.speculation is None
+def _oracle(engine, truth: dict, k: int):
+    """A proposer that knows the plain output: the next ``k`` tokens, the third one wrong on
+    every other step (two accepted, the rest rejected), all right otherwise."""
+    def propose(seq):
+        done = seq.num_output_tokens
+        drafts = list(truth[seq.request_id][done:done + min(k, seq.params.max_tokens - done - 1)])
+        if done % 2 and len(drafts) > 2:
+            drafts[2] = (drafts[2] + 1) % 300
+        return tuple(drafts)
+    return propose
+
+
+def test_hybrid_model_rolls_back_its_state_after_rejections(tiny_model_dir, make_engine, run,
+                                                           prompts):
+    """Qwen3.5: a row that rejects drafts gets its recurrent state back and recomputes; the
+    output is what it is without speculation, batched beside plain decodes, for drafts that
+    match in full, in part (a rollback) and not at all (the n-gram proposer on random text)."""
+    model_dir = tiny_model_dir("qwen3_5")
+    requests = _requests(prompts) | {"long": (prompts[2], SamplingParams(temperature=0.0,
+                                                                          max_tokens=40))}
+    plain, spec, engine = _both(make_engine, run, model_dir, requests, kv_block_size=4,
+                                num_kv_blocks=256)
+    assert engine.speculation.recompute_rejected
     assert _tokens(spec) == _tokens(plain)
+    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=256, **NGRAM)
+    engine.speculation.propose = _oracle(engine, _tokens(plain), k=4)
+    assert _tokens(run(engine, requests)) == _tokens(plain)
+    stats = engine.speculation.stats
+    assert stats.accepted > 0 and stats.proposed > stats.accepted  # some drafts were rejected
 
 
-def test_batch_mixing_speculating_and_excluded_requests(tiny_model_dir, make_engine, run,
-                                                        prompts):
-    """Penalised and min_tokens requests decode one token a step beside speculating ones; stop
-    tokens, max_tokens and logprobs inside an accepted run come out as without speculation."""
+def test_batch_mixing_penalties_min_tokens_and_plain_requests(tiny_model_dir, make_engine, run,
+                                                              prompts):
+    """Penalised and min_tokens requests speculate beside plain ones (each verified position
+    counts the drafts before it); stop tokens, max_tokens and logprobs inside an accepted run
+    come out as without speculation."""
     model_dir = tiny_model_dir("llama")
     greedy = _requests(prompts)
     stop_at = run(make_engine(model_dir), {"r0": greedy["r0"]})["r0"]["token_ids"][9]
@@ -146,37 +170,62 @@ def test_seeded_sampling_is_reproducible(tiny_model_dir, make_engine, run, promp
 def test_overlap_cap_turns_speculation_off(tiny_model_dir, make_engine):
     engine = make_engine(tiny_model_dir("llama"), max_consecutive_spec_steps=4, **NGRAM)
     assert engine.speculation is None and engine.loop.policy.overlapped
-    with pytest.raises(ValueError, match="not implemented"):
+    with pytest.raises(ValueError, match="not implemented"):  # mtp, draft: not yet
         make_engine(tiny_model_dir("llama"), speculative_method="mtp", config_strictness="strict")
+
+
+class _Seq:
+    seq_no = 0
+    num_output_tokens = 0
+    params = SamplingParams(temperature=0.0, max_tokens=100)
+
+    def __init__(self, token_ids: list[int]) -> None:
+        self.token_ids = token_ids
 
 
 def test_acceptance_floor_stops_a_request():
     spec = Speculation("ngram", num_tokens=2, min_n=1, max_n=2, min_acceptance=0.5)
-
-    class Seq:
-        seq_no = 0
-        token_ids = [1, 2, 3, 1, 2, 3, 1, 2]
-        num_output_tokens = 0
-        sampling_state = None
-        params = SamplingParams(temperature=0.0, max_tokens=100)
-
-    assert spec.propose(Seq) == (3, 1)
+    seq = _Seq([1, 2, 3, 1, 2, 3, 1, 2])
+    assert spec.propose(seq) == (3, 1)
     for _ in range(3):
         spec.record(0, proposed=2, accepted=1)  # 50%: still on
-    assert spec.propose(Seq) == (3, 1)
+    assert spec.propose(seq) == (3, 1)
     spec.record(0, proposed=2, accepted=0)  # 3 of 8 < 50%
-    assert spec.propose(Seq) == () and spec.stats.stopped == 1
+    assert spec.propose(seq) == () and spec.stats.stopped == 1
 
 
-@given(st.lists(st.integers(0, 3), max_size=40), st.integers(1, 3), st.integers(1, 5))
-def test_ngram_drafts_continue_an_earlier_occurrence(tokens, n, k):
-    drafts = propose_ngram(tokens, 1, n, k)
-    assert len(drafts) <= k
-    if drafts:
-        found = any(tokens[s:s + m] == tokens[len(tokens) - m:]
-                    and tokens[s + m:s + m + len(drafts)] == drafts
-                    for m in range(1, n + 1) for s in range(len(tokens) - m))
-        assert found
+def test_misses_shorten_the_drafts_and_pause_proposals():
+    """Open-ended text: a request whose drafts fail verifies fewer and fewer of them."""
+    spec = Speculation("ngram", num_tokens=4, min_n=1, max_n=2, min_acceptance=0.0)
+    seq = _Seq([1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1])
+    assert spec.propose(seq) == (2, 3, 4, 5)
+    spec.record(0, proposed=4, accepted=0)  # a miss: one step without drafts, then one draft
+    assert [spec.propose(seq) for _ in range(2)] == [(), (2,)]
+    spec.record(0, proposed=1, accepted=0)  # two misses in a row: three steps
+    assert [spec.propose(seq) for _ in range(4)] == [(), (), (), (2,)]
+    spec.record(0, proposed=1, accepted=1)  # all accepted: the pause ends, the length doubles
+    assert spec.propose(seq) == (2, 3)
+    spec.record(0, proposed=2, accepted=1)  # one accepted: two next
+    assert spec.propose(seq) == (2, 3)
+
+
+def _scan(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+    """The reference: scan back for the latest earlier occurrence of the longest suffix."""
+    for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start:start + n] == tokens[len(tokens) - n:]:
+                return tokens[start + n:start + n + k]
+    return []
+
+
+@given(st.lists(st.integers(0, 3), max_size=40), st.lists(st.integers(0, 40), max_size=5),
+       st.integers(1, 3), st.integers(0, 2), st.integers(1, 5))
+def test_ngram_index_finds_what_a_scan_finds(tokens, cuts, min_n, extra, k):
+    """Proposing as the tokens grow (cuts: the lengths at earlier proposals) gives, each time,
+    the continuation of the latest earlier occurrence of the longest matching suffix."""
+    index = NgramIndex(min_n, min_n + extra)
+    for cut in [*sorted(c for c in cuts if c <= len(tokens)), len(tokens)]:
+        assert index.propose(tokens[:cut], k) == _scan(tokens[:cut], min_n, min_n + extra, k)
 
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=6), st.data())

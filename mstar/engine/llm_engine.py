@@ -127,9 +127,9 @@ class LLMEngine:
         (a warning and none; an error in strict mode)."""
         if settings.speculative_method == "none":
             return None
-        reason = speculation_off_reason(settings, bool(self.model_runner.num_state_slots))
+        reason = speculation_off_reason(settings)
         if reason is None:
-            return Speculation.from_settings(settings)
+            return Speculation.from_settings(settings, bool(self.model_runner.num_state_slots))
         if settings.config_strictness == "strict":
             raise ValueError(f"MSTAR_SPECULATIVE_METHOD: {reason}")
         log.warning("speculative_decoding_off", reason=reason, fallback="none")

@@ -229,16 +229,16 @@ def check_device(settings: WorkerSettings, device: str, dtype: str) -> list[Prob
     return []
 
 
-def speculation_off_reason(settings: WorkerSettings, hybrid: bool) -> str | None:
+def speculation_off_reason(settings: WorkerSettings) -> str | None:
     """Why the asked-for speculative decoding method cannot run with these settings (it then
     falls back to none), or None. The overlap cap ``auto`` yields to speculative decoding (the
     engine then runs the serial loop); an explicit cap above 0 wins over it."""
     method = settings.speculative_method
-    if method in ("draft", "mtp"):
-        return f"{method} is not implemented yet; falling back to none"
-    if method != "none" and hybrid:
-        return ("the model has recurrent-state layers, whose state would advance over rejected "
-                "draft tokens (no snapshot to roll back to); falling back to none")
+    if method == "mtp":
+        return ("mtp: Qwen3.5's MTP head loads (mstar.models.qwen3_5_mtp), but the proposer "
+                "that runs it is not implemented yet; falling back to none")
+    if method == "draft":
+        return "draft is not implemented yet; falling back to none"
     if method != "none" and settings.max_consecutive_spec_steps not in ("auto", 0):
         return ("speculative decoding runs in the serial loop only and MSTAR_MAX_CONSECUTIVE_"
                 "SPEC_STEPS > 0 asks for the overlapped one; falling back to none")
@@ -246,6 +246,6 @@ def speculation_off_reason(settings: WorkerSettings, hybrid: bool) -> str | None
 
 
 def check_speculative(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
-    reason = speculation_off_reason(settings, hybrid=False)  # the engine checks the layers
+    reason = speculation_off_reason(settings)
     return [] if reason is None else [_problem("MSTAR_SPECULATIVE_METHOD", reason, shape,
                                                error=False)]

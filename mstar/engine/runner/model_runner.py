@@ -17,7 +17,7 @@ from mstar.engine.kv.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
-from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slot_bytes
+from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slot_bytes, state_layers
 from mstar.engine.runner.compilation import compile_model
 from mstar.engine.runner.encoder_cache import EncoderCache
 from mstar.engine.runner.input_batch import InputBatch, StepTensors
@@ -26,6 +26,8 @@ from mstar.engine.runner.rope_positions import RopePositions
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
+from mstar.engine.speculative.draft_rows import DraftRows
+from mstar.engine.speculative.state_rollback import StateSnapshot
 from mstar.models.loader import load_model
 from mstar.models.parallel import TensorParallel
 from mstar.models.state_layout import StateLayout
@@ -126,7 +128,15 @@ class ModelRunner:
         added = [RowAdd(self.batch.slot_of[r.key], r.params, list(r.token_ids[:r.num_prompt_tokens]),
                         list(r.token_ids[r.num_prompt_tokens:]), r.generator, r.sampling_state)
                  for r in out.new]
-        return SamplingStep(list(step.sample_slots), removed, added)
+        return SamplingStep(list(step.sample_slots), removed, added, DraftRows.of(out.rows))
+
+    def _state_snapshot(self, out: SchedulerOutput) -> StateSnapshot | None:
+        """Hybrid models: the state slots of the rows verifying drafts, to roll back."""
+        if not self.num_state_slots or not any(row.draft_token_ids for row in out.rows):
+            return None
+        batch = self.batch
+        slots = [batch.requests[batch.slot_of[row.key]].state_slot for row in out.rows]
+        return StateSnapshot(state_layers(self.model), out.rows, slots)
 
     def _images_in_step(self, out: SchedulerOutput) -> list[tuple[ImageInput, list[int], list[int]]]:
         """(image, its encoder rows used, the step's token rows taking them) for each image
@@ -191,6 +201,7 @@ class ModelRunner:
         started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
         attn_metadata = self._attention(step, [row.key for row in out.rows],
                                         self._image_spans(out) if self.bidirectional_images else None)
+        snapshot = self._state_snapshot(out)
         attn_metadata.begin_forward()
         input_ids = step.input_ids.to(self.device, non_blocking=True)
         positions = step.positions
@@ -210,5 +221,7 @@ class ModelRunner:
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
         tokens, logprobs = self.sampler.sample(logits, started)
         token_ids = tokens.tolist()
+        if snapshot is not None:
+            snapshot.restore_rejected(token_ids)
         self.batch.record(step, token_ids)
         return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled)

@@ -11,10 +11,13 @@ import torch
 from mstar.engine.sampling.batch import SamplingBatch, StepRows
 
 
-def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, rows: StepRows) -> None:
+def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, rows: StepRows,
+                    extra_counts: torch.Tensor | None = None) -> None:
     """repetition_penalty over prompt + output (as transformers: a seen token's logit is divided
     by the penalty if positive, multiplied if not), then OpenAI's presence/frequency penalties over
-    the output: ``logit -= presence * (count > 0) + frequency * count``."""
+    the output: ``logit -= presence * (count > 0) + frequency * count``. ``extra_counts``
+    ([penalised rows, vocab]): tokens each penalised row counts as output beyond the batch's
+    counts (the draft tokens before a verified position)."""
     if not rows.penalised:
         return
     every = len(rows.penalised) == len(rows.slots)
@@ -22,6 +25,8 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, rows: StepRows) 
     slots = rows.index if every else rows.index[where]
     sub = logits if every else logits[where]
     counts = batch.output_counts[slots].to(sub.dtype)
+    if extra_counts is not None:
+        counts = counts + extra_counts
     seen = counts > 0
     if rows.repetition_rows:
         penalty = batch.repetition_penalty[slots].unsqueeze(1)

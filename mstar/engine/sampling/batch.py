@@ -126,21 +126,31 @@ class SamplingBatch:
     def __contains__(self, slot: int) -> bool:
         return slot in self._rows
 
-    def record(self, rows: StepRows, tokens: torch.Tensor) -> None:
-        """The step sampled ``tokens`` (one per row): count them."""
+    def record(self, rows: StepRows, tokens: torch.Tensor,
+               emitted: list[bool] | None = None) -> None:
+        """The step sampled ``tokens`` (one per row): count them. ``emitted``: which rows' tokens
+        the requests take (speculative decoding: not those after a rejected draft); None: all."""
         if self.output_counts is not None:
-            self.output_counts.index_put_((rows.index, tokens),
+            index = rows.index
+            if emitted is not None:
+                where = torch.tensor([i for i, e in enumerate(emitted) if e], dtype=torch.int64,
+                                     device=tokens.device)
+                index, tokens = index[where], tokens[where]
+            self.output_counts.index_put_((index, tokens),
                                           torch.ones_like(tokens, dtype=torch.int32),
                                           accumulate=True)
-        for _, slot in rows.min_tokens:
-            self._rows[slot].num_output += 1
+        for i, slot in rows.min_tokens:
+            if emitted is None or emitted[i]:
+                self._rows[slot].num_output += 1
 
-    def min_tokens_pending(self, rows: StepRows) -> list[tuple[int, torch.Tensor]]:
-        """(row, early-stop ids) of the rows still short of their min_tokens."""
+    def min_tokens_pending(self, rows: StepRows, offsets: Sequence[int] | None = None
+                           ) -> list[tuple[int, torch.Tensor]]:
+        """(row, early-stop ids) of the rows still short of their min_tokens. ``offsets``: draft
+        tokens each row counts as output already (speculative decoding)."""
         out = []
         for i, slot in rows.min_tokens:
             row = self._rows[slot]
-            if row.num_output < row.params.min_tokens:
+            if row.num_output + (offsets[i] if offsets else 0) < row.params.min_tokens:
                 out.append((i, row.early_stop_ids))
         return out
 

@@ -19,23 +19,27 @@ from mstar.engine.sampling.adjustments import apply_logit_bias, apply_penalties,
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch, StepRows
 from mstar.engine.sampling.draw import draw
 from mstar.engine.sampling.grammar import GrammarMasks
+from mstar.engine.speculative.draft_rows import DraftRows
 
 
 @dataclass
 class SamplingStep:
     """One step's sampling plan, a value made when the step is prepared: the batch's row changes
     (applied in step order, on the thread that samples) and the ordered slots of its sampled rows
-    (row ``i`` of the logits is slot ``slots[i]``)."""
+    (row ``i`` of the logits is slot ``slots[i]``). ``drafts``: where each row sits in its
+    request's run of draft tokens (speculative decoding), None when no row verifies drafts."""
 
     slots: list[int]
     removed: list[int] = field(default_factory=list)
     added: list[RowAdd] = field(default_factory=list)
+    drafts: DraftRows | None = None
 
 
 @dataclass
 class StartedStep:
     rows: StepRows
     masks: Future | None  # the grammar bitmask being filled
+    drafts: DraftRows | None = None
 
 
 class Sampler:
@@ -57,33 +61,40 @@ class Sampler:
         if not step.slots:
             return None
         rows = self.batch.rows(step.slots)
-        return StartedStep(rows, self.grammar.start(rows))
+        return StartedStep(rows, self.grammar.start(rows, step.drafts), step.drafts)
 
     def sample(self, logits: torch.Tensor, started: StartedStep
                ) -> tuple[torch.Tensor, list[TokenLogprob | None] | None]:
-        """One token per row (and logprobs where asked); counts and grammars take the tokens."""
-        rows = started.rows
+        """One token per row (and logprobs where asked); counts and grammars take the tokens
+        (of a step verifying drafts: only the emitted ones)."""
+        rows, drafts = started.rows, started.drafts
         raw = logits.float()
         logits = raw
         if rows.any_adjustment or rows.constrained:
-            logits = self._adjust(raw.clone(), rows, started.masks)
+            logits = self._adjust(raw.clone(), rows, started.masks, drafts)
         tokens = logits.argmax(dim=-1) if not rows.sampled else self._sample(logits, rows)
         logprobs = (self._logprobs(raw, tokens, rows.logprobs)
                     if any(n is not None for n in rows.logprobs) else None)
-        self.batch.record(rows, tokens)
-        self.grammar.accept(rows, tokens)
+        emitted = None if drafts is None else drafts.emitted(tokens.tolist())
+        self.batch.record(rows, tokens, emitted)
+        self.grammar.accept(rows, tokens, emitted)
         return tokens, logprobs
 
     def shutdown(self) -> None:
         self.grammar.shutdown()
 
-    def _adjust(self, logits: torch.Tensor, rows: StepRows, masks: Future | None) -> torch.Tensor:
-        """Penalties, bias, grammar mask, min_tokens: in place on a copy of the raw logits."""
-        apply_penalties(logits, self.batch, rows)
+    def _adjust(self, logits: torch.Tensor, rows: StepRows, masks: Future | None,
+                drafts: DraftRows | None) -> torch.Tensor:
+        """Penalties, bias, grammar mask, min_tokens: in place on a copy of the raw logits. A
+        position after drafts counts them as output (penalties, min_tokens)."""
+        extra = (drafts.counts(rows.penalised, logits.shape[-1], logits.device)
+                 if drafts and rows.penalised else None)
+        apply_penalties(logits, self.batch, rows, extra)
         apply_logit_bias(logits, rows)
         if masks is not None:
             self.grammar.apply(logits, rows, masks.result())
-        block_early_stop(logits, self.batch.min_tokens_pending(rows))
+        block_early_stop(logits, self.batch.min_tokens_pending(
+            rows, drafts.offsets if drafts else None))
         return logits
 
     def _sample(self, logits: torch.Tensor, rows: StepRows) -> torch.Tensor:

@@ -10,9 +10,11 @@ A request that finishes or is aborted while a step in flight still has a row for
 blocks until that step's output arrives, so no block is freed while a forward may write to it.
 
 Speculative decoding (``speculation``, serial loop only): a decoding request's row may carry draft
-tokens after its input token; ``update`` keeps the accepted run plus one token and counts only
+tokens after its input tokens; ``update`` keeps the accepted run plus one token and counts only
 the accepted tokens as computed, so the K/V written for rejected drafts is overwritten by the
-next step (the blocks grown for them stay with the request, for its next tokens).
+next step (the blocks grown for them stay with the request, for its next tokens). A hybrid
+model's row that rejected a draft counts none of its tokens as computed: the runner restored its
+recurrent state, and the next step runs them again (``speculative.state_rollback``).
 """
 
 from __future__ import annotations
@@ -148,12 +150,14 @@ class Scheduler:
         return encoder_cut(seq, start, n, encoder, encoder == self.max_encoder_tokens)
 
     def _drafts(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
-        """Draft tokens for a decoding row when speculative decoding is on (serial loop only: a
-        continuation step assumes one token per row), trimmed to the budget and free blocks."""
+        """Draft tokens for a decoding row (one token to compute) when speculative decoding is
+        on (serial loop only: a continuation step assumes one token per row), trimmed to the
+        budget and free blocks. A hybrid model's row that recomputes after a rejection has more
+        tokens and proposes none, so its state catches up before the next verify."""
         spec = self.speculation
         if spec is None or n != 1 or (self.policy is not None and self.policy.overlapped):
             return ()
-        drafts = spec.propose(seq)[: budget - 1]
+        drafts = spec.propose(seq)[: budget - n]
         if drafts and not self.block_manager.can_grow_to(seq.seq_no, len(seq) + len(drafts)):
             return ()
         return drafts
@@ -260,10 +264,13 @@ class Scheduler:
 
     def _verified(self, seq: Sequence, row: ScheduledRow, tokens: list[int]) -> int:
         """How many of the row's sampled tokens it emits (accepted drafts plus one); only the
-        accepted drafts' K/V count as computed."""
+        accepted drafts' K/V count as computed (none of the row's tokens where a rejection
+        rolled back a recurrent state)."""
         drafts = row.draft_token_ids
         accepted = accept(drafts, tokens)
-        seq.num_computed_tokens = row.end - (len(drafts) - accepted)
+        rejected = len(drafts) - accepted
+        recompute = rejected and self.speculation.recompute_rejected
+        seq.num_computed_tokens = row.start if recompute else row.end - rejected
         self.speculation.record(seq.seq_no, len(drafts), accepted)
         return accepted + 1
 

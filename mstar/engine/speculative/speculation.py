@@ -1,16 +1,20 @@
 """Who speculates, how many drafts, and the counts: the scheduler's side of speculative decoding.
 
-Excluded from speculation (they decode one token per step as before):
+Every decoding request may speculate: penalties and ``min_tokens`` count the drafts before each
+verified position (``draft_rows``), a grammar checks the drafts and rolls back
+(``mstar.engine.sampling.grammar``), a hybrid model's recurrent state is restored after a
+rejection (``state_rollback``; ``recompute_rejected``).
 
-- requests with repetition/presence/frequency penalties or ``min_tokens``: both depend on the
-  outputs before each position, which the batched sampler counts once per step;
-- structured-output (grammar) requests: the matcher would have to check the drafts and roll back;
-- every request of a hybrid model (recurrent-state layers): the state would advance over rejected
-  tokens, and the state cache keeps no snapshot to roll back to;
-- a request whose accepted share of its drafts fell below ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE``
-  (after ``4 * k`` proposed), so open-ended text does not pay for verifying misses.
+What a miss costs is kept small, so open-ended text, where drafts rarely match, runs about as fast
+as without speculation:
 
-``logit_bias``, logprobs, seeds, stop tokens and ``max_tokens`` work with speculation.
+- a request's draft length follows its acceptance: one more than its last accepted run after a
+  rejection, doubled after a fully accepted one (at most ``k``), so a request whose drafts keep
+  failing verifies one draft a step, not ``k``;
+- a verify that accepts nothing pauses the request's proposals for 1, 3, 7, ... steps (doubling
+  with each consecutive miss, at most ``MAX_PAUSE``), reset by an accepted draft;
+- a request stops speculating for good when its accepted share of its drafts falls below
+  ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE`` (after ``FLOOR_AFTER_ROUNDS * k`` proposed).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import time
 from dataclasses import dataclass, field
 
 from mstar.engine.sequence import Sequence
-from mstar.engine.speculative.ngram import propose_ngram
+from mstar.engine.speculative.ngram import NgramIndex
 from mstar.settings import WorkerSettings
 
 FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
+MAX_PAUSE = 31  # the most steps a request skips proposing after consecutive misses
 
 
 @dataclass
@@ -44,9 +49,22 @@ class SpeculationStats:
 
 @dataclass
 class _Tally:
+    """One request's proposer state and counts."""
+
+    index: NgramIndex
+    length: int  # drafts to propose next (at most k)
     proposed: int = 0
     accepted: int = 0
+    misses: int = 0  # consecutive verifies that accepted nothing
+    pause: int = 0  # steps left without proposals
     off: bool = False
+
+    def verified(self, proposed: int, accepted: int, k: int) -> None:
+        self.proposed += proposed
+        self.accepted += accepted
+        self.length = min(k, 2 * self.length if accepted == proposed else accepted + 1)
+        self.misses = 0 if accepted else self.misses + 1
+        self.pause = min(MAX_PAUSE, 2**self.misses - 1)
 
 
 @dataclass
@@ -56,6 +74,7 @@ class Speculation:
     min_n: int
     max_n: int
     min_acceptance: float
+    recompute_rejected: bool = False  # a hybrid model: a rejection recomputes the row
     stats: SpeculationStats = field(init=False)
     tallies: dict[int, _Tally] = field(default_factory=dict)
 
@@ -63,28 +82,32 @@ class Speculation:
         self.stats = SpeculationStats(self.method)
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> Speculation:
+    def from_settings(cls, settings: WorkerSettings, hybrid: bool) -> Speculation:
         return cls(settings.speculative_method, settings.num_speculative_tokens,
                    min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
-                   settings.speculative_min_acceptance)
-
-    @staticmethod
-    def eligible(seq: Sequence) -> bool:
-        p = seq.params
-        return (seq.sampling_state is None and p.repetition_penalty == 1.0
-                and p.presence_penalty == 0.0 and p.frequency_penalty == 0.0)
+                   settings.speculative_min_acceptance, recompute_rejected=hybrid)
 
     def propose(self, seq: Sequence) -> tuple[int, ...]:
         """Draft tokens for ``seq``'s next step (it decodes: one token left to compute). At most
         one token fewer than its remaining output, so a row never runs past max_tokens."""
-        tally = self.tallies.setdefault(seq.seq_no, _Tally())
-        room = min(self.num_tokens, seq.params.max_tokens - seq.num_output_tokens - 1)
-        if tally.off or room <= 0 or not self.eligible(seq):
+        tally = self._tally(seq.seq_no)
+        room = min(tally.length, seq.params.max_tokens - seq.num_output_tokens - 1)
+        if tally.off or room <= 0:
+            return ()
+        if tally.pause:
+            tally.pause -= 1
             return ()
         start = time.perf_counter()
-        drafts = propose_ngram(seq.token_ids, self.min_n, self.max_n, room)
+        drafts = tally.index.propose(seq.token_ids, room)
         self.stats.propose_s += time.perf_counter() - start
         return tuple(drafts)
+
+    def _tally(self, seq_no: int) -> _Tally:
+        tally = self.tallies.get(seq_no)
+        if tally is None:
+            tally = self.tallies[seq_no] = _Tally(NgramIndex(self.min_n, self.max_n),
+                                                  self.num_tokens)
+        return tally
 
     def record(self, seq_no: int, proposed: int, accepted: int) -> None:
         """A row verified ``proposed`` drafts, ``accepted`` of them; the floor may turn it off."""
@@ -92,9 +115,8 @@ class Speculation:
         s.proposed += proposed
         s.accepted += accepted
         s.steps += 1
-        tally = self.tallies.setdefault(seq_no, _Tally())
-        tally.proposed += proposed
-        tally.accepted += accepted
+        tally = self._tally(seq_no)
+        tally.verified(proposed, accepted, self.num_tokens)
         if (not tally.off and tally.proposed >= FLOOR_AFTER_ROUNDS * self.num_tokens
                 and tally.accepted < self.min_acceptance * tally.proposed):
             tally.off = True
