@@ -9,9 +9,11 @@ sweeps, timed as the thread's CPU time (time.thread_time) on one thread, which o
 a busy machine do not inflate.
 
 Model: mstar.LLM (greedy, ignore_eos) with the same weights, switching the fused ops off and on
-between rounds (``use_native_ops``), so both modes see the same machine. Per mode: the forward of
-each decode step (timed by hooks on the model; sampling and scheduling excluded) and the wall time
-per generated token of the whole decode (everything), the best of --rounds.
+between rounds (``use_native_ops``), so both modes see the same machine. Per mode, the best of
+--rounds of the median over the decode steps: the forward (timed by hooks on the model; sampling
+and scheduling excluded) in wall time and in the calling thread's CPU time (the whole forward's
+CPU time with --threads 1, the default, which a busy machine does not inflate), and the wall time
+per generated token of the whole decode.
 """
 
 from __future__ import annotations
@@ -81,19 +83,21 @@ def bench_ops(repeats: int) -> None:
                       f"{t_ref / t_fused:.1f}x", flush=True)
 
 
-def decode_forward_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float]:
-    """(median forward ms of the decode steps, wall ms per decode token) for one generate."""
+def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, float]:
+    """Medians over one generate's decode steps: (forward wall ms, forward thread-CPU ms, wall ms
+    per token of the whole decode, sampling and scheduling included)."""
     from mstar import SamplingParams
 
     model = llm.engine.model_runner.model
-    times, started = [], []
+    wall, cpu, started = [], [], []
 
     def before(module, args, kwargs):
-        started.append(time.perf_counter())
+        started.append((time.perf_counter(), time.thread_time()))
 
     def after(module, args, kwargs, output):
         if args[0].numel() == len(prompts):  # a decode step: one token per sequence
-            times.append((time.perf_counter() - started[-1]) * 1e3)
+            wall.append((time.perf_counter() - started[-1][0]) * 1e3)
+            cpu.append((time.thread_time() - started[-1][1]) * 1e3)
 
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True),
              model.register_forward_hook(after, with_kwargs=True)]
@@ -101,34 +105,35 @@ def decode_forward_ms(llm, prompts: list[str], tokens: int) -> tuple[float, floa
     try:
         start = time.perf_counter()
         llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
-        wall = (time.perf_counter() - start) * 1e3 / tokens
+        per_token = (time.perf_counter() - start) * 1e3 / tokens
     finally:
         for h in hooks:
             h.remove()
-    return statistics.median(times), wall
+    return statistics.median(wall), statistics.median(cpu), per_token
 
 
-def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int) -> None:
+def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
+                threads: int) -> None:
     from benchmark.offline_throughput import make_prompts
     from mstar import LLM
 
     llm = LLM(device="cpu", log_level="warning", max_model_len=512, num_kv_blocks=1056,
-              **SETTINGS[setting])
+              torch_num_threads=threads, **SETTINGS[setting])
     model = llm.engine.model_runner.model
     if not any(getattr(m, "native_ops", False) for m in model.modules()):
         raise SystemExit("the model does not run the fused ops (no native kernels or no AVX2)")
     for c in concurrency:
         prompts = make_prompts(c)
-        best = {False: (float("inf"), float("inf")), True: (float("inf"), float("inf"))}
+        best = {False: [float("inf")] * 3, True: [float("inf")] * 3}
         for _ in range(rounds):
             for native in (False, True):
                 fused_ops.use_native_ops(model, native)
-                forward, wall = decode_forward_ms(llm, prompts, tokens)
-                best[native] = (min(best[native][0], forward), min(best[native][1], wall))
+                got = decode_step_ms(llm, prompts, tokens)
+                best[native] = [min(a, b) for a, b in zip(best[native], got, strict=True)]
         fused_ops.use_native_ops(model, True)
-        (f0, w0), (f1, w1) = best[False], best[True]
-        print(f"{setting} | {c} | {f0:.1f} | {f1:.1f} | {f0 / f1:.2f}x | {w0:.1f} | {w1:.1f} | "
-              f"{w0 / w1:.2f}x", flush=True)
+        cells = [f"{best[False][i]:.1f} | {best[True][i]:.1f} | {best[False][i] / best[True][i]:.2f}x"
+                 for i in range(3)]
+        print(f"{setting} | {threads} | {c} | " + " | ".join(cells), flush=True)
 
 
 def main() -> int:
@@ -138,21 +143,21 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=24, help="decode tokens per round")
     p.add_argument("--rounds", type=int, default=3, help="off/on rounds per point; the best counts")
     p.add_argument("--repeats", type=int, default=5, help="op timing sweeps; the best counts")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads of the model (with 1, the forward's CPU time is exact)")
     p.add_argument("--skip-ops", action="store_true")
     p.add_argument("--skip-model", action="store_true")
     args = p.parse_args()
     if not native_kernels(WorkerSettings().cache_dir):
         raise SystemExit("the native kernels did not build")
-    threads = torch.get_num_threads()
     if not args.skip_ops:
         bench_ops(args.repeats)
     if not args.skip_model:
-        torch.set_num_threads(threads)
-        print("\nsetting | c | torch forward ms | fused forward ms | speed-up | torch ms/token "
-              "| fused ms/token | speed-up")
-        print("---|---|---|---|---|---|---|---")
+        print("\nsetting | threads | c | forward ms torch | fused | speed-up | forward CPU ms "
+              "torch | fused | speed-up | ms/token torch | fused | speed-up")
+        print("|".join(["---"] * 12))
         for setting in args.settings:
-            bench_model(setting, args.concurrency, args.tokens, args.rounds)
+            bench_model(setting, args.concurrency, args.tokens, args.rounds, args.threads)
     return 0
 
 
