@@ -13,7 +13,8 @@ between rounds (``use_native_ops``), so both modes see the same machine. Per mod
 --rounds of the median over the decode steps: the forward (timed by hooks on the model; sampling
 and scheduling excluded) in wall time and in the calling thread's CPU time (the whole forward's
 CPU time with --threads 1, the default, which a busy machine does not inflate), and the wall time
-per generated token of the whole decode.
+per generated token of the whole decode; and the forward's CPU time outside the linear layers
+(timed by hooks on every linear module), where the fused ops work.
 """
 
 from __future__ import annotations
@@ -83,24 +84,40 @@ def bench_ops(repeats: int) -> None:
                       f"{t_ref / t_fused:.1f}x", flush=True)
 
 
-def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, float]:
-    """Medians over one generate's decode steps: (forward wall ms, forward thread-CPU ms, wall ms
-    per token of the whole decode, sampling and scheduling included)."""
+def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, float, float]:
+    """Medians over one generate's decode steps: (forward wall ms, forward thread-CPU ms, its
+    thread-CPU ms outside the linear layers, wall ms per token of the whole decode, sampling and
+    scheduling included)."""
+    from torch import nn
+
     from mstar import SamplingParams
+    from mstar.models.cpu_linear import PackedLinear
+    from mstar.models.quant.linear import QuantLinear
 
     model = llm.engine.model_runner.model
-    wall, cpu, started = [], [], []
+    wall, cpu, rest, started, linear = [], [], [], [], [0.0, 0.0]
 
     def before(module, args, kwargs):
+        linear[1] = 0.0
         started.append((time.perf_counter(), time.thread_time()))
 
     def after(module, args, kwargs, output):
         if args[0].numel() == len(prompts):  # a decode step: one token per sequence
             wall.append((time.perf_counter() - started[-1][0]) * 1e3)
             cpu.append((time.thread_time() - started[-1][1]) * 1e3)
+            rest.append(cpu[-1] - linear[1] * 1e3)
 
+    def linear_before(module, args):
+        linear[0] = time.thread_time()
+
+    def linear_after(module, args, output):
+        linear[1] += time.thread_time() - linear[0]
+
+    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, PackedLinear, QuantLinear))]
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True),
              model.register_forward_hook(after, with_kwargs=True)]
+    hooks += [h for m in linears for h in (m.register_forward_pre_hook(linear_before),
+                                           m.register_forward_hook(linear_after))]
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1))  # prefill, then cached
     try:
         start = time.perf_counter()
@@ -109,7 +126,8 @@ def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, 
     finally:
         for h in hooks:
             h.remove()
-    return statistics.median(wall), statistics.median(cpu), per_token
+    return (statistics.median(wall), statistics.median(cpu), statistics.median(rest),
+            per_token)
 
 
 def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
@@ -124,7 +142,7 @@ def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
         raise SystemExit("the model does not run the fused ops (no native kernels or no AVX2)")
     for c in concurrency:
         prompts = make_prompts(c)
-        best = {False: [float("inf")] * 3, True: [float("inf")] * 3}
+        best = {False: [float("inf")] * 4, True: [float("inf")] * 4}
         for _ in range(rounds):
             for native in (False, True):
                 fused_ops.use_native_ops(model, native)
@@ -132,7 +150,7 @@ def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
                 best[native] = [min(a, b) for a, b in zip(best[native], got, strict=True)]
         fused_ops.use_native_ops(model, True)
         cells = [f"{best[False][i]:.1f} | {best[True][i]:.1f} | {best[False][i] / best[True][i]:.2f}x"
-                 for i in range(3)]
+                 for i in range(4)]
         print(f"{setting} | {threads} | {c} | " + " | ".join(cells), flush=True)
 
 
@@ -154,8 +172,9 @@ def main() -> int:
         bench_ops(args.repeats)
     if not args.skip_model:
         print("\nsetting | threads | c | forward ms torch | fused | speed-up | forward CPU ms "
-              "torch | fused | speed-up | ms/token torch | fused | speed-up")
-        print("|".join(["---"] * 12))
+              "torch | fused | speed-up | CPU ms outside the linears torch | fused | speed-up "
+              "| ms/token torch | fused | speed-up")
+        print("|".join(["---"] * 15))
         for setting in args.settings:
             bench_model(setting, args.concurrency, args.tokens, args.rounds, args.threads)
     return 0
