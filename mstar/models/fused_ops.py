@@ -1,11 +1,11 @@
 """Fused CPU ops for the per-token work around the linears, one native call each.
 
 RMSNorm (alone, in place, or with the residual add before it, in place on both as vLLM's
-``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, and rope in place
-on the q and k heads replace several torch ops apiece (``quant/csrc/norm_ops.h``,
-``activation_ops.h``, ``rope_ops.h``; and the paged KV-cache write, ``kv_cache_ops.h``), built into ``torch.ops.mstar_quant`` with the quantized
-kernels). They compute in float32 and round where the torch path rounds, for float32 and
-bfloat16 activations.
+``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, rope in place on
+the q and k heads, and the paged KV-cache write replace several torch ops apiece. The kernels
+(``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``, ``kv_cache_ops.h``) are built
+into ``torch.ops.mstar_quant`` with the quantized kernels. They compute in float32 and round where
+the torch path rounds, for float32 and bfloat16 activations.
 
 The loader turns them on for a CPU model when the native kernels load and the CPU has AVX2
 (``use_native_ops``): each module that has a fused form carries ``native_ops``. Every module
