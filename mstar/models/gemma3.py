@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mstar.models import fused_ops
 from mstar.models.layers import RotaryEmbedding
 from mstar.models.llama import Attention, LlamaForCausalLM
 from mstar.models.offset_rmsnorm import OffsetRMSNorm
@@ -15,6 +16,8 @@ _ACTIVATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}
 
 
 class GemmaMLP(nn.Module):
+    native_ops = False  # GELU-tanh times up in one native call (mstar.models.fused_ops)
+
     def __init__(self, config) -> None:
         super().__init__()
         act = config.hidden_activation
@@ -26,6 +29,8 @@ class GemmaMLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native_ops and self.approximate == "tanh":
+            return self.down_proj(fused_ops.gelu_tanh_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(nn.functional.gelu(gate, approximate=self.approximate) * up)
 

@@ -7,9 +7,17 @@ import math
 import torch
 from torch import nn
 
+from mstar.models import fused_ops
+
 
 class RMSNorm(nn.Module):
-    """RMSNorm computed in float32; optionally fuses the residual add that precedes it."""
+    """RMSNorm computed in float32; optionally fuses the residual add that precedes it.
+
+    With ``native_ops`` (``fused_ops.use_native_ops``) one native call does the work, and the
+    fused add writes its results into ``x`` and ``residual``: callers pass tensors they own.
+    """
+
+    native_ops = False
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -27,10 +35,20 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | torch.Tensor:
+        if self.native_ops:
+            if residual is None:
+                return fused_ops.rms_norm(x, self.weight, self.eps, False)
+            return fused_ops.add_rms_norm_(x, residual, self.weight, self.eps, False)
         if residual is None:
             return self._norm(x)
         x = x + residual
         return self._norm(x), x
+
+    def normalize_(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalizes x in place (e.g. the q heads inside a qkv output) and returns it."""
+        if self.native_ops:
+            return fused_ops.rms_norm_(x, self.weight, self.eps, False)
+        return x.copy_(self._norm(x))
 
 
 def rope_inv_freq(head_dim: int, rope: dict) -> torch.Tensor:
@@ -100,6 +118,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class SiluAndMul(nn.Module):
+    native_ops = False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native_ops:
+            return fused_ops.silu_and_mul(x)
         gate, up = x.chunk(2, dim=-1)
         return nn.functional.silu(gate) * up

@@ -9,10 +9,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mstar.models import fused_ops
 from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, rope_parameters
 
 
 class Attention(nn.Module):
+    native_ops = False  # q/k norms and rope in place on the qkv output (mstar.models.fused_ops)
+
     def __init__(self, config, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -42,12 +45,18 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-            qk = torch.cat([self.q_norm(q), self.k_norm(k)], dim=1)
+            if self.native_ops:
+                self.q_norm.normalize_(q)
+                self.k_norm.normalize_(k)
+            else:
+                qk = torch.cat([self.q_norm(q), self.k_norm(k)], dim=1)
         return self.o_proj(self.attend(qk, v, cos, sin, attn_metadata))
 
     def attend(self, qk, v, cos, sin, attn_metadata) -> torch.Tensor:
         """Rope (q and k heads share one call) and paged attention: [tokens, q_size]."""
-        if self.use_rope:
+        if self.use_rope and self.native_ops:
+            fused_ops.rope_(qk, cos, sin)  # partial rotary too: the leading dims, in place
+        elif self.use_rope:
             rotary_dim = cos.shape[-1]  # partial rotary: only the leading dims rotate
             if rotary_dim == self.head_dim:
                 qk = apply_rope(qk, cos, sin)

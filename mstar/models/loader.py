@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from mstar.models.cpu_bf16_linear import runs_bf16_kernel, use_bf16_kernel
 from mstar.models.cpu_linear import can_pack, pack_linears
+from mstar.models.fused_ops import native_ops_usable, use_native_ops
 from mstar.models.gguf_loader import gguf_source, read_gguf
 from mstar.models.parallel import TensorParallel, build_sharded, shard_tensor
 from mstar.models.quant.apply import install_quantized, quantize_dense
@@ -71,6 +72,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
         pack_linears(model)
     elif prepack and runs_bf16_kernel(device, dtype) and native_kernels(cache_dir):
         use_bf16_kernel(model)
+    if device.type == "cpu" and native_kernels(cache_dir) and native_ops_usable(device):
+        use_native_ops(model)
     log.info("model_loaded", path=str(model_dir), arch=cls.__name__,
              seconds=round(time.perf_counter() - start, 2))
     return model

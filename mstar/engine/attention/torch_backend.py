@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from mstar.engine.attention.decode_mirror import DecodeMirror, MirrorStep
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.engine.attention.masks import MasksByWindow, decode_mask, prefill_mask
+from mstar.models.fused_ops import native_ops_usable, write_kv_cache_
 
 
 class TorchAttentionBackend:
@@ -23,6 +24,21 @@ class TorchAttentionBackend:
         self._workspace = torch.empty(0)
         self.mirror = DecodeMirror()
         self.cache_slots = 0
+        self._native_kv_write: bool | None = None  # decided at the first write (after loading)
+
+    def write_kv(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 slot_mapping: torch.Tensor) -> None:
+        """Token t's K and V into cache slot ``slot_mapping[t]``: one fused op on CPU when the
+        native kernels are loaded, else two ``index_copy_``."""
+        if self._native_kv_write is None:
+            self._native_kv_write = native_ops_usable(kv_cache.device)
+        if self._native_kv_write:
+            write_kv_cache_(kv_cache, k, v, slot_mapping)
+            return
+        _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
+        flat = kv_cache.view(2, num_kv_heads, num_blocks * block_size, head_dim)
+        flat[0].index_copy_(1, slot_mapping, k.transpose(0, 1))
+        flat[1].index_copy_(1, slot_mapping, v.transpose(0, 1))
 
     def workspace(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A reused gather buffer: a fresh multi-MB tensor per layer costs page faults."""
@@ -100,10 +116,8 @@ class TorchAttentionMetadata:
         ``window``: each query sees only the last ``window`` positions (itself included);
         ``scale``: score scale (default 1/sqrt(D)).
         """
-        _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
-        flat = kv_cache.view(2, num_kv_heads, num_blocks * block_size, head_dim)
-        flat[0].index_copy_(1, self.slot_mapping, k.transpose(0, 1))
-        flat[1].index_copy_(1, self.slot_mapping, v.transpose(0, 1))
+        _, num_kv_heads, _, _, head_dim = kv_cache.shape
+        self.backend.write_kv(kv_cache, k, v, self.slot_mapping)
         nd = self.num_decodes
         if not self.prefills:
             return self._decode(q, kv_cache, window, scale)

@@ -10,9 +10,13 @@
 //     nibbles (byte j holds weight j in its low nibble and weight j + 16 in its high nibble);
 //     weight = q * d + m.
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
+#include "activation_ops.h"
 #include "common.h"
+#include "kv_cache_ops.h"
+#include "norm_ops.h"
 #include "qdot.h"
 #include "bf16_linear.h"
+#include "rope_ops.h"
 
 namespace {
 
@@ -97,6 +101,13 @@ TORCH_LIBRARY(mstar_quant, m) {
   m.def("quantize_activations(Tensor x, int level=-1) -> (Tensor, Tensor, Tensor)");
   m.def("cpu_level() -> int");
   m.def("bf16_linear(Tensor x, Tensor weight, Tensor? bias=None, int level=-1) -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor weight, float eps, bool offset) -> Tensor");
+  m.def("rms_norm_inplace(Tensor(a!) x, Tensor weight, float eps, bool offset) -> ()");
+  m.def("fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps, bool offset) -> ()");
+  m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.def("gelu_tanh_and_mul(Tensor x) -> Tensor");
+  m.def("rotary_embedding(Tensor(a!) x, Tensor cos, Tensor sin) -> ()");
+  m.def("write_kv_cache(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
@@ -104,6 +115,13 @@ TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("int8_linear", &int8_linear);
   m.impl("quantize_activations", &quantize_activations);
   m.impl("bf16_linear", &bf16_linear);
+  m.impl("rms_norm", &rms_norm);
+  m.impl("rms_norm_inplace", &rms_norm_inplace);
+  m.impl("fused_add_rms_norm", &fused_add_rms_norm);
+  m.impl("silu_and_mul", &silu_and_mul);
+  m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
+  m.impl("rotary_embedding", &rotary_embedding);
+  m.impl("write_kv_cache", &write_kv_cache);
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }

@@ -1,0 +1,95 @@
+"""Fused CPU ops for the per-token work around the linears, one native call each.
+
+RMSNorm (alone, in place, or with the residual add before it, in place on both as vLLM's
+``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, rope in place on
+the q and k heads, and the paged KV-cache write replace several torch ops apiece. The kernels
+(``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``, ``kv_cache_ops.h``) are built
+into ``torch.ops.mstar_quant`` with the quantized kernels. They compute in float32 and round where
+the torch path rounds, for float32 and bfloat16 activations.
+
+The loader turns them on for a CPU model when the native kernels load and the CPU has AVX2
+(``use_native_ops``): each module that has a fused form carries ``native_ops``. Every module
+keeps its torch path, the tests' reference, for other devices, other CPUs and failed builds.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+_LIBRARY = "mstar_quant"
+_fakes_registered: list[bool] = []
+
+
+def native_ops_usable(device: torch.device) -> bool:
+    """True when the fused ops can run for a model on ``device`` (the native kernels must be
+    loaded already, see ``mstar.models.quant.native.native_kernels``)."""
+    ops = getattr(torch.ops, _LIBRARY, None)
+    return (device.type == "cpu" and ops is not None and hasattr(ops, "rms_norm")
+            and ops.cpu_level() >= 1)
+
+
+def use_native_ops(model: nn.Module, enabled: bool = True) -> int:
+    """Switch every module of ``model`` that has a fused form to it (or back); returns how many."""
+    if enabled:
+        _register_fakes()
+    switched = 0
+    for module in model.modules():
+        if hasattr(type(module), "native_ops"):
+            module.native_ops = enabled
+            switched += 1
+    return switched
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: bool) -> torch.Tensor:
+    return torch.ops.mstar_quant.rms_norm(x, weight, eps, offset)
+
+
+def rms_norm_(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: bool) -> torch.Tensor:
+    """Normalizes x in place (a view with evenly spaced rows, e.g. the q heads of a qkv output)."""
+    torch.ops.mstar_quant.rms_norm_inplace(x, weight, eps, offset)
+    return x
+
+
+def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                  offset: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norm(x + residual), x + residual), written into (x, residual)."""
+    torch.ops.mstar_quant.fused_add_rms_norm(x, residual, weight, eps, offset)
+    return x, residual
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mstar_quant.silu_and_mul(x)
+
+
+def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mstar_quant.gelu_tanh_and_mul(x)
+
+
+def rope_(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotates the leading ``cos.shape[-1]`` dims of every head of qk [tokens, heads, head_dim]
+    in place (``RotaryEmbedding``'s cos and sin rows)."""
+    torch.ops.mstar_quant.rotary_embedding(qk, cos, sin)
+    return qk
+
+
+def write_kv_cache_(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    slot_mapping: torch.Tensor) -> None:
+    """The torch attention backend's cache write ([2, kv_heads, blocks, block_size, head_dim]):
+    token t's K and V heads into slot ``slot_mapping[t]``, in one call."""
+    torch.ops.mstar_quant.write_kv_cache(kv_cache, k, v, slot_mapping)
+
+
+def _register_fakes() -> None:
+    """Shapes for torch.compile (MSTAR_COMPILE traces the MLPs and their activation)."""
+    if _fakes_registered:
+        return
+    _fakes_registered.append(True)
+
+    def gated(x):
+        return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
+
+    torch.library.register_fake(f"{_LIBRARY}::silu_and_mul", gated)
+    torch.library.register_fake(f"{_LIBRARY}::gelu_tanh_and_mul", gated)
+    torch.library.register_fake(f"{_LIBRARY}::rms_norm",
+                                lambda x, weight, eps, offset: torch.empty_like(x))
