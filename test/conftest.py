@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-# The fake OpenAI server's fixtures (server, fake) for the benchmark runner's tests.
-pytest_plugins = ["fake_openai_server"]
+# The fake OpenAI server's fixtures (server, fake) for the benchmark runner's tests; how
+# pytest-xdist shares the work out (scripts/test.sh runs two workers).
+pytest_plugins = ["fake_openai_server", "xdist_groups"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -188,18 +189,54 @@ def builtin_cache_dir() -> Path:
     return WorkerSettings().cache_dir
 
 
-@pytest.fixture(scope="session")
-def builtin_server(builtin_cache_dir, tmp_path_factory, request):
-    """One `mstar serve` of the built-in model for the whole session (the tool-calling and
-    structured-output tests with the official client share it: a start costs ~16 s)."""
+def _serve_builtin(cache_dir: Path, log_dir: Path, dtype: str):
     from serve_helpers import running_server
 
     from mstar.settings.schema import BUILTIN_MODEL
 
-    yield from running_server(Path(BUILTIN_MODEL), tmp_path_factory.mktemp("builtin") / "s.log",
-                              {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
-                               "MSTAR_MAX_MODEL_LEN": "2048", "MSTAR_NUM_KV_BLOCKS": "256",
-                               "MSTAR_DTYPE": request.config.getoption("--builtin-dtype")})
+    yield from running_server(Path(BUILTIN_MODEL), log_dir / "s.log",
+                              {"MSTAR_CACHE_DIR": str(cache_dir), "MSTAR_MAX_MODEL_LEN": "2048",
+                               "MSTAR_NUM_KV_BLOCKS": "256", "MSTAR_DTYPE": dtype})
+
+
+@pytest.fixture(scope="session")
+def builtin_server(builtin_cache_dir, tmp_path_factory, request):
+    """One `mstar serve` of the built-in model for the whole session (the tool-calling and
+    structured-output tests with the official client share it: a start costs ~16 s)."""
+    yield from _serve_builtin(builtin_cache_dir, tmp_path_factory.mktemp("builtin"),
+                              request.config.getoption("--builtin-dtype"))
+
+
+@pytest.fixture(scope="session")
+def builtin_server_bf16(builtin_cache_dir, tmp_path_factory, request):
+    """The built-in model served in bfloat16 (what MSTAR_DTYPE=auto picks on CPUs with avx512_bf16
+    or AMX; emulated, and slower, elsewhere), for the API tests that must hold in both dtypes."""
+    if request.config.getoption("--builtin-dtype") == "bfloat16":
+        yield request.getfixturevalue("builtin_server")
+        return
+    yield from _serve_builtin(builtin_cache_dir, tmp_path_factory.mktemp("builtin-bf16"),
+                              "bfloat16")
+
+
+@pytest.fixture(scope="session")
+def api_server(tiny_model_dir, tmp_path_factory):
+    """One `mstar serve` of the tiny Llama for the HTTP API tests (test_serve_api,
+    test_openai_client), with every knob they need at once: an API key, a cap of one request in
+    flight, a 1 MiB body limit, unknown request fields rejected, the aliases m, tiny-llama and
+    gpt-4o-mini, and three problematic environment settings whose warnings must be logged before
+    the model loads."""
+    from serve_helpers import API_KEY, running_server
+
+    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("api") / "s.log", {
+        "MSTAR_API_KEY": API_KEY,
+        "MSTAR_MAX_CONCURRENT_REQUESTS": "1",
+        "MSTAR_MAX_BODY_MB": "1",
+        "MSTAR_UNKNOWN_REQUEST_FIELDS": "reject",
+        "MSTAR_SERVED_MODEL_NAMES": "m,tiny-llama,gpt-4o-mini",
+        "MSTAR_LAUNCH_WAIT_MS": "5ms",
+        "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "1e3",
+        "MSTAR_LAUNCH_WAIT": "5",
+    })
 
 
 @pytest.fixture(scope="session")

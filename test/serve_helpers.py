@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 TEST_TIMEOUT_S = 60
+API_KEY = "test-key"  # the shared tiny-model API server's (test/conftest.py: api_server)
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 def free_port() -> int:

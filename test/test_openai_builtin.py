@@ -2,8 +2,8 @@
 built-in model: json_schema output validates (streaming and not), and logit_bias changes the
 greedy first token.
 
-Both hold in fp32 and in bf16 (CI runs this file once more with --builtin-dtype=bfloat16). Both
-need the engine's sampler work (logit_bias, grammar masks): they run once
+Both hold in fp32 and in bf16 (test_openai_builtin_bf16 runs them once more on a bf16 server).
+Both need the engine's sampler work (logit_bias, grammar masks): they run once
 ``mstar.engine.structured.structured_output`` exists.
 """
 
@@ -33,9 +33,13 @@ QUESTION = [{"role": "user", "content": "Give the capital of France and its popu
 
 
 @pytest.fixture()
-def client(builtin_server):
-    return openai.OpenAI(base_url=builtin_server.url + "/v1", api_key="x", max_retries=0,
-                         timeout=120)
+def server(builtin_server):
+    return builtin_server
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=120)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -51,12 +55,12 @@ def test_json_schema_output_validates(client, stream):
     jsonschema.validate(json.loads(text), SCHEMA)
 
 
-def test_logit_bias_changes_the_greedy_first_token(builtin_server, client):
+def test_logit_bias_changes_the_greedy_first_token(server, client):
     kwargs = dict(model=BUILTIN_MODEL, messages=QUESTION, max_tokens=1, temperature=0,
                   logprobs=True)
     free = client.chat.completions.create(**kwargs).choices[0]
     first = free.logprobs.content[0].token
-    first_id = httpx.post(builtin_server.url + "/tokenize", json={
+    first_id = httpx.post(server.url + "/tokenize", json={
         "prompt": first, "add_special_tokens": False}).json()["tokens"][0]
     biased = client.chat.completions.create(**kwargs, logit_bias={str(first_id): -100})
     assert biased.choices[0].message.content != free.message.content

@@ -1,24 +1,23 @@
 """The official `openai` client against `mstar serve` on a tiny random model: what a user of the
-client sees for the fields of docs/openai_api.rst (unknown fields rejected on this server)."""
+client sees for the fields of docs/openai_api.rst (unknown fields rejected on this server: the
+session's shared api_server of test/conftest.py)."""
 
 from __future__ import annotations
 
 import httpx
 import openai
 import pytest
-from serve_helpers import hard_timeout, running_server  # noqa: F401 (hard_timeout: autouse)
+from serve_helpers import API_KEY, hard_timeout  # noqa: F401 (hard_timeout: autouse)
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
-    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("openai") / "s.log",
-                              {"MSTAR_UNKNOWN_REQUEST_FIELDS": "reject",
-                               "MSTAR_SERVED_MODEL_NAMES": "gpt-4o-mini"})
+def server(api_server):
+    return api_server
 
 
 @pytest.fixture()
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
 
 
 def test_an_unknown_model_is_model_not_found(client):
@@ -81,6 +80,8 @@ def test_accepted_fields_answer(client):
 
 
 def test_tokenize_round_trip(server):
-    ids = httpx.post(server.url + "/tokenize", json={"prompt": "Hello world!"}).json()["tokens"]
-    text = httpx.post(server.url + "/detokenize", json={"tokens": ids}).json()["prompt"]
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": "Hello world!"},
+                     headers=server.headers).json()["tokens"]
+    text = httpx.post(server.url + "/detokenize", json={"tokens": ids},
+                      headers=server.headers).json()["prompt"]
     assert text == "Hello world!"

@@ -1,8 +1,9 @@
 """`mstar serve` end to end: real processes on 127.0.0.1, the openai client, a tiny random model.
 
-One server (module scope) carries every knob these tests need at once: an API key, a cap of one
-request in flight, a 1 MiB body limit, two model-name aliases ("m", "tiny-llama"), and three
-problematic environment settings whose warnings must be logged before the model loads.
+The session's shared tiny-model API server (test/conftest.py: api_server) carries every knob
+these tests need at once: an API key, a cap of one request in flight, a 1 MiB body limit, two
+model-name aliases ("m", "tiny-llama"), and three problematic environment settings whose warnings
+must be logged before the model loads.
 """
 
 from __future__ import annotations
@@ -14,23 +15,12 @@ import time
 import httpx
 import openai
 import pytest
-from serve_helpers import Server, hard_timeout, running_server, wait_idle  # noqa: F401 (hard_timeout: autouse)
-
-API_KEY = "test-key"
-AUTH = {"Authorization": f"Bearer {API_KEY}"}
+from serve_helpers import API_KEY, AUTH, hard_timeout, wait_idle  # noqa: F401 (hard_timeout: autouse)
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
-    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("serve") / "server.log", {
-        "MSTAR_API_KEY": API_KEY,
-        "MSTAR_MAX_CONCURRENT_REQUESTS": "1",
-        "MSTAR_MAX_BODY_MB": "1",
-        "MSTAR_LAUNCH_WAIT_MS": "5ms",
-        "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "1e3",
-        "MSTAR_LAUNCH_WAIT": "5",
-        "MSTAR_SERVED_MODEL_NAMES": "m,tiny-llama",
-    })
+def server(api_server):
+    return api_server
 
 
 @pytest.fixture()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import openai
 import torch
-from test_serve_api import Server
+from serve_helpers import Server
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 MAX_NEW = 16
