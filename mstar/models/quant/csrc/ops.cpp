@@ -12,6 +12,7 @@
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
 #include "common.h"
 #include "qdot.h"
+#include "dequant_gemm.h"
 
 namespace {
 
@@ -95,12 +96,16 @@ TORCH_LIBRARY(mstar_quant, m) {
   m.def("int8_linear(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
   m.def("quantize_activations(Tensor x, int level=-1) -> (Tensor, Tensor, Tensor)");
   m.def("cpu_level() -> int");
+  m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
+  m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("q4_linear", &q4_linear);
   m.impl("int8_linear", &int8_linear);
   m.impl("quantize_activations", &quantize_activations);
+  m.impl("q4_linear_wide", &q4_linear_wide);
+  m.impl("int8_linear_wide", &int8_linear_wide);
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }
