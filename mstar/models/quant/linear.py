@@ -16,7 +16,7 @@ MODES = ("native", "reference", "exact")
 # tile at a time and multiplied with the float32 activations by a float32 GEMM (csrc/
 # dequant_gemm.h; the reference mode then skips the int16 rounding too), faster than the
 # integer-dot kernels, which win below it (benchmark/cpu_kernels.py, docs/engine.rst).
-WIDE_BATCH = 16
+WIDE_BATCH = 64
 
 
 class QuantLinear(nn.Module):
