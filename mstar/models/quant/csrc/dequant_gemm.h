@@ -1,7 +1,7 @@
 // The wide-batch path of the quantized linears: y = x @ dequantize(W)^T with float32 x.
 //
-// At wide batches a linear is compute-bound, and the integer-dot kernels (qdot.h) reach only a
-// fraction of a float32 GEMM's rate there. So W is dequantized, a tile of output rows at a time,
+// At wide batches a linear is compute-bound, and the integer-dot kernels (qdot.h: int16 products
+// plus a float scale per block) fall behind a float32 GEMM. So W is dequantized, a tile of rows at a time,
 // into a float32 scratch buffer small enough to stay in cache, and an aten GEMM (MKL / oneDNN)
 // multiplies x with that tile. Dequantizing is ~N*K work against the GEMM's 2*M*N*K flops. The
 // activations stay float32 (no int16 rounding), so this path is the more accurate one. Python
