@@ -60,6 +60,10 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
                              (q8.weight, q8.scales))
         out["mstar_bf16"] = (lambda x, s: torch.ops.mstar_quant.bf16_linear(x, s, None, -1),
                              w.bfloat16())
+        # the wide-batch path: dequantize a cache-sized tile, then a float32 GEMM (dequant_gemm.h)
+        out["q4_wide"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_wide(x, s, x.shape[1]), q4.blocks)
+        out["int8_wide"] = (lambda x, s: torch.ops.mstar_quant.int8_linear_wide(x, s[0], s[1]),
+                            (q8.weight, q8.scales))
     if use_compile:
         fused = torch.compile(lambda x, blocks: F.linear(x, dequantize_q4(Q4Weight(blocks, x.shape[1]))),
                               dynamic=True)

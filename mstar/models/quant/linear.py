@@ -12,10 +12,16 @@ from mstar.models.quant.formats import Q4Weight, QuantWeight, dequantize, round_
 # the kernels cannot build); or float32 activations times the dequantized weights (tests use it
 # to compare the weights with transformers' exactly).
 MODES = ("native", "reference", "exact")
+# Batch rows from which a linear is compute-bound: there the weight is dequantized a cache-sized
+# tile at a time and multiplied with the float32 activations by a float32 GEMM (csrc/
+# dequant_gemm.h; the reference mode then skips the int16 rounding too), faster than the
+# integer-dot kernels, which win below it (benchmark/cpu_kernels.py, docs/engine.rst).
+WIDE_BATCH = 64
 
 
 class QuantLinear(nn.Module):
-    """y = round_activations(x) @ dequantize(W)^T + b, in float32, returned in x's dtype."""
+    """y = round_activations(x) @ dequantize(W)^T + b (x unrounded from WIDE_BATCH rows), in
+    float32, returned in x's dtype."""
 
     def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, mode: str) -> None:
         super().__init__()
@@ -32,12 +38,16 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float()
         w = self.qweight
+        wide = flat.shape[0] >= WIDE_BATCH
         if self.mode != "native":
-            out = F.linear(flat if self.mode == "exact" else round_activations(flat), dequantize(w))
+            exact = self.mode == "exact" or wide
+            out = F.linear(flat if exact else round_activations(flat), dequantize(w))
         elif isinstance(w, Q4Weight):
-            out = torch.ops.mstar_quant.q4_linear(flat, w.blocks, w.in_features)
+            kernel = torch.ops.mstar_quant.q4_linear_wide if wide else torch.ops.mstar_quant.q4_linear
+            out = kernel(flat, w.blocks, w.in_features)
         else:
-            out = torch.ops.mstar_quant.int8_linear(flat, w.weight, w.scales)
+            kernel = torch.ops.mstar_quant.int8_linear_wide if wide else torch.ops.mstar_quant.int8_linear
+            out = kernel(flat, w.weight, w.scales)
         if self.bias is not None:
             out += self.bias
         return out.view(*x.shape[:-1], self.out_features).to(x.dtype)

@@ -17,6 +17,7 @@
 #include "qdot.h"
 #include "bf16_linear.h"
 #include "rope_ops.h"
+#include "dequant_gemm.h"
 
 namespace {
 
@@ -108,6 +109,8 @@ TORCH_LIBRARY(mstar_quant, m) {
   m.def("gelu_tanh_and_mul(Tensor x) -> Tensor");
   m.def("rotary_embedding(Tensor(a!) x, Tensor cos, Tensor sin) -> ()");
   m.def("write_kv_cache(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
+  m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
+  m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
@@ -122,6 +125,8 @@ TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
   m.impl("rotary_embedding", &rotary_embedding);
   m.impl("write_kv_cache", &write_kv_cache);
+  m.impl("q4_linear_wide", &q4_linear_wide);
+  m.impl("int8_linear_wide", &int8_linear_wide);
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }

@@ -1,0 +1,143 @@
+// The wide-batch path of the quantized linears: y = x @ dequantize(W)^T with float32 x.
+//
+// At wide batches a linear is compute-bound, and the integer-dot kernels (qdot.h: int16 products
+// plus a float scale per block) fall behind a float32 GEMM. So W is dequantized, a tile of rows at a time,
+// into a float32 scratch buffer small enough to stay in cache, and an aten GEMM (MKL / oneDNN)
+// multiplies x with that tile. Dequantizing is ~N*K work against the GEMM's 2*M*N*K flops. The
+// activations stay float32 (no int16 rounding), so this path is the more accurate one. Python
+// (quant/linear.py) chooses it from the batch size.
+#pragma once
+#include "cpu_level.h"
+
+namespace {
+
+constexpr int64_t kWideTileFloats = 1 << 19;  // scratch per tile: 2 MiB of float32 weights
+constexpr int64_t kDequantRowGrain = 16;       // weight rows per parallel work item, at least
+
+namespace dequant_scalar {
+
+// Q4_1 rows [n_begin, n_end) of `blocks` into out [n_end - n_begin, K].
+void q4_rows(const uint8_t* blocks, int64_t K, int64_t n_begin, int64_t n_end, float* out) {
+  const int64_t nb = K / kQ4Block;
+  for (int64_t n = n_begin; n < n_end; ++n)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* block = blocks + (n * nb + b) * kQ4BlockBytes;
+      const float d = half_to_float(block), m = half_to_float(block + 2);
+      float* dst = out + (n - n_begin) * K + b * kQ4Block;
+      for (int j = 0; j < 16; ++j) {
+        dst[j] = static_cast<float>(block[4 + j] & 0x0F) * d + m;
+        dst[j + 16] = static_cast<float>(block[4 + j] >> 4) * d + m;
+      }
+    }
+}
+
+// int8 rows [n_begin, n_end) times their group scales into out [n_end - n_begin, K].
+void int8_rows(const int8_t* weight, const float* scales, int64_t K, int64_t groups, int64_t n_begin,
+               int64_t n_end, float* out) {
+  const int64_t group = K / groups;
+  for (int64_t n = n_begin; n < n_end; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      out[(n - n_begin) * K + k] = static_cast<float>(weight[n * K + k]) * scales[n * groups + k / group];
+}
+
+}  // namespace dequant_scalar
+
+#ifdef MSTAR_X86
+MSTAR_TARGET_PUSH("avx2,fma,f16c")
+namespace dequant_avx2 {
+
+inline __m256 widen8(__m128i bytes8, bool is_signed) {  // the low 8 bytes as 8 floats
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes8) : _mm256_cvtepu8_epi32(bytes8));
+}
+
+void q4_rows(const uint8_t* blocks, int64_t K, int64_t n_begin, int64_t n_end, float* out) {
+  const int64_t nb = K / kQ4Block;
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int64_t n = n_begin; n < n_end; ++n)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* block = blocks + (n * nb + b) * kQ4BlockBytes;
+      const __m256 d = _mm256_set1_ps(half_to_float(block)), m = _mm256_set1_ps(half_to_float(block + 2));
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
+      const __m128i nibbles[2] = {_mm_and_si128(bytes, mask), _mm_and_si128(_mm_srli_epi16(bytes, 4), mask)};
+      float* dst = out + (n - n_begin) * K + b * kQ4Block;
+      for (int h = 0; h < 2; ++h) {  // h = 0: weights 0..15 (low nibbles), h = 1: 16..31
+        _mm256_storeu_ps(dst + 16 * h, _mm256_fmadd_ps(widen8(nibbles[h], false), d, m));
+        _mm256_storeu_ps(dst + 16 * h + 8, _mm256_fmadd_ps(widen8(_mm_srli_si128(nibbles[h], 8), false), d, m));
+      }
+    }
+}
+
+void int8_rows(const int8_t* weight, const float* scales, int64_t K, int64_t groups, int64_t n_begin,
+               int64_t n_end, float* out) {
+  const int64_t group = K / groups;  // a multiple of 32
+  for (int64_t n = n_begin; n < n_end; ++n)
+    for (int64_t k = 0; k < K; k += 16) {
+      const __m256 s = _mm256_set1_ps(scales[n * groups + k / group]);
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(weight + n * K + k));
+      float* dst = out + (n - n_begin) * K + k;
+      _mm256_storeu_ps(dst, _mm256_mul_ps(widen8(bytes, true), s));
+      _mm256_storeu_ps(dst + 8, _mm256_mul_ps(widen8(_mm_srli_si128(bytes, 8), true), s));
+    }
+}
+
+}  // namespace dequant_avx2
+MSTAR_TARGET_POP
+#endif
+
+// x [M, K] times the N weight rows that `dequant(begin, end, dst)` writes as float32: a tile of
+// rows at a time, dequantized in parallel into a reused scratch, then one GEMM per tile.
+template <typename Dequant>
+at::Tensor dequant_gemm(const at::Tensor& x_in, int64_t N, int64_t K, Dequant dequant) {
+  TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat && x_in.dim() == 2 && x_in.size(1) == K,
+              "x must be a 2-d float32 CPU tensor with ", K, " features");
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor out = at::empty({x.size(0), N}, x.options());
+  const int64_t tile = std::max<int64_t>(1, std::min(N, kWideTileFloats / K));
+  thread_local std::vector<float> scratch;  // the caller's thread: one tile, reused across calls
+  scratch.resize(tile * K);
+  float* sp = scratch.data();
+  for (int64_t n0 = 0; n0 < N; n0 += tile) {
+    const int64_t rows = std::min(tile, N - n0);
+    at::parallel_for(n0, n0 + rows, kDequantRowGrain,
+                     [&](int64_t begin, int64_t end) { dequant(begin, end, sp + (begin - n0) * K); });
+    at::Tensor w = at::from_blob(sp, {rows, K}, x.options());
+    at::Tensor y = out.narrow(1, n0, rows);
+    at::mm_out(y, x, w.t());
+  }
+  return out;
+}
+
+at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t K, int64_t level) {
+  TORCH_CHECK(K % kQ4Block == 0 && blocks.scalar_type() == at::kByte && blocks.dim() == 2 &&
+                  blocks.is_contiguous() && blocks.size(1) == K / kQ4Block * kQ4BlockBytes,
+              "q4 blocks must be contiguous uint8 [N, K / 32 * 20] with K divisible by 32");
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  const bool simd = resolve_level(level) >= kAvx2;
+  return dequant_gemm(x, blocks.size(0), K, [&](int64_t begin, int64_t end, float* dst) {
+#ifdef MSTAR_X86
+    if (simd) return dequant_avx2::q4_rows(bp, K, begin, end, dst);
+#endif
+    dequant_scalar::q4_rows(bp, K, begin, end, dst);
+  });
+}
+
+at::Tensor int8_linear_wide(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales, int64_t level) {
+  TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.is_contiguous(),
+              "int8 weight must be contiguous int8 [N, K]");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 && scales.is_contiguous() &&
+                  scales.size(0) == N && K % scales.size(1) == 0 && (K / scales.size(1)) % kQ4Block == 0,
+              "int8 scales must be contiguous float32 [N, G], groups of a multiple of 32 weights");
+  const int8_t* wp = weight.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  const int64_t groups = scales.size(1);
+  const bool simd = resolve_level(level) >= kAvx2;
+  return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
+#ifdef MSTAR_X86
+    if (simd) return dequant_avx2::int8_rows(wp, sp, K, groups, begin, end, dst);
+#endif
+    dequant_scalar::int8_rows(wp, sp, K, groups, begin, end, dst);
+  });
+}
+
+}  // namespace

@@ -1,0 +1,80 @@
+"""The wide-batch path of the quantized linears: dequantize a tile of the weight, then a float32
+GEMM (csrc/dequant_gemm.h), used from WIDE_BATCH rows of activations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mstar.models.quant.formats import Int8Weight, QuantWeight, dequantize, quantize_int8, quantize_q4
+from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
+from mstar.models.quant.native import native_kernels
+
+LEVELS = {0: "scalar", 1: "avx2"}  # the dequantization has a scalar and an AVX2 version
+# (M, N, K): odd batch and output sizes; K = 4096 makes the 2 MiB scratch hold 128 weight rows,
+# so N = 300 runs two full tiles and a partial one.
+SHAPES = [(16, 1, 32), (17, 19, 64), (33, 40, 576), (5, 300, 4096)]
+
+
+@pytest.fixture(scope="module")
+def best_level(builtin_cache_dir) -> int:
+    if not native_kernels(builtin_cache_dir):
+        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
+    return torch.ops.mstar_quant.cpu_level()
+
+
+@pytest.fixture(params=list(LEVELS), ids=list(LEVELS.values()))
+def level(request, best_level) -> int:
+    if request.param > best_level:
+        pytest.skip(f"this CPU lacks {LEVELS[request.param]}")
+    return request.param
+
+
+def _weight(kind: str, n: int, k: int) -> QuantWeight:
+    torch.manual_seed(n * 1000 + k)
+    dense = torch.randn(n, k) * torch.rand(n, 1)
+    if kind == "q4":
+        return quantize_q4(dense)
+    if kind == "int8":
+        return quantize_int8(dense)
+    return Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
+
+
+def _wide(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
+    if isinstance(w, Int8Weight):
+        return torch.ops.mstar_quant.int8_linear_wide(x, w.weight, w.scales, level)
+    return torch.ops.mstar_quant.q4_linear_wide(x, w.blocks, w.in_features, level)
+
+
+@pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_wide_kernel_equals_float32_times_the_dequantized_weight(level, kind, m, n, k):
+    w = _weight(kind, n, k)
+    x = torch.randn(m, k)
+    got = _wide(w, x, level)
+    exact = x.double() @ dequantize(w).double().T
+    magnitude = x.abs().double() @ dequantize(w).abs().double().T
+    assert got.shape == (m, n)
+    assert ((got.double() - exact).abs() <= 1e-5 * magnitude).all()
+
+
+@pytest.mark.parametrize("kind", ["q4", "int8"])
+def test_the_layer_switches_to_float32_activations_at_the_wide_batch(best_level, kind):
+    """One block of x holds a large value and small ones: int16 rounding (under WIDE_BATCH rows)
+    zeroes the small ones, the float32 path (from WIDE_BATCH rows) keeps their sum."""
+    dense = torch.ones(3, 32)
+    dense[:, 0] = 0  # the large activation meets a zero weight
+    w = quantize_q4(dense) if kind == "q4" else quantize_int8(dense)
+    row = torch.full((32,), 0.01)
+    row[0] = 1e4  # 0.01 is below half an int16 step of this block (1e4 / 32767)
+    layer = QuantLinear(w, None, "native")
+    narrow = layer(row.expand(WIDE_BATCH - 1, 32).contiguous())
+    wide = layer(row.expand(WIDE_BATCH, 32).contiguous())
+    assert torch.equal(narrow, torch.zeros(WIDE_BATCH - 1, 3))
+    torch.testing.assert_close(wide, torch.full((WIDE_BATCH, 3), 0.31), rtol=1e-3, atol=0)  # fp16 d
+
+
+def test_wide_kernel_refuses_a_mismatched_input(best_level):
+    w = quantize_q4(torch.randn(4, 64))
+    with pytest.raises(RuntimeError, match="64 features"):
+        torch.ops.mstar_quant.q4_linear_wide(torch.randn(WIDE_BATCH, 32), w.blocks, 64)
