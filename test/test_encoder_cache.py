@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mstar.engine.kv.block_manager import chain_hash
 from mstar.engine.runner.encoder_cache import EncoderCache
-from mstar.engine.schedule.scheduler import encoder_cut
+from mstar.engine.schedule.image_cuts import encoder_cut
 from mstar.graph import Edge, Node, NodeKind, Walk, WalkGraph, text_only, with_encoder
 from mstar.models.vision.inputs import ImageInput
 

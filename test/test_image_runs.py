@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mstar.engine.attention.masks import prefill_mask
 from mstar.engine.sampling_params import SamplingParams
-from mstar.engine.schedule.scheduler import image_run_cut
+from mstar.engine.schedule.image_cuts import image_run_cut
 from mstar.engine.sequence import Sequence
 from mstar.models.vision.inputs import ImageInput
 

@@ -23,7 +23,8 @@ from mstar.engine.limits import (
     check_pooled_prompt_fits,
     check_request_fits,
 )
-from mstar.engine.outputs import RequestOutput, TokenLogprob
+from mstar.engine.outputs import RequestOutput, TokenLogprob, finish_reason, merged
+from mstar.engine.placement import resolve_device_dtype
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
@@ -36,7 +37,6 @@ from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.graph import text_only
-from mstar.models.cpu_linear import cpu_auto_dtype
 from mstar.models.parallel import TensorParallel
 from mstar.models.resolve import resolve_model_dir
 from mstar.models.vision.inputs import ImageInput
@@ -46,19 +46,6 @@ from mstar.settings.preflight import speculation_off_reason
 log = structlog.get_logger(__name__)
 
 GRAMMAR_WAIT_S = 0.02  # longest block on compiling grammars when nothing else can run
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device_dtype(settings: WorkerSettings) -> tuple[torch.device, torch.dtype]:
-    name = settings.device
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if settings.dtype == "auto":
-        return device, torch.bfloat16 if device.type == "cuda" else cpu_auto_dtype()
-    return device, _DTYPES[settings.dtype]
-
 
 class LLMEngine:
     """Owns the model, the KV cache, the scheduler and the requests; ``step()`` runs the step loop
@@ -300,16 +287,7 @@ class LLMEngine:
                              num_cached_tokens=seq.num_cached_tokens, embedding=vector)
 
     def _append(self, seq: Sequence, token: int, logprobs: TokenLogprob | None) -> RequestOutput:
-        params = seq.params
-        reason = None
-        # A constrained request ends where its grammar does: it allows EOS only once complete.
-        ends_at_eos = not params.ignore_eos or params.structured_output is not None
-        if token in params.stop_token_ids or (
-            ends_at_eos and token in self.eos_token_ids
-        ):
-            reason = "stop"
-        elif seq.num_output_tokens >= params.max_tokens:
-            reason = "length"
+        reason = finish_reason(seq.params, token, seq.num_output_tokens, self.eos_token_ids)
         if reason is not None:
             self.scheduler.finish(seq)
             del self.seqs[seq.request_id]
@@ -324,11 +302,3 @@ class LLMEngine:
             logprobs=[logprobs] if logprobs is not None else None,
         )
 
-
-def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
-    """Two consecutive outputs of one request in one step, as one (deltas joined)."""
-    logprobs = None
-    if first.logprobs is not None or then.logprobs is not None:
-        logprobs = (first.logprobs or []) + (then.logprobs or [])
-    return msgspec.structs.replace(
-        then, new_token_ids=first.new_token_ids + then.new_token_ids, logprobs=logprobs)

@@ -1,10 +1,12 @@
-"""Which CUDA device each rank of each replica runs on (MSTAR_DEVICE_IDS)."""
+"""Where a model runs: the device and dtype the settings mean, and which CUDA device each rank of
+each replica runs on (MSTAR_DEVICE_IDS)."""
 
 from __future__ import annotations
 
 import structlog
 import torch
 
+from mstar.models.cpu_bf16_linear import cpu_auto_dtype
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -38,3 +40,16 @@ def place_rank(settings: WorkerSettings, replica: int, rank: int) -> None:
         raise ValueError(f"device_ids names cuda:{index}, but this host has {count} CUDA devices")
     torch.cuda.set_device(index)
     log.info("rank_placed", worker=replica, rank=rank, device=f"cuda:{index}")
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device_dtype(settings: WorkerSettings) -> tuple[torch.device, torch.dtype]:
+    name = settings.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if settings.dtype == "auto":
+        return device, torch.bfloat16 if device.type == "cuda" else cpu_auto_dtype(settings.cache_dir)
+    return device, _DTYPES[settings.dtype]

@@ -42,11 +42,6 @@ def native_bf16() -> bool:
     return native and torch.backends.mkldnn.is_available()
 
 
-def cpu_auto_dtype() -> torch.dtype:
-    """The dtype MSTAR_DTYPE=auto means on CPU (docs/engine.rst: on AVX2 without native bf16,
-    bf16 through the bf16-weight kernel decodes faster at 1-8 sequences, not at 32)."""
-    return torch.bfloat16 if native_bf16() else torch.float32
-
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     if device.type != "cpu" or not torch.backends.mkldnn.is_available():

@@ -109,8 +109,8 @@ def resolved_device_dtype(settings: WorkerSettings) -> tuple[str, str]:
         "cuda" if gpu_visible() else "cpu")
     if settings.dtype != "auto":
         return device, settings.dtype
-    native = device == "cuda" or cpu_has_native_bf16()
-    return device, "bfloat16" if native else "float32"
+    bf16 = device == "cuda" or cpu_runs_bf16()  # the engine also needs the native kernels to build
+    return device, "bfloat16" if bf16 else "float32"
 
 
 def preflight(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:

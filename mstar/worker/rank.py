@@ -19,8 +19,7 @@ from mstar.engine.distributed import (
     check_deterministic_loop,
     join_group,
 )
-from mstar.engine.llm_engine import resolve_device_dtype
-from mstar.engine.placement import place_rank
+from mstar.engine.placement import place_rank, resolve_device_dtype
 from mstar.ipc import messages as m
 from mstar.ipc.sockets import push_socket, send
 from mstar.worker.channel import WorkerChannel

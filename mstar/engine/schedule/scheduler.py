@@ -26,6 +26,7 @@ import structlog
 
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.outputs import TokenLogprob
+from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.sequence import Sequence, SequenceStatus
@@ -35,33 +36,6 @@ from mstar.engine.speculative.verify import accept
 log = structlog.get_logger(__name__)
 
 Sampled = tuple[Sequence, int, "TokenLogprob | None"]
-
-
-def encoder_cut(seq: Sequence, start: int, n: int, budget: int, fresh: bool) -> tuple[int, int]:
-    """(tokens to run, encoder tokens they take) for ``n`` tokens of ``seq`` from ``start``.
-
-    Each image whose placeholder run starts in the chunk is encoded in this step; the chunk stops
-    before the first one the step's encoder ``budget`` cannot hold. ``fresh`` (nothing encoded
-    in the step yet): an image larger than the whole budget still runs, alone.
-    """
-    used = 0
-    for image in seq.images:
-        if start <= image.offset < start + n:
-            if used + image.num_embeds > budget and not (fresh and used == 0):
-                return image.offset - start, used
-            used += image.num_embeds
-    return n, used
-
-
-def image_run_cut(seq: Sequence, start: int, n: int) -> int:
-    """``n`` or fewer tokens of ``seq`` from ``start``, so that the chunk does not end inside an
-    image's placeholder run: for models whose image tokens attend to each other both ways
-    (Gemma 3), a token cannot see keys that a later chunk computes. A chunk may start inside a
-    run (after a prefix-cache hit): the earlier tokens of the run are already computed."""
-    for image in seq.images:
-        if image.offset < start + n < image.end:
-            return max(image.offset - start, 0)
-    return n
 
 
 def ready_to_run(seq: Sequence) -> bool:
