@@ -109,8 +109,10 @@ def _assert_group_matches_single(settings: WorkerSettings, tmp_path: Path) -> No
     if "constrained" in single["tokens"]:
         assert single["tokens"]["constrained"]
     assert len(ranks[0]["logits"]) == len(single["logits"])
+    # float32 rounding only: the ranks' partial sums are all-reduced in another order than one
+    # process adds them; over the built-in model's 30 layers that reaches ~1e-4 near zero logits.
     for got, want in zip(ranks[0]["logits"], single["logits"], strict=True):
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got, want, atol=3e-4, rtol=1e-4)
 
 
 def _settings(model: Path | str, size: int, **extra) -> WorkerSettings:
