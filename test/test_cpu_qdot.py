@@ -12,13 +12,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from quant_weights import random_weight
 
 from mstar.models.quant.formats import (
     ACTIVATION_MAX,
     Int8Weight,
     QuantWeight,
     dequantize,
-    quantize_int8,
     quantize_q4,
     round_activations,
 )
@@ -46,14 +46,6 @@ def level(request, best_level) -> int:
     return request.param
 
 
-def _weight(kind: str, n: int, k: int) -> QuantWeight:
-    torch.manual_seed(n * 1000 + k)
-    dense = torch.randn(n, k) * torch.rand(n, 1)  # rows of different magnitude
-    if kind == "q4":
-        return quantize_q4(dense)
-    if kind == "int8":
-        return quantize_int8(dense)
-    return Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
 
 
 def _kernel(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
@@ -65,7 +57,7 @@ def _kernel(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 def test_kernel_matches_the_dequantize_then_fp32_reference(level, kind, m, n, k):
-    w = _weight(kind, n, k)
+    w = random_weight(kind, n, k)
     x = torch.randn(m, k)
     x[0, :32] = 0  # an all-zero block has scale 0
     got = _kernel(w, x, level)
@@ -101,7 +93,7 @@ def test_a_level_the_cpu_lacks_is_refused(best_level):
 def test_native_layer_equals_its_torch_reference(best_level, m, n, blocks, kind, scale):
     """The layer the engine runs (best level) against the same layer computed in torch: equal up
     to float32 rounding, 1e-5 of the sum of the products' magnitudes."""
-    w = _weight(kind, n, 32 * blocks)
+    w = random_weight(kind, n, 32 * blocks)
     bias = torch.randn(n)
     x = torch.randn(2, m, 32 * blocks) * scale
     got = QuantLinear(w, bias, "native")(x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from quant_weights import random_weight
 
 from mstar.models.quant.formats import Int8Weight, QuantWeight, dequantize, quantize_int8, quantize_q4
 from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
@@ -30,14 +31,6 @@ def level(request, best_level) -> int:
     return request.param
 
 
-def _weight(kind: str, n: int, k: int) -> QuantWeight:
-    torch.manual_seed(n * 1000 + k)
-    dense = torch.randn(n, k) * torch.rand(n, 1)
-    if kind == "q4":
-        return quantize_q4(dense)
-    if kind == "int8":
-        return quantize_int8(dense)
-    return Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
 
 
 def _wide(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
@@ -48,8 +41,8 @@ def _wide(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
-def test_wide_kernel_equals_float32_times_the_dequantized_weight(level, kind, m, n, k):
-    w = _weight(kind, n, k)
+def test_wide_kernel_equals_float32_times_the_dequantizedrandom_weight(level, kind, m, n, k):
+    w = random_weight(kind, n, k)
     x = torch.randn(m, k)
     got = _wide(w, x, level)
     exact = x.double() @ dequantize(w).double().T

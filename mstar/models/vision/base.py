@@ -13,6 +13,16 @@ from torch import nn
 from mstar.graph import WalkGraph, with_encoder
 from mstar.models.llama import LlamaForCausalLM
 
+# The original LLaVA-style layout (llava-hf's and Google's Gemma 3 checkpoints, transformers'
+# save_pretrained) -> this package's module names.
+LLAVA_CHECKPOINT_PREFIXES = (
+    ("language_model.model.", "model.language_model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("vision_tower.vision_model.", "model.vision_tower."),
+    ("vision_tower.", "model.vision_tower."),
+    ("multi_modal_projector.", "model.multi_modal_projector."),
+)
+
 
 def init_position_ids(tower: nn.Module, device: torch.device) -> None:
     """A transformers tower's position ids: non-persistent buffers, not in the checkpoint."""

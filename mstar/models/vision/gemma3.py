@@ -14,7 +14,12 @@ from transformers import AutoModel
 from transformers.models.gemma3.modeling_gemma3 import Gemma3MultiModalProjector
 
 from mstar.models.gemma3 import Gemma3ForCausalLM
-from mstar.models.vision.base import VisionLanguageModel, VisionLanguageParts, init_position_ids
+from mstar.models.vision.base import (
+    LLAVA_CHECKPOINT_PREFIXES,
+    VisionLanguageModel,
+    VisionLanguageParts,
+    init_position_ids,
+)
 
 
 class Gemma3ForConditionalGeneration(VisionLanguageModel):
@@ -22,13 +27,7 @@ class Gemma3ForConditionalGeneration(VisionLanguageModel):
     text_model_cls = Gemma3ForCausalLM
     bidirectional_image_attention = True
     # Google's checkpoints (and transformers' save_pretrained) keep the original layout.
-    checkpoint_prefixes = (
-        ("language_model.model.", "model.language_model."),
-        ("language_model.lm_head.", "lm_head."),
-        ("vision_tower.vision_model.", "model.vision_tower."),
-        ("vision_tower.", "model.vision_tower."),
-        ("multi_modal_projector.", "model.multi_modal_projector."),
-    )
+    checkpoint_prefixes = LLAVA_CHECKPOINT_PREFIXES
 
     def __init__(self, config) -> None:
         super().__init__(config)

@@ -7,19 +7,18 @@ import torch
 from transformers import AutoModel
 from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
 
-from mstar.models.vision.base import VisionLanguageModel, VisionLanguageParts, init_position_ids
+from mstar.models.vision.base import (
+    LLAVA_CHECKPOINT_PREFIXES,
+    VisionLanguageModel,
+    VisionLanguageParts,
+    init_position_ids,
+)
 
 
 class LlavaForConditionalGeneration(VisionLanguageModel):
     unpacked_prefixes = ("model.vision_tower.", "model.multi_modal_projector.")
     # llava-hf checkpoints (and transformers' save_pretrained) keep the original layout.
-    checkpoint_prefixes = (
-        ("language_model.model.", "model.language_model."),
-        ("language_model.lm_head.", "lm_head."),
-        ("vision_tower.vision_model.", "model.vision_tower."),
-        ("vision_tower.", "model.vision_tower."),
-        ("multi_modal_projector.", "model.multi_modal_projector."),
-    )
+    checkpoint_prefixes = LLAVA_CHECKPOINT_PREFIXES
 
     def __init__(self, config) -> None:
         super().__init__(config)
