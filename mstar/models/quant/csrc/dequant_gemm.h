@@ -8,6 +8,7 @@
 // (quant/linear.py) chooses it from the batch size.
 #pragma once
 #include "cpu_level.h"
+#include "weight_checks.h"
 
 namespace {
 
@@ -88,8 +89,7 @@ MSTAR_TARGET_POP
 // rows at a time, dequantized in parallel into a reused scratch, then one GEMM per tile.
 template <typename Dequant>
 at::Tensor dequant_gemm(const at::Tensor& x_in, int64_t N, int64_t K, Dequant dequant) {
-  TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat && x_in.dim() == 2 && x_in.size(1) == K,
-              "x must be a 2-d float32 CPU tensor with ", K, " features");
+  check_input(x_in, K);
   const at::Tensor x = x_in.contiguous();
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   const int64_t tile = std::max<int64_t>(1, std::min(N, kWideTileFloats / K));
@@ -108,9 +108,7 @@ at::Tensor dequant_gemm(const at::Tensor& x_in, int64_t N, int64_t K, Dequant de
 }
 
 at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t K, int64_t level) {
-  TORCH_CHECK(K % kQ4Block == 0 && blocks.scalar_type() == at::kByte && blocks.dim() == 2 &&
-                  blocks.is_contiguous() && blocks.size(1) == K / kQ4Block * kQ4BlockBytes,
-              "q4 blocks must be contiguous uint8 [N, K / 32 * 20] with K divisible by 32");
+  check_q4(blocks, K);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   const bool simd = resolve_level(level) >= kAvx2;
   return dequant_gemm(x, blocks.size(0), K, [&](int64_t begin, int64_t end, float* dst) {
@@ -122,12 +120,8 @@ at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t
 }
 
 at::Tensor int8_linear_wide(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales, int64_t level) {
-  TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.is_contiguous(),
-              "int8 weight must be contiguous int8 [N, K]");
+  check_int8(weight, scales);
   const int64_t N = weight.size(0), K = weight.size(1);
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 && scales.is_contiguous() &&
-                  scales.size(0) == N && K % scales.size(1) == 0 && (K / scales.size(1)) % kQ4Block == 0,
-              "int8 scales must be contiguous float32 [N, G], groups of a multiple of 32 weights");
   const int8_t* wp = weight.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   const int64_t groups = scales.size(1);

@@ -17,33 +17,13 @@
 #include "qdot.h"
 #include "bf16_linear.h"
 #include "rope_ops.h"
+#include "weight_checks.h"
 #include "dequant_gemm.h"
 
 namespace {
 
 constexpr int64_t kRowGrain = 16;  // output rows per parallel work item, at least
 
-void check_input(const at::Tensor& x, int64_t K) {
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 2,
-              "x must be a 2-d float32 CPU tensor");
-  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " features, the weight ", K);
-}
-
-void check_q4(const at::Tensor& blocks, int64_t K) {
-  TORCH_CHECK(K % kQ4Block == 0, "q4 needs in_features divisible by 32");
-  TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous() &&
-                  blocks.size(1) == K / kQ4Block * kQ4BlockBytes,
-              "q4 blocks must be contiguous uint8 [N, K / 32 * 20]");
-}
-
-void check_int8(const at::Tensor& weight, const at::Tensor& scales) {
-  TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.is_contiguous(),
-              "int8 weight must be contiguous int8 [N, K]");
-  const int64_t N = weight.size(0), K = weight.size(1);
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 && scales.is_contiguous() &&
-                  scales.size(0) == N && K % scales.size(1) == 0 && (K / scales.size(1)) % kQ4Block == 0,
-              "int8 scales must be contiguous float32 [N, G], groups of a multiple of 32 weights");
-}
 
 // x quantized per block of 32: (q int16 [M, K], d [M, K / 32], s [M, K / 32]).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x_in, int64_t level) {
