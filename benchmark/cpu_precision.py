@@ -58,8 +58,8 @@ def step_breakdown(llm, prompts: list[str], params_cls) -> dict:
     on every linear module: the forward runs on the engine's own thread, out of a profiler's view)."""
     from torch import nn
 
-    from mstar.models.cpu_bf16_linear import Bf16Linear
-    from mstar.models.cpu_linear import PackedLinear
+    from mstar.models.layers.cpu_bf16_linear import Bf16Linear
+    from mstar.models.layers.cpu_linear import PackedLinear
     from mstar.models.quant.linear import QuantLinear
 
     spent, started = [0.0], {}

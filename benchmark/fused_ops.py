@@ -1,4 +1,4 @@
-"""The fused CPU ops (mstar.models.fused_ops) against the torch path they replace, per op and in
+"""The fused CPU ops (mstar.models.layers.fused_ops) against the torch path they replace, per op and in
 the built-in model's decode step.
 
     .venv/bin/python -m benchmark.fused_ops [--settings fp32 q4] [--concurrency 1 32]
@@ -26,8 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from mstar.models import fused_ops
-from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, fused_ops
 from mstar.models.quant.native import native_kernels
 from mstar.settings import WorkerSettings
 
@@ -91,7 +90,7 @@ def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, 
     from torch import nn
 
     from mstar import SamplingParams
-    from mstar.models.cpu_linear import PackedLinear
+    from mstar.models.layers.cpu_linear import PackedLinear
     from mstar.models.quant.linear import QuantLinear
 
     model = llm.engine.model_runner.model

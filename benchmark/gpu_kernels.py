@@ -18,8 +18,8 @@ from mstar.engine.attention import AttentionInputs, get_backend
 from mstar.kernels.activation import silu_and_mul
 from mstar.kernels.norm import rms_norm
 from mstar.kernels.rope import apply_rope
-from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul
-from mstar.models.layers import apply_rope as torch_apply_rope
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul
+from mstar.models.layers.blocks import apply_rope as torch_apply_rope
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, INTERMEDIATE, BLOCK = 9, 3, 64, 576, 1536, 16
 DTYPE, DEVICE = torch.bfloat16, torch.device("cuda")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_cpu_qdot import best_level, level  # noqa: F401 (fixtures: the native build, each level)
 
 from mstar.engine.sampling_params import SamplingParams
-from mstar.models.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
+from mstar.models.layers.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
 
 # (M, N, K): one row (the streaming path), the tiles of 5 rows and their tails, K not a multiple
 # of the 16 features per weight load, odd N, the built-in model's shapes.

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mstar.engine.sampling_params import SamplingParams
-from mstar.models import gguf_loader
+from mstar.models.loading import gguf_loader
 from mstar.models.quant.formats import (
     Int8Weight,
     dequantize,
@@ -60,7 +60,7 @@ def test_gguf_blocks_load_into_layouts_exactly(kind):
 
 
 def test_unreadable_gguf_model_is_a_model_error(tmp_path):
-    from mstar.models.resolve import ModelError, resolve_model_dir
+    from mstar.models.loading.resolve import ModelError, resolve_model_dir
     from mstar.settings import WorkerSettings
 
     (tmp_path / "broken.gguf").write_bytes(b"not a gguf")
@@ -70,7 +70,7 @@ def test_unreadable_gguf_model_is_a_model_error(tmp_path):
 
 def test_gguf_file_as_model_is_served_at_its_shipped_precision(tmp_path, run):
     from mstar.engine.llm_engine import LLMEngine
-    from mstar.models.builtin import builtin_gguf_path
+    from mstar.models.loading.builtin import builtin_gguf_path
     from mstar.settings import WorkerSettings
 
     engine = LLMEngine(WorkerSettings(model=str(builtin_gguf_path()), cache_dir=tmp_path,
@@ -87,8 +87,8 @@ def test_gguf_file_as_model_is_served_at_its_shipped_precision(tmp_path, run):
 
 def test_builtin_gguf_q4_weights_equal_the_fp32_conversion(builtin_cache_dir, tmp_path):
     """--quantization q4 on the built-in model reads its Q4_1 GGUF, the same weights as fp32."""
-    from mstar.models.builtin import ensure_builtin_model
-    from mstar.models.loader import load_model
+    from mstar.models.loading.builtin import ensure_builtin_model
+    from mstar.models.loading.loader import load_model
 
     model_dir = ensure_builtin_model(builtin_cache_dir)
     cfg = AutoConfig.from_pretrained(model_dir)

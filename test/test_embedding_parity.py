@@ -14,7 +14,7 @@ from mstar.engine.errors import RequestRejected
 from mstar.engine.runner.pooling import Pooler, bytes_vector
 from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.schedule.scheduler_output import NewRequest, ScheduledRow, SchedulerOutput
-from mstar.models.resolve import resolve_model_dir
+from mstar.models.loading.resolve import resolve_model_dir
 from mstar.settings import WorkerSettings
 
 TEXTS = [

@@ -7,8 +7,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from mstar.models.layers import rope_inv_freq, rope_parameters
-from mstar.models.registry import get_model_class
+from mstar.models.layers.blocks import rope_inv_freq, rope_parameters
+from mstar.models.loading.registry import get_model_class
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 1024,

@@ -15,10 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstar.models import fused_ops
-from mstar.models.gemma3 import GemmaMLP
-from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope
-from mstar.models.offset_rmsnorm import OffsetRMSNorm
+from mstar.models.families.gemma3 import GemmaMLP
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, fused_ops
+from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
 from mstar.models.quant.native import native_kernels
 
 DTYPES = [torch.float32, torch.bfloat16]

@@ -11,8 +11,8 @@ import structlog
 from test_settings_cli import mstar
 
 from mstar.logging_setup import configure_logging
-from mstar.models import builtin
-from mstar.models.resolve import BUILTIN_MODEL_NAME, resolve_model_dir
+from mstar.models.loading import builtin
+from mstar.models.loading.resolve import BUILTIN_MODEL_NAME, resolve_model_dir
 from mstar.settings import WorkerSettings
 
 KEY = "sk-prod-123"

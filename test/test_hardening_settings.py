@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from test_settings_cli import mstar
 
 from mstar.cli import main
-from mstar.models.resolve import ModelError
+from mstar.models.loading.resolve import ModelError
 from mstar.settings import SettingsError, WorkerSettings, load_settings
 from mstar.settings.catalog import KNOBS, Kind
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args

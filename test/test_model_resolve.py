@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mstar.models import builtin
-from mstar.models.registry import supported_architectures
-from mstar.models.resolve import BUILTIN_MODEL_NAME, ModelError, resolve_model_dir
+from mstar.models.loading import builtin
+from mstar.models.loading.registry import supported_architectures
+from mstar.models.loading.resolve import BUILTIN_MODEL_NAME, ModelError, resolve_model_dir
 from mstar.settings import WorkerSettings
 
 SUPPORTED_ARCHITECTURES = supported_architectures()

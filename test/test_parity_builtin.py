@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams
-from mstar.models.resolve import resolve_model_dir
+from mstar.models.loading.resolve import resolve_model_dir
 from mstar.settings import WorkerSettings
 
 QUESTIONS = [

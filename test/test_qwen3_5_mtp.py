@@ -52,7 +52,7 @@ def test_mtp_head_logits_match_the_reference(mtp_model_dir, tiny_model_dir, make
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding
 
     from mstar.engine.attention import AttentionInputs
-    from mstar.models.qwen3_5_mtp import has_mtp_weights, load_mtp_head
+    from mstar.models.families.qwen3_5_mtp import has_mtp_weights, load_mtp_head
 
     path, ref, config = mtp_model_dir
     ids = torch.tensor([[5, 17, 42, 99, 7, 250, 13, 64, 3, 128, 77]])

@@ -17,7 +17,7 @@ import torch
 from mstar.engine.distributed import Rendezvous, free_port, join_group, leave_group
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams, StructuredOutput
-from mstar.models.parallel import check_divisible
+from mstar.models.families.parallel import check_divisible
 from mstar.settings import WorkerSettings
 from mstar.settings.schema import BUILTIN_MODEL
 

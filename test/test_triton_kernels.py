@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from mstar.engine.attention import AttentionInputs, get_backend
-from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul
-from mstar.models.layers import apply_rope as torch_apply_rope
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul
+from mstar.models.layers.blocks import apply_rope as torch_apply_rope
 
 triton = pytest.importorskip("triton")
 INTERPRETING = bool(triton.knobs.runtime.interpret)

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig
 from vlm_helpers import image, make_tiny_vlm, paged_greedy, prompt_text, transformers_greedy
 
-from mstar.models.loader import load_model
+from mstar.models.loading.loader import load_model
 from mstar.models.vision.inputs import build_prompt, load_processor
 
 MAX_NEW = 12

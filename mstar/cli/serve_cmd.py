@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _resolve_and_serve(loaded: LoadedSettings, sock: socket.socket, log: Any) -> int:
-    from mstar.models.resolve import ModelError, resolve_model_dir
+    from mstar.models.loading.resolve import ModelError, resolve_model_dir
 
     settings = loaded.settings
     log.info("resolving_model", model=settings.model)

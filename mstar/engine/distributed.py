@@ -23,7 +23,7 @@ import structlog
 import torch
 import torch.distributed as dist
 
-from mstar.models.parallel import TensorParallel
+from mstar.models.families.parallel import TensorParallel
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)

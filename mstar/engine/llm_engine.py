@@ -37,8 +37,8 @@ from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.graph import text_only
-from mstar.models.parallel import TensorParallel
-from mstar.models.resolve import resolve_model_dir
+from mstar.models.families.parallel import TensorParallel
+from mstar.models.loading.resolve import resolve_model_dir
 from mstar.models.vision.inputs import ImageInput
 from mstar.settings import WorkerSettings
 from mstar.settings.preflight import speculation_off_reason

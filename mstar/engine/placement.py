@@ -6,7 +6,7 @@ from __future__ import annotations
 import structlog
 import torch
 
-from mstar.models.cpu_bf16_linear import cpu_auto_dtype
+from mstar.models.layers.cpu_bf16_linear import cpu_auto_dtype
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)

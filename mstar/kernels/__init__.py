@@ -2,7 +2,7 @@
 
 Each module imports triton at its top, so import a kernel module only once the fast path is
 chosen; importing this package needs neither triton nor a GPU. Every kernel has a torch
-counterpart it replaces (the torch attention backend, ``mstar.models.layers``), which the tests
+counterpart it replaces (the torch attention backend, ``mstar.models.layers.blocks``), which the tests
 use as its reference. On CPU the kernels run only under ``TRITON_INTERPRET=1`` (the tests).
 """
 

@@ -1,6 +1,6 @@
 """RMSNorm with the residual add that precedes it, in one pass over each row.
 
-Rounds where ``mstar.models.layers.RMSNorm`` rounds: the sum is stored in the activation dtype
+Rounds where ``mstar.models.layers.blocks.RMSNorm`` rounds: the sum is stored in the activation dtype
 (it becomes the next residual) and normalised from that stored value in float32; the normalised
 row is rounded to the activation dtype before the weight multiplies it.
 """

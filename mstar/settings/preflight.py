@@ -99,7 +99,7 @@ def cpu_has_native_bf16() -> bool:
 
 def cpu_runs_bf16() -> bool:
     """bf16 is not emulated on this CPU: native (avx512_bf16, AMX), or AVX2 + FMA for mstar's
-    bf16-weight kernel (float32 arithmetic on bf16 weights; mstar/models/cpu_bf16_linear.py)."""
+    bf16-weight kernel (float32 arithmetic on bf16 weights; mstar/models/layers/cpu_bf16_linear.py)."""
     return cpu_has_native_bf16() or {"avx2", "fma", "f16c"} <= _cpu_flags()
 
 
@@ -235,7 +235,7 @@ def speculation_off_reason(settings: WorkerSettings) -> str | None:
     engine then runs the serial loop); an explicit cap above 0 wins over it."""
     method = settings.speculative_method
     if method == "mtp":
-        return ("mtp: Qwen3.5's MTP head loads (mstar.models.qwen3_5_mtp), but the proposer "
+        return ("mtp: Qwen3.5's MTP head loads (mstar.models.families.qwen3_5_mtp), but the proposer "
                 "that runs it is not implemented yet; falling back to none")
     if method == "draft":
         return "draft is not implemented yet; falling back to none"

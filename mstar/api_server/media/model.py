@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mstar.models.registry import accepted_modalities
+from mstar.models.loading.registry import accepted_modalities
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.models.state_layout import StateLayout
+from mstar.models.layers.state_layout import StateLayout
 
 
 @dataclass

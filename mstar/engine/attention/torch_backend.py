@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from mstar.engine.attention.decode_mirror import DecodeMirror, MirrorStep
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.engine.attention.masks import MasksByWindow, decode_mask, prefill_mask
-from mstar.models.fused_ops import native_ops_usable, write_kv_cache_
+from mstar.models.layers.fused_ops import native_ops_usable, write_kv_cache_
 
 
 class TorchAttentionBackend:

@@ -28,9 +28,9 @@ from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.state_rollback import StateSnapshot
-from mstar.models.loader import load_model
-from mstar.models.parallel import TensorParallel
-from mstar.models.state_layout import StateLayout
+from mstar.models.families.parallel import TensorParallel
+from mstar.models.layers.state_layout import StateLayout
+from mstar.models.loading.loader import load_model
 from mstar.models.vision.inputs import ImageInput
 from mstar.settings import WorkerSettings
 

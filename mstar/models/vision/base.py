@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from mstar.graph import WalkGraph, with_encoder
-from mstar.models.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM
 
 # The original LLaVA-style layout (llava-hf's and Google's Gemma 3 checkpoints, transformers'
 # save_pretrained) -> this package's module names.

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModel
 from transformers.models.gemma3.modeling_gemma3 import Gemma3MultiModalProjector
 
-from mstar.models.gemma3 import Gemma3ForCausalLM
+from mstar.models.families.gemma3 import Gemma3ForCausalLM
 from mstar.models.vision.base import (
     LLAVA_CHECKPOINT_PREFIXES,
     VisionLanguageModel,

@@ -19,8 +19,8 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VisionTransformerPretrainedModel,
 )
 
-from mstar.models.layers import RotaryEmbedding, rope_parameters
-from mstar.models.qwen2 import Qwen2ForCausalLM
+from mstar.models.families.qwen2 import Qwen2ForCausalLM
+from mstar.models.layers.blocks import RotaryEmbedding, rope_parameters
 from mstar.models.vision.base import VisionLanguageModel, VisionLanguageParts
 from mstar.models.vision.inputs import ImageInput
 

@@ -20,9 +20,9 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from mstar.models.loader import _copy, checkpoint_files
-from mstar.models.offset_rmsnorm import OffsetRMSNorm
-from mstar.models.qwen3_5 import Qwen3_5DecoderLayer
+from mstar.models.families.qwen3_5 import Qwen3_5DecoderLayer
+from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
+from mstar.models.loading.loader import _copy, checkpoint_files
 
 PREFIX = "mtp."
 

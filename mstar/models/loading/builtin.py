@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from mstar.models.model_error import ModelError
+from mstar.models.loading.model_error import ModelError
 from mstar.settings import BUILTIN_MODEL
 
 log = structlog.get_logger(__name__)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models import fused_ops
+from mstar.models.layers.blocks import fused_ops
 
 
 class OffsetRMSNorm(nn.Module):
     """Computed in float32, scaled by (1 + weight) there, then cast back."""
 
-    native_ops = False  # one native call (mstar.models.fused_ops)
+    native_ops = False  # one native call (mstar.models.layers.fused_ops)
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()

@@ -1,6 +1,6 @@
 """Qwen2: the Llama layout with biases on q/k/v (not on o)."""
 
-from mstar.models.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):

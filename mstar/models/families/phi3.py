@@ -8,8 +8,8 @@ import math
 import structlog
 import torch
 
-from mstar.models.layers import RotaryEmbedding, rope_parameters
-from mstar.models.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM
+from mstar.models.layers.blocks import RotaryEmbedding, rope_parameters
 
 log = structlog.get_logger(__name__)
 

@@ -12,15 +12,15 @@ import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
-from mstar.models.cpu_bf16_linear import runs_bf16_kernel, use_bf16_kernel
-from mstar.models.cpu_linear import can_pack, pack_linears
-from mstar.models.fused_ops import native_ops_usable, use_native_ops
-from mstar.models.gguf_loader import gguf_source, read_gguf
-from mstar.models.parallel import TensorParallel, build_sharded, shard_tensor
+from mstar.models.families.parallel import TensorParallel, build_sharded, shard_tensor
+from mstar.models.layers.cpu_bf16_linear import runs_bf16_kernel, use_bf16_kernel
+from mstar.models.layers.cpu_linear import can_pack, pack_linears
+from mstar.models.layers.fused_ops import native_ops_usable, use_native_ops
+from mstar.models.loading.gguf_loader import gguf_source, read_gguf
+from mstar.models.loading.registry import get_model_class
 from mstar.models.quant.apply import install_quantized, quantize_dense
 from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
 from mstar.models.quant.native import native_kernels
-from mstar.models.registry import get_model_class
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +38,7 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
     keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build.
     ``parallel`` (tensor parallelism over more than one rank) builds this rank's shard and loads
-    only its slices (``mstar.models.parallel``).
+    only its slices (``mstar.models.families.parallel``).
     """
     start = time.perf_counter()
     cls = get_model_class(config)

@@ -1,6 +1,6 @@
 """Qwen3: the Llama layout plus per-head RMSNorm on q and k before rope."""
 
-from mstar.models.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM
 
 
 class Qwen3ForCausalLM(LlamaForCausalLM):

@@ -9,12 +9,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models import fused_ops
-from mstar.models.layers import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, rope_parameters
+from mstar.models.layers.blocks import (
+    RMSNorm,
+    RotaryEmbedding,
+    SiluAndMul,
+    apply_rope,
+    fused_ops,
+    rope_parameters,
+)
 
 
 class Attention(nn.Module):
-    native_ops = False  # q/k norms and rope in place on the qkv output (mstar.models.fused_ops)
+    native_ops = False  # q/k norms and rope in place on the qkv output (mstar.models.layers.fused_ops)
 
     def __init__(self, config, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> None:
         super().__init__()

@@ -1,8 +1,8 @@
 """Qwen3-MoE: the Qwen3 layout whose MLPs are sparse mixture-of-experts blocks, except on
 ``mlp_only_layers`` and layers off the ``decoder_sparse_step`` (those stay dense)."""
 
-from mstar.models.moe import ExpertMLP, SparseMoeBlock
-from mstar.models.qwen3 import Qwen3ForCausalLM
+from mstar.models.families.qwen3 import Qwen3ForCausalLM
+from mstar.models.layers.moe import ExpertMLP, SparseMoeBlock
 
 
 class Qwen3MoeForCausalLM(Qwen3ForCausalLM):

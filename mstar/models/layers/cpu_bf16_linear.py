@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mstar.models.cpu_linear import native_bf16, replace_linears
+from mstar.models.layers.cpu_linear import native_bf16, replace_linears
 from mstar.models.quant.native import native_kernels
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models.layers import RMSNorm
-from mstar.models.llama import MLP, Attention, LlamaForCausalLM
+from mstar.models.families.llama import MLP, Attention, LlamaForCausalLM
+from mstar.models.layers.blocks import RMSNorm
 
 
 class Olmo2Attention(Attention):

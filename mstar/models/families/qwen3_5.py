@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models.gated_deltanet import GatedDeltaNet
-from mstar.models.layers import RotaryEmbedding, rope_parameters
-from mstar.models.llama import MLP, Attention, LlamaForCausalLM
-from mstar.models.offset_rmsnorm import OffsetRMSNorm
+from mstar.models.families.llama import MLP, Attention, LlamaForCausalLM
+from mstar.models.layers.blocks import RotaryEmbedding, rope_parameters
+from mstar.models.layers.gated_deltanet import GatedDeltaNet
+from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
 
 _LAYER_TYPES = ("linear_attention", "full_attention")
 

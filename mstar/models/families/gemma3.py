@@ -7,16 +7,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models import fused_ops
-from mstar.models.layers import RotaryEmbedding
-from mstar.models.llama import Attention, LlamaForCausalLM
-from mstar.models.offset_rmsnorm import OffsetRMSNorm
+from mstar.models.families.llama import Attention, LlamaForCausalLM
+from mstar.models.layers.blocks import RotaryEmbedding, fused_ops
+from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
 
 _ACTIVATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}
 
 
 class GemmaMLP(nn.Module):
-    native_ops = False  # GELU-tanh times up in one native call (mstar.models.fused_ops)
+    native_ops = False  # GELU-tanh times up in one native call (mstar.models.layers.fused_ops)
 
     def __init__(self, config) -> None:
         super().__init__()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mstar.models.model_error import ModelError
+from mstar.models.loading.model_error import ModelError
 
 # Larger headers are refused by the safetensors library itself.
 _MAX_HEADER_BYTES = 100 * 1024 * 1024

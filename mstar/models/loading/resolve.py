@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mstar.models.builtin import ensure_builtin_model
-from mstar.models.model_error import ModelError
-from mstar.models.registry import supported_architectures
-from mstar.models.safetensors_check import check_weights
+from mstar.models.loading.builtin import ensure_builtin_model
+from mstar.models.loading.model_error import ModelError
+from mstar.models.loading.registry import supported_architectures
+from mstar.models.loading.safetensors_check import check_weights
 from mstar.settings import BUILTIN_MODEL
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def resolve_model_dir(settings: WorkerSettings) -> Path:
         check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
         return target
     if settings.model.endswith(".gguf"):
-        from mstar.models.gguf_loader import gguf_model_dir
+        from mstar.models.loading.gguf_loader import gguf_model_dir
 
         return gguf_model_dir(Path(settings.model), settings.cache_dir)
     return validate_model_dir(Path(settings.model).expanduser())

@@ -21,8 +21,8 @@ import numpy as np
 import structlog
 import torch
 
+from mstar.models.loading.resolve import ModelError
 from mstar.models.quant.formats import Int8Weight, Q4Weight, QuantWeight, q4_from_parts, select_rows
-from mstar.models.resolve import ModelError
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +67,7 @@ def gguf_source(model_dir: Path, quantization: str) -> Path | None:
     note = Path(model_dir) / SOURCE_FILE
     if note.is_file():
         return Path(json.loads(note.read_text(encoding="utf-8"))["gguf"])
-    from mstar.models.builtin import MARKER_FILE, builtin_gguf_path
+    from mstar.models.loading.builtin import MARKER_FILE, builtin_gguf_path
 
     if quantization == "q4" and (Path(model_dir) / MARKER_FILE).is_file():
         return builtin_gguf_path()

@@ -1,6 +1,6 @@
 """SmolLM3: the Llama layout where some layers skip rope (``no_rope_layers[i] == 0``)."""
 
-from mstar.models.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM
 
 
 class SmolLM3ForCausalLM(LlamaForCausalLM):

@@ -1,6 +1,6 @@
 """Mistral: the Llama layout with a sliding attention window on every layer."""
 
-from mstar.models.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM
 
 
 class MistralForCausalLM(LlamaForCausalLM):

@@ -1,0 +1,1 @@
+"""Model families: one decoder per file, each token-exact with transformers."""

@@ -1,0 +1,1 @@
+"""Building blocks the decoders share: norms, MLPs, mixers, CPU linears and fused ops."""
