@@ -26,7 +26,8 @@ from collections.abc import Callable
 
 import torch
 
-from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, fused_ops
+from mstar.models.layers import fused_ops
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope
 from mstar.models.quant.native import native_kernels
 from mstar.settings import WorkerSettings
 

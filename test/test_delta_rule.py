@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
-from mstar.models.layers.blocks import delta_rule
+from mstar.models.layers import delta_rule
 
 
 def _inputs(length=150, heads=4, k_dim=16, v_dim=8):

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mstar.models.families.gemma3 import GemmaMLP
-from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, fused_ops
+from mstar.models.layers import fused_ops
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope
 from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
 from mstar.models.quant.native import native_kernels
 

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from mstar.models.families.llama import Attention, LlamaForCausalLM
-from mstar.models.layers.blocks import RotaryEmbedding, fused_ops
+from mstar.models.layers import fused_ops
+from mstar.models.layers.blocks import RotaryEmbedding
 from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
 
 _ACTIVATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}

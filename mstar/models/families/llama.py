@@ -9,14 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models.layers.blocks import (
-    RMSNorm,
-    RotaryEmbedding,
-    SiluAndMul,
-    apply_rope,
-    fused_ops,
-    rope_parameters,
-)
+from mstar.models.layers import fused_ops
+from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, rope_parameters
 
 
 class Attention(nn.Module):
