@@ -239,6 +239,16 @@ def api_server(tiny_model_dir, tmp_path_factory):
     })
 
 
+@pytest.fixture()
+def api_client(api_server):
+    """The official openai client on the shared API server, with its key and no retries."""
+    import openai
+    from serve_helpers import API_KEY
+
+    return openai.OpenAI(base_url=api_server.url + "/v1", api_key=API_KEY, max_retries=0,
+                         timeout=30)
+
+
 @pytest.fixture(scope="session")
 def make_engine(device):
     """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, --device)."""
@@ -297,3 +307,17 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
 @pytest.fixture(scope="session")
 def run():
     return run_engine
+
+
+def greedy_tokens(engine, prompts: list[list[int]], max_tokens: int, **params) -> list[list[int]]:
+    """Every prompt greedy in one batch (ids r0, r1, ...); their output tokens in prompt order."""
+    from mstar.engine.sampling_params import SamplingParams
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, **params)
+    out = run_engine(engine, {f"r{i}": (p, sampling) for i, p in enumerate(prompts)})
+    return [out[f"r{i}"]["token_ids"] for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="session")
+def greedy():
+    return greedy_tokens

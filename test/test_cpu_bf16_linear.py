@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cpu_qdot import best_level, level  # noqa: F401 (fixtures: the native build, each level)
 
-from mstar.engine.sampling_params import SamplingParams
 from mstar.models.layers.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
 
 # (M, N, K): one row (the streaming path), the tiles of 5 rows and their tails, K not a multiple
@@ -83,14 +82,8 @@ class _TorchBf16Linear(torch.nn.Module):
         return F.linear(x.float(), self.weight.float(), bias).to(x.dtype)
 
 
-def _greedy(engine, run, prompts: list[list[int]]) -> list[list[int]]:
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    out = run(engine, {str(i): (p, params) for i, p in enumerate(prompts)})
-    return [out[str(i)]["token_ids"] for i in range(len(prompts))]
-
-
 def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
-        tiny_model_dir, make_engine, run, best_level):  # noqa: F811
+        tiny_model_dir, make_engine, greedy, best_level):  # noqa: F811
     """A bf16 model on this kind of CPU (AVX2, no native bf16) runs every linear, the tied LM head
     included, on the kernel; at each level it decodes what torch does with the same weights."""
     model_dir = tiny_model_dir("qwen2")  # tied embeddings, q/k/v biases
@@ -111,6 +104,6 @@ def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
                 for child_name, child in list(parent.named_children()):
                     if isinstance(child, Bf16Linear):
                         setattr(parent, child_name, _TorchBf16Linear(child))
-        tokens[name] = _greedy(engine, run, prompts)
+        tokens[name] = greedy(engine, prompts, 12, ignore_eos=True)
     assert tokens["best"] == tokens["torch"]
     assert tokens["scalar"] == tokens["torch"]

@@ -7,24 +7,14 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from serve_helpers import API_KEY, hard_timeout  # noqa: F401 (hard_timeout: autouse)
+from serve_helpers import hard_timeout  # noqa: F401 (hard_timeout: autouse)
 
 
-@pytest.fixture(scope="module")
-def server(api_server):
-    return api_server
-
-
-@pytest.fixture()
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
-
-
-def test_an_unknown_model_is_model_not_found(client):
+def test_an_unknown_model_is_model_not_found(api_client):
     with pytest.raises(openai.NotFoundError) as exc:
-        client.completions.create(model="gpt-5", prompt="hi", max_tokens=1)
+        api_client.completions.create(model="gpt-5", prompt="hi", max_tokens=1)
     assert exc.value.code == "model_not_found"
-    assert client.completions.create(model="gpt-4o-mini", prompt="hi", max_tokens=1).choices
+    assert api_client.completions.create(model="gpt-4o-mini", prompt="hi", max_tokens=1).choices
 
 
 @pytest.mark.parametrize(("kwargs", "param"), [
@@ -34,9 +24,9 @@ def test_an_unknown_model_is_model_not_found(client):
     ({"extra_body": {"guided_regex": "("}}, "guided_regex"),
     ({"max_tokens": 0}, "max_tokens"),
 ])
-def test_completions_refusals_name_the_field(client, kwargs, param):
+def test_completions_refusals_name_the_field(api_client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as exc:
-        client.completions.create(model="gpt-4o-mini", prompt="hi", **kwargs)
+        api_client.completions.create(model="gpt-4o-mini", prompt="hi", **kwargs)
     assert exc.value.param == param
 
 
@@ -52,15 +42,15 @@ def test_completions_refusals_name_the_field(client, kwargs, param):
     ({"modalities": ["text", "audio"]}, "modalities"),
     ({"logit_bias": {"100000": 5}}, "logit_bias.100000"),
 ])
-def test_chat_refusals_name_the_field(client, kwargs, param):
+def test_chat_refusals_name_the_field(api_client, kwargs, param):
     kwargs = {"messages": [{"role": "user", "content": "hi"}], **kwargs}
     with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(model="gpt-4o-mini", max_tokens=2, **kwargs)
+        api_client.chat.completions.create(model="gpt-4o-mini", max_tokens=2, **kwargs)
     assert exc.value.param == param
 
 
-def test_a_batch_of_prompts_with_n_and_echo(client):
-    out = client.completions.create(model="gpt-4o-mini", prompt=["The quick", "Paris is"], n=2,
+def test_a_batch_of_prompts_with_n_and_echo(api_client):
+    out = api_client.completions.create(model="gpt-4o-mini", prompt=["The quick", "Paris is"], n=2,
                                     max_tokens=3, temperature=0, echo=True,
                                     extra_body={"ignore_eos": True})
     assert [c.index for c in out.choices] == [0, 1, 2, 3]
@@ -71,17 +61,17 @@ def test_a_batch_of_prompts_with_n_and_echo(client):
     assert out.usage.completion_tokens == 12
 
 
-def test_accepted_fields_answer(client):
-    out = client.chat.completions.create(
+def test_accepted_fields_answer(api_client):
+    out = api_client.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], max_completion_tokens=3,
         user="u-1", presence_penalty=0.5, frequency_penalty=0.5, store=False, metadata={"a": "b"},
         extra_body={"min_tokens": 3, "stop_token_ids": [5], "ignore_eos": True})
     assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 3
 
 
-def test_tokenize_round_trip(server):
-    ids = httpx.post(server.url + "/tokenize", json={"prompt": "Hello world!"},
-                     headers=server.headers).json()["tokens"]
-    text = httpx.post(server.url + "/detokenize", json={"tokens": ids},
-                      headers=server.headers).json()["prompt"]
+def test_tokenize_round_trip(api_server):
+    ids = httpx.post(api_server.url + "/tokenize", json={"prompt": "Hello world!"},
+                     headers=api_server.headers).json()["tokens"]
+    text = httpx.post(api_server.url + "/detokenize", json={"tokens": ids},
+                      headers=api_server.headers).json()["prompt"]
     assert text == "Hello world!"

@@ -35,47 +35,38 @@ def reference(tiny_model_dir, prompts, greedy_reference):
     return get
 
 
-def _greedy(prompts) -> dict:
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
-    return {f"r{i}": (p, params) for i, p in enumerate(prompts)}
-
-
-def _tokens(results, n: int) -> list[list[int]]:
-    return [results[f"r{i}"]["token_ids"] for i in range(n)]
-
-
 @pytest.mark.parametrize("family", FAMILIES)
-def test_batch_of_different_lengths_matches(family, tiny_model_dir, make_engine, run, prompts,
+def test_batch_of_different_lengths_matches(family, tiny_model_dir, make_engine, greedy, prompts,
                                             reference, device):
     """Covers each prompt's 24 greedy tokens too: the reference ran every prompt alone."""
     # Enough cache for the CPU decode mirror (dense K/V reused across steps) to kick in.
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
-    results = run(engine, _greedy(prompts))
-    assert _tokens(results, len(prompts)) == reference(family)
+    results = greedy(engine, prompts, MAX_NEW)
+    assert results == reference(family)
     if device == "cpu":  # the decode mirror (a CPU path) served the decodes, windows included
         assert engine.model_runner.attn_backend.mirror.buffers
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_chunked_prefill_matches(family, tiny_model_dir, make_engine, run, prompts, reference):
+def test_chunked_prefill_matches(family, tiny_model_dir, make_engine, greedy, prompts, reference):
     # 7-token chunks: every prompt but the last is split inside, across several chunks (for
     # Qwen3.5 inside one 64-token DeltaNet chunk: the recurrent state is carried across).
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128,
                          max_num_batched_tokens=7)
     assert len(prompts[0]) > 7
-    results = run(engine, _greedy(prompts))
-    assert _tokens(results, len(prompts)) == reference(family)
+    results = greedy(engine, prompts, MAX_NEW)
+    assert results == reference(family)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_preemption_and_resume_match(family, tiny_model_dir, make_engine, run, prompts,
+def test_preemption_and_resume_match(family, tiny_model_dir, make_engine, greedy, prompts,
                                      reference):
     # 20 blocks of 4 tokens hold the longest request alone (18 blocks), not all at once.
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=20,
                          enable_prefix_caching=False)
-    results = run(engine, _greedy(prompts))
+    results = greedy(engine, prompts, MAX_NEW)
     assert engine.scheduler.num_preemptions > 0
-    assert _tokens(results, len(prompts)) == reference(family)
+    assert results == reference(family)
     assert engine.num_free_blocks() == 20
     _assert_all_state_slots_free(engine)
 
@@ -87,27 +78,27 @@ def _assert_all_state_slots_free(engine) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_overlapped_loop_on_and_off_match(family, tiny_model_dir, make_engine, run, prompts,
+def test_overlapped_loop_on_and_off_match(family, tiny_model_dir, make_engine, greedy, prompts,
                                           reference):
     for cap in (0, 1024):  # max_consecutive_spec_steps=0: the serial loop
         engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128,
                              max_consecutive_spec_steps=cap)
-        results = run(engine, _greedy(prompts))
-        assert _tokens(results, len(prompts)) == reference(family)
+        results = greedy(engine, prompts, MAX_NEW)
+        assert results == reference(family)
         assert (engine.loop.counters.speculative_steps > 0) == bool(cap)
 
 
 @pytest.mark.parametrize("chunking", [{}, {"max_num_batched_tokens": 7}])
-def test_phi3_longrope_matches(chunking, tiny_model_dir, make_engine, run, prompts, reference):
+def test_phi3_longrope_matches(chunking, tiny_model_dir, make_engine, greedy, prompts, reference):
     """Sequences within original_max_position_embeddings: short factors and the attention factor
     (past it mstar and transformers differ by design, see LongRopeEmbedding)."""
     engine = make_engine(tiny_model_dir("phi3_longrope"), kv_block_size=4, num_kv_blocks=128,
                          **chunking)
-    results = run(engine, _greedy(prompts))
-    assert _tokens(results, len(prompts)) == reference("phi3_longrope")
+    results = greedy(engine, prompts, MAX_NEW)
+    assert results == reference("phi3_longrope")
 
 
-def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engine, run, prompts,
+def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engine, run, greedy, prompts,
                                                        reference, greedy_reference):
     """Qwen3.5: prefix caching is off (test_serve_hybrid checks the logged reason); slots are
     taken at admission and freed on abort; with fewer slots than sequences, admission waits."""
@@ -127,6 +118,6 @@ def test_hybrid_model_state_slots_follow_the_sequences(tiny_model_dir, make_engi
     assert alone["one"]["token_ids"] == greedy_reference(tiny_model_dir("qwen3_5"), [one],
                                                          MAX_NEW)[0]
     engine.block_manager.state_slots.take()  # one slot left for three requests: one at a time
-    results = run(engine, _greedy(prompts))
-    assert _tokens(results, len(prompts)) == reference("qwen3_5")
+    results = greedy(engine, prompts, MAX_NEW)
+    assert results == reference("qwen3_5")
     assert len(engine.block_manager.state_slots.free) == 1

@@ -30,22 +30,13 @@ def reference(tiny_model_dir, prompts, greedy_reference):
             for family in FAMILIES}
 
 
-def _greedy(prompts, max_tokens=MAX_NEW):
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    return {f"r{i}": (p, params) for i, p in enumerate(prompts)}
-
-
-def _tokens(results, n):
-    return [results[f"r{i}"]["token_ids"] for i in range(n)]
-
-
 @pytest.mark.parametrize("family", FAMILIES)
-def test_batched_greedy_matches_transformers(family, tiny_model_dir, make_engine, run, prompts,
+def test_batched_greedy_matches_transformers(family, tiny_model_dir, make_engine, greedy, prompts,
                                              reference, device):
     # Enough cache for the CPU decode mirror (dense K/V reused across steps) to kick in.
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
-    results = run(engine, _greedy(prompts))
-    assert _tokens(results, len(prompts)) == reference[family]
+    results = greedy(engine, prompts, MAX_NEW)
+    assert results == reference[family]
     assert all(r["finish_reason"] in ("stop", "length") for r in results.values())
     if device == "cpu":  # the decode mirror is a CPU-only acceleration
         assert engine.model_runner.attn_backend.mirror.buffers
@@ -61,31 +52,31 @@ def test_single_request_unchanged_by_batch(family, tiny_model_dir, make_engine, 
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_chunked_prefill_matches(family, tiny_model_dir, make_engine, run, prompts, reference):
+def test_chunked_prefill_matches(family, tiny_model_dir, make_engine, greedy, prompts, reference):
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=128,
                          max_num_batched_tokens=7)
-    results = run(engine, _greedy(prompts))
-    assert _tokens(results, len(prompts)) == reference[family]
+    results = greedy(engine, prompts, MAX_NEW)
+    assert results == reference[family]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_preemption_keeps_outputs(family, tiny_model_dir, make_engine, run, prompts, reference):
+def test_preemption_keeps_outputs(family, tiny_model_dir, make_engine, greedy, prompts, reference):
     # 24 blocks of 4 tokens cannot hold all five requests at full length at once.
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=24,
                          enable_prefix_caching=False)
-    results = run(engine, _greedy(prompts))
+    results = greedy(engine, prompts, MAX_NEW)
     assert engine.scheduler.num_preemptions > 0
-    assert _tokens(results, len(prompts)) == reference[family]
+    assert results == reference[family]
     assert engine.num_free_blocks() == 24
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_prefix_cache_hits_keep_outputs(family, tiny_model_dir, make_engine, run, prompts,
+def test_prefix_cache_hits_keep_outputs(family, tiny_model_dir, make_engine, run, greedy, prompts,
                                         reference, tiny_tokenizer):
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
-    first = run(engine, _greedy(prompts))
-    second = run(engine, _greedy(prompts))
-    assert _tokens(first, len(prompts)) == _tokens(second, len(prompts)) == reference[family]
+    first = greedy(engine, prompts, MAX_NEW)
+    second = greedy(engine, prompts, MAX_NEW)
+    assert first == second == reference[family]
     # A new prompt sharing a 20-token prefix with prompt 2 reuses its blocks (4 of 4 tokens)
     # and still matches an engine without prefix caching.
     shared = prompts[2][:20] + tiny_tokenizer.encode(" Hello world!")

@@ -13,38 +13,27 @@ import re
 import time
 
 import httpx
-import openai
 import pytest
-from serve_helpers import API_KEY, AUTH, hard_timeout, wait_idle  # noqa: F401 (hard_timeout: autouse)
+from serve_helpers import AUTH, hard_timeout, wait_idle  # noqa: F401 (hard_timeout: autouse)
 
 
-@pytest.fixture(scope="module")
-def server(api_server):
-    return api_server
-
-
-@pytest.fixture()
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
-
-
-def test_setting_warnings_are_logged_before_the_model_loads(server, client):
-    log = server.log()
+def test_setting_warnings_are_logged_before_the_model_loads(api_server, api_client):
+    log = api_server.log()
     loading = log.index("model_loaded")
     for needle in ("MSTAR_LAUNCH_WAIT_MS", "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS",
                    "did you mean MSTAR_LAUNCH_WAIT_MS"):
         assert needle in log, needle
         assert log.index(needle) < loading, f"{needle} logged after the model loaded"
     # ... and the server serves anyway.
-    out = client.completions.create(model="tiny-llama", prompt="The quick", max_tokens=4)
+    out = api_client.completions.create(model="tiny-llama", prompt="The quick", max_tokens=4)
     assert out.choices[0].finish_reason in ("stop", "length")
 
 
-def test_chat_completion(server, client):
-    models = client.models.list()
+def test_chat_completion(api_server, api_client):
+    models = api_client.models.list()
     name = models.data[0].id
-    assert name == server.model_dir.name  # a local dir is served under its basename
-    out = client.chat.completions.create(
+    assert name == api_server.model_dir.name  # a local dir is served under its basename
+    out = api_client.chat.completions.create(
         model=name, messages=[{"role": "user", "content": "Hello world!"}], max_tokens=6,
         temperature=0, n=2, logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
     assert [c.index for c in out.choices] == [0, 1]
@@ -54,15 +43,15 @@ def test_chat_completion(server, client):
     assert len(out.choices[0].logprobs.content[0].top_logprobs) == 2
 
 
-def test_streaming_matches_non_streaming(client):
+def test_streaming_matches_non_streaming(api_client):
     kwargs = dict(model="m", prompt="Paris is the capital of", max_tokens=8, temperature=0,
                   extra_body={"ignore_eos": True})
-    whole = client.completions.create(**kwargs)
-    chunks = list(client.completions.create(**kwargs, stream=True,
+    whole = api_client.completions.create(**kwargs)
+    chunks = list(api_client.completions.create(**kwargs, stream=True,
                                             stream_options={"include_usage": True}))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
     assert chunks[-1].usage.completion_tokens == 8
-    chat = list(client.chat.completions.create(
+    chat = list(api_client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True,
         stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
     assert chat[0].choices[0].delta.role == "assistant"
@@ -70,17 +59,17 @@ def test_streaming_matches_non_streaming(client):
     assert chat[-1].usage.completion_tokens == 5
 
 
-def test_usage_reports_prompt_tokens_from_the_prefix_cache(client):
+def test_usage_reports_prompt_tokens_from_the_prefix_cache(api_client):
     prompt = "The quick brown fox jumps over the lazy dog. " * 4  # several full KV blocks
     kwargs = dict(model="m", prompt=prompt, max_tokens=2, temperature=0)
-    first = client.completions.create(**kwargs)
-    again = client.completions.create(**kwargs)
+    first = api_client.completions.create(**kwargs)
+    again = api_client.completions.create(**kwargs)
     assert first.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens
     assert again.usage.prompt_tokens_details.cached_tokens >= 16  # whole blocks reused
 
 
-def test_generate_streams_ndjson(server):
-    with httpx.stream("POST", server.url + "/generate", headers=AUTH, timeout=30,
+def test_generate_streams_ndjson(api_server):
+    with httpx.stream("POST", api_server.url + "/generate", headers=AUTH, timeout=30,
                       json={"prompt": "Hello", "max_tokens": 5, "ignore_eos": True}) as resp:
         lines = [json.loads(line) for line in resp.iter_lines() if line]
     assert resp.status_code == 200
@@ -97,8 +86,8 @@ def test_generate_streams_ndjson(server):
     (b'{"max_tokens": 4}', "prompt"),
     (b'{"prompt": "hi", "max_tokens": 100000}', "max_tokens"),
 ])
-def test_bad_input_is_a_400_naming_the_field(server, body, param):
-    resp = httpx.post(server.url + "/v1/completions", content=body, headers=AUTH, timeout=10)
+def test_bad_input_is_a_400_naming_the_field(api_server, body, param):
+    resp = httpx.post(api_server.url + "/v1/completions", content=body, headers=AUTH, timeout=10)
     assert resp.status_code == 400
     error = resp.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param
@@ -106,30 +95,30 @@ def test_bad_input_is_a_400_naming_the_field(server, body, param):
         assert param in error["message"]
 
 
-def test_api_key_required_except_for_health(server):
-    assert httpx.get(server.url + "/health").status_code == 200
-    assert httpx.get(server.url + "/v1/models").status_code == 401
+def test_api_key_required_except_for_health(api_server):
+    assert httpx.get(api_server.url + "/health").status_code == 200
+    assert httpx.get(api_server.url + "/v1/models").status_code == 401
     wrong = {"Authorization": "Bearer nope"}
-    resp = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, headers=wrong)
+    resp = httpx.post(api_server.url + "/v1/completions", json={"prompt": "x"}, headers=wrong)
     assert resp.status_code == 401
     assert resp.json()["error"]["type"] == "authentication_error"
 
 
-def test_body_over_the_limit_is_413(server):
+def test_body_over_the_limit_is_413(api_server):
     big = b'{"prompt": "' + b"a" * (2 * 1024 * 1024) + b'"}'
-    resp = httpx.post(server.url + "/v1/completions", content=big, headers=AUTH, timeout=10)
+    resp = httpx.post(api_server.url + "/v1/completions", content=big, headers=AUTH, timeout=10)
     assert resp.status_code == 413
 
     def chunked():  # no Content-Length: the streamed size is checked too
         for _ in range(3):
             yield b"a" * (512 * 1024)
 
-    resp = httpx.post(server.url + "/v1/completions", content=chunked(), headers=AUTH, timeout=10)
+    resp = httpx.post(api_server.url + "/v1/completions", content=chunked(), headers=AUTH, timeout=10)
     assert resp.status_code == 413
 
 
-def _start_long_stream(server, max_tokens=480):
-    cm = httpx.stream("POST", server.url + "/v1/completions", headers=AUTH, timeout=30, json={
+def _start_long_stream(api_server, max_tokens=480):
+    cm = httpx.stream("POST", api_server.url + "/v1/completions", headers=AUTH, timeout=30, json={
         "prompt": "x", "max_tokens": max_tokens, "ignore_eos": True, "stream": True})
     resp = cm.__enter__()
     cm.lines = resp.iter_lines()  # keep it referenced: closing it drops the connection
@@ -137,63 +126,63 @@ def _start_long_stream(server, max_tokens=480):
     return cm
 
 
-def test_over_the_cap_is_an_immediate_503(server):
-    stream = _start_long_stream(server)
+def test_over_the_cap_is_an_immediate_503(api_server):
+    stream = _start_long_stream(api_server)
     try:
         started = time.monotonic()
-        resp = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, headers=AUTH)
+        resp = httpx.post(api_server.url + "/v1/completions", json={"prompt": "x"}, headers=AUTH)
         assert resp.status_code == 503
         assert "max_concurrent_requests" in resp.json()["error"]["message"]
         assert time.monotonic() - started < 1.0
         # health, models and metrics are not counted against the cap
-        assert httpx.get(server.url + "/health").status_code == 200
-        assert httpx.get(server.url + "/v1/models", headers=AUTH).status_code == 200
+        assert httpx.get(api_server.url + "/health").status_code == 200
+        assert httpx.get(api_server.url + "/v1/models", headers=AUTH).status_code == 200
     finally:
         stream.__exit__(None, None, None)
-        wait_idle(server)
+        wait_idle(api_server)
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_client_disconnect_aborts_and_frees_kv_blocks(server, stream):
-    generated_before = server.metric("mstar_generation_tokens_total", AUTH)
+def test_client_disconnect_aborts_and_frees_kv_blocks(api_server, stream):
+    generated_before = api_server.metric("mstar_generation_tokens_total", AUTH)
     if stream:
         budget = 500
-        cm = _start_long_stream(server, max_tokens=budget)
-        assert server.metric("mstar_num_requests_running", AUTH) == 1
-        assert server.metric("mstar_kv_cache_usage_ratio", AUTH) > 0
+        cm = _start_long_stream(api_server, max_tokens=budget)
+        assert api_server.metric("mstar_num_requests_running", AUTH) == 1
+        assert api_server.metric("mstar_kv_cache_usage_ratio", AUTH) > 0
         cm.__exit__(None, None, None)  # the client goes away mid-stream
     else:
         budget = 4 * 480
         with pytest.raises(httpx.ReadTimeout):  # the client gives up waiting
-            httpx.post(server.url + "/v1/completions", headers=AUTH, timeout=0.5, json={
+            httpx.post(api_server.url + "/v1/completions", headers=AUTH, timeout=0.5, json={
                 "prompt": "x", "max_tokens": 480, "n": 4, "ignore_eos": True})
-    wait_idle(server)
-    assert server.metric("mstar_num_requests_running", AUTH) == 0
-    assert server.metric("mstar_kv_cache_usage_ratio", AUTH) == 0
+    wait_idle(api_server)
+    assert api_server.metric("mstar_num_requests_running", AUTH) == 0
+    assert api_server.metric("mstar_kv_cache_usage_ratio", AUTH) == 0
     # aborted, not run to completion
-    assert server.metric("mstar_generation_tokens_total", AUTH) - generated_before < budget
+    assert api_server.metric("mstar_generation_tokens_total", AUTH) - generated_before < budget
 
 
-def test_metrics_report_requests_tokens_and_latency(server, client):
-    client.completions.create(model="m", prompt="Hello", max_tokens=3,
+def test_metrics_report_requests_tokens_and_latency(api_server, api_client):
+    api_client.completions.create(model="m", prompt="Hello", max_tokens=3,
                               extra_body={"ignore_eos": True})
-    text = httpx.get(server.url + "/metrics", headers=AUTH).text
+    text = httpx.get(api_server.url + "/metrics", headers=AUTH).text
     assert re.search(r'mstar_requests_total\{endpoint="/v1/completions",status="200"\} [1-9]', text)
     assert re.search(r'mstar_requests_total\{endpoint="/v1/completions",status="503"\}', text)
     for name in ("mstar_prompt_tokens_total", "mstar_generation_tokens_total",
                  "mstar_time_to_first_token_seconds_count",
                  "mstar_inter_token_latency_seconds_count"):
-        assert server.metric(name, AUTH) > 0, name
+        assert api_server.metric(name, AUTH) > 0, name
     assert "mstar_num_requests_waiting" in text
 
 
-def test_sampling_knobs_are_honoured(client):
+def test_sampling_knobs_are_honoured(api_client):
     kwargs = dict(model="m", prompt="The quick brown", max_tokens=8, temperature=1.0, top_p=0.9,
                   seed=7, extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.1,
                                       "ignore_eos": True})
-    first = client.completions.create(**kwargs).choices[0].text
-    assert client.completions.create(**kwargs).choices[0].text == first  # seeded: reproducible
-    stopped = client.completions.create(model="m", prompt="The quick brown", max_tokens=8,
+    first = api_client.completions.create(**kwargs).choices[0].text
+    assert api_client.completions.create(**kwargs).choices[0].text == first  # seeded: reproducible
+    stopped = api_client.completions.create(model="m", prompt="The quick brown", max_tokens=8,
                                         temperature=0, stop=[first[:1] or "x"],
                                         extra_body={"ignore_eos": True})
     assert stopped.choices[0].finish_reason in ("stop", "length")

@@ -32,8 +32,7 @@ from mstar.api_server.openai.chat_plan import (
 )
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.calls import Piece, ToolCall
-from mstar.api_server.validation.request_rules import check_model, check_rejected_fields
-from mstar.api_server.validation.unknown_fields import unknown_fields
+from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.outputs import RequestOutput
 
 
@@ -62,10 +61,7 @@ router = APIRouter(route_class=AnthropicRoute)
 @router.post("/v1/messages", response_model=None, responses=MESSAGES_DOC)
 async def messages(req: MessagesRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    check_model(state, req.model)
-    check_rejected_fields(req, "messages")
-    translate.check_request(req)
-    headers = state.unknown_fields.headers(unknown_fields(req))
+    headers = admit_fields(state, req, "messages", translate.check_request)
     plan = await plan_translated(state, translate.to_chat(req))
     message_id = new_request_id("msg").replace("-", "_")
     shell = {"id": message_id, "type": "message", "role": "assistant", "model": req.model,

@@ -25,8 +25,7 @@ from mstar.api_server.openai.chat_protocol import ChatMessage
 from mstar.api_server.openai.protocol import StrictModel, TokenId
 from mstar.api_server.openai.response_models import DetokenizeResponse, TokenizeResponse
 from mstar.api_server.state import ServerState
-from mstar.api_server.validation.request_rules import check_content_parts, check_model
-from mstar.api_server.validation.unknown_fields import unknown_fields
+from mstar.api_server.validation.request_rules import admit_fields, check_content_parts
 
 router = APIRouter()
 
@@ -59,16 +58,11 @@ def _tokenize(state: ServerState, req: TokenizeRequest) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
 
 
-def _admit(state: ServerState, req: Any) -> dict[str, str]:
-    check_model(state, req.model)
-    return state.unknown_fields.headers(unknown_fields(req))
-
-
 @router.post("/tokenize", response_model=None, responses=documented(TokenizeResponse,
                                                                      REQUEST_ERRORS))
 async def tokenize(req: TokenizeRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    headers = _admit(state, req)
+    headers = admit_fields(state, req)
     if (req.prompt is None) == (req.messages is None):
         raise APIError(400, "give exactly one of 'prompt' and 'messages'", "prompt")
     if req.messages is not None:
@@ -92,7 +86,7 @@ def _tokenize_body(state: ServerState, req: TokenizeRequest) -> bytes:
                                                                        REQUEST_ERRORS))
 async def detokenize(req: DetokenizeRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    headers = _admit(state, req)
+    headers = admit_fields(state, req)
     vocab = len(state.tokenizer)
     for i, token in enumerate(req.tokens):
         if token >= vocab:

@@ -22,8 +22,7 @@ from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai.embedding_protocol import EmbeddingRequest, EmbeddingResponse
 from mstar.api_server.state import ServerState
-from mstar.api_server.validation.request_rules import check_model, check_rejected_fields
-from mstar.api_server.validation.unknown_fields import unknown_fields
+from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.runner.pooling import bytes_vector
 from mstar.engine.sampling_params import SamplingParams
 
@@ -36,9 +35,7 @@ POOLING = SamplingParams(max_tokens=1, pooling="auto")  # the engine's rule pick
              responses=documented(EmbeddingResponse, GENERATION_ERRORS))
 async def embeddings(req: EmbeddingRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    check_model(state, req.model)
-    check_rejected_fields(req, "embeddings")
-    headers = state.unknown_fields.headers(unknown_fields(req))
+    headers = admit_fields(state, req, "embeddings")
     inputs = req.inputs()
     most = state.settings.embedding_max_inputs
     if len(inputs) > most:

@@ -33,8 +33,7 @@ from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
 from mstar.api_server.responses.store import ResponseStore, StoredResponse, owner_of
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.calls import Piece, ToolCall
-from mstar.api_server.validation.request_rules import check_model, check_rejected_fields
-from mstar.api_server.validation.unknown_fields import unknown_fields
+from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.outputs import RequestOutput
 
 router = APIRouter()
@@ -58,10 +57,7 @@ def _not_found(response_id: str, param: str = "response_id") -> APIError:
 @router.post("/v1/responses", response_model=None, responses=CREATE_DOC)
 async def create_response(req: ResponsesRequest, request: Request) -> Any:
     state: ServerState = request.app.state.server
-    check_model(state, req.model)
-    check_rejected_fields(req, "responses")
-    translate.check_request(req)
-    headers = state.unknown_fields.headers(unknown_fields(req))
+    headers = admit_fields(state, req, "responses", translate.check_request)
     history: list[InputItem] = []
     if req.previous_response_id is not None:
         previous = _store(request).get(_owner(request), req.previous_response_id)

@@ -20,6 +20,19 @@ def _row(name: str, endpoints: tuple, status: str, note: str, **kw: Any) -> dict
     return {"name": name, "endpoints": endpoints, "status": status, "note": note, **kw}
 
 
+def service_rows(endpoints: tuple) -> list[dict[str, Any]]:
+    """The service fields OpenAI's generation endpoints share, each accepted and ignored."""
+    return [
+        _row("service_tier", endpoints, "ignored", "One tier.", accepted={"service_tier": "auto"}),
+        _row("safety_identifier", endpoints, "ignored", "Informational.",
+             accepted={"safety_identifier": "s"}),
+        _row("prompt_cache_key", endpoints, "ignored", "Prefix caching is automatic.",
+             accepted={"prompt_cache_key": "k"}),
+        _row("prompt_cache_retention", endpoints, "ignored", "Prefix caching is automatic.",
+             accepted={"prompt_cache_retention": "24h"}),
+    ]
+
+
 def _rejected(name: str, endpoints: tuple, note: str, value: Any, **kw: Any) -> dict[str, Any]:
     return _row(name, endpoints, "rejected", note, refused={name: value}, **kw)
 
@@ -117,13 +130,7 @@ ROWS: list[dict[str, Any]] = [
     _rejected("store", CHAT, "Nothing is stored; ``false`` passes.", True, allowed=(None, False)),
     _row("metadata", CHAT, "ignored", "Nothing is stored.", accepted={"metadata": {"k": "v"}},
          refused={"metadata": {"k": 1}}, param="metadata.k"),
-    _row("service_tier", CHAT, "ignored", "One tier.", accepted={"service_tier": "auto"}),
-    _row("safety_identifier", CHAT, "ignored", "Informational.",
-         accepted={"safety_identifier": "s"}),
-    _row("prompt_cache_key", CHAT, "ignored", "Prefix caching is automatic.",
-         accepted={"prompt_cache_key": "k"}),
-    _row("prompt_cache_retention", CHAT, "ignored", "Prefix caching is automatic.",
-         accepted={"prompt_cache_retention": "24h"}),
+    *service_rows(CHAT),
     # -- completions ---------------------------------------------------------------------------
     _row("prompt", COMPLETIONS, "supported", "A string, a list of strings, a list of token ids "
          "or a list of token-id lists: one choice per prompt and n (index = prompt * n + i).",

@@ -3,6 +3,7 @@ naming the field (``param`` is its dotted path)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mstar.api_server.http.errors import APIError
@@ -101,6 +102,18 @@ def check_request(req: Any, endpoint: Endpoint | None, vocab_size: int,
         check_batch_size(req)
     check_stream_options(req)
     check_token_ids(req, vocab_size)
+
+
+def admit_fields(state: ServerState, req: Any, endpoint: Endpoint | None = None,
+                 check: Callable[[Any], None] | None = None) -> dict[str, str]:
+    """The model, the endpoint's rejected fields and ``check`` (a route's own rules), for the
+    routes that do not generate through ``admit``; the response headers (unknown fields)."""
+    check_model(state, req.model)
+    if endpoint is not None:
+        check_rejected_fields(req, endpoint)
+    if check is not None:
+        check(req)
+    return state.unknown_fields.headers(unknown_fields(req))
 
 
 def check_model(state: ServerState, model: str | None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mstar.api_server.validation.field_rows import SCHEMA, _rejected, _row
+from mstar.api_server.validation.field_rows import SCHEMA, _rejected, _row, service_rows
 
 RESPONSES = ("responses",)
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
@@ -69,13 +69,7 @@ ROWS: list[dict[str, Any]] = [
     _row("metadata", RESPONSES, "ignored", "Echoed in the response (and stored with it).",
          accepted={"metadata": {"k": "v"}}, refused={"metadata": {"k": 1}}, param="metadata.k"),
     _row("user", RESPONSES, "ignored", "Informational.", accepted={"user": "u"}),
-    _row("service_tier", RESPONSES, "ignored", "One tier.", accepted={"service_tier": "auto"}),
-    _row("safety_identifier", RESPONSES, "ignored", "Informational.",
-         accepted={"safety_identifier": "s"}),
-    _row("prompt_cache_key", RESPONSES, "ignored", "Prefix caching is automatic.",
-         accepted={"prompt_cache_key": "k"}),
-    _row("prompt_cache_retention", RESPONSES, "ignored", "Prefix caching is automatic.",
-         accepted={"prompt_cache_retention": "24h"}),
+    *service_rows(RESPONSES),
     _row("prompt_cache_options", RESPONSES, "ignored", "Prefix caching is automatic.",
          accepted={"prompt_cache_options": {"ttl": "30m"}}),
     _rejected("background", RESPONSES, "Every response runs in the foreground; ``false`` "
