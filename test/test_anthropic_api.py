@@ -13,7 +13,7 @@ from mstar.api_server.anthropic.output import ContentBlocks
 from mstar.api_server.anthropic.protocol import MessagesRequest
 from mstar.api_server.anthropic.routes import matched_stop, stop_reason
 from mstar.api_server.anthropic.translate import to_chat
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.parsers.calls import ToolCall
 
 TOOL = {"name": "get_weather", "description": "Weather in a city",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstar.api_server.tools.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
-from mstar.api_server.tools.registry import PARSERS, parser_name, stream_factory
+from mstar.api_server.tools.parsers.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
+from mstar.api_server.tools.parsers.registry import PARSERS, parser_name, stream_factory
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"},
                                             "days": {"type": "integer"}}}

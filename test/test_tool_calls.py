@@ -9,11 +9,11 @@ import pytest
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
-from mstar.api_server.tools import hermes
-from mstar.api_server.tools.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
 from mstar.api_server.tools.grammar import forced_call_grammar
+from mstar.api_server.tools.parsers import hermes
+from mstar.api_server.tools.parsers.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
+from mstar.api_server.tools.parsers.registry import parser_name
 from mstar.api_server.tools.plan import tool_plan
-from mstar.api_server.tools.registry import parser_name
 from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.api_server.tools.template import template_inputs
 

@@ -13,7 +13,7 @@ import json
 import uuid
 from typing import Any
 
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.parsers.calls import ToolCall
 
 Event = tuple[str, dict[str, Any]]
 DELTAS = {"text": ("text_delta", "text"), "thinking": ("thinking_delta", "thinking")}

@@ -31,7 +31,7 @@ from mstar.api_server.openai.chat_plan import (
     plan_translated,
 )
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.calls import Piece, ToolCall
+from mstar.api_server.tools.parsers.calls import Piece, ToolCall
 from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.outputs import RequestOutput
 

@@ -22,7 +22,7 @@ from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.reasoning.plan import request_reasoning_plan
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.calls import Piece, ToolCall
+from mstar.api_server.tools.parsers.calls import Piece, ToolCall
 from mstar.api_server.tools.plan import ToolPlan, request_tool_plan
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from mstar.api_server.tools.calls import TrimmedContent
-from mstar.api_server.tools.tagged import partial_tag_len
+from mstar.api_server.tools.parsers.calls import TrimmedContent
+from mstar.api_server.tools.parsers.tagged import partial_tag_len
 
 START = "<think>"
 END = "</think>"

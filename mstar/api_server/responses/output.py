@@ -12,7 +12,7 @@ import copy
 import uuid
 from typing import Any
 
-from mstar.api_server.tools.calls import ToolCall
+from mstar.api_server.tools.parsers.calls import ToolCall
 from mstar.api_server.tools.response import new_call_id
 
 

@@ -32,7 +32,7 @@ from mstar.api_server.responses.output import OutputItems
 from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
 from mstar.api_server.responses.store import ResponseStore, StoredResponse, owner_of
 from mstar.api_server.state import ServerState
-from mstar.api_server.tools.calls import Piece, ToolCall
+from mstar.api_server.tools.parsers.calls import Piece, ToolCall
 from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.outputs import RequestOutput
 

@@ -21,7 +21,7 @@ import functools
 import json
 import re
 
-from mstar.api_server.tools.hermes import END, START
+from mstar.api_server.tools.parsers.hermes import END, START
 from mstar.engine.sampling_params import StructuredOutput
 
 ONE_CALL_RULE = "tool_call_one"

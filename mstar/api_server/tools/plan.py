@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.reasoning.split import ReasoningStream
-from mstar.api_server.tools.calls import CallStream, Declared
 from mstar.api_server.tools.checks import check_tool_messages, check_tools
-from mstar.api_server.tools.registry import CONSTRAINED_FORMAT, parser_name, stream_factory
+from mstar.api_server.tools.parsers.calls import CallStream, Declared
+from mstar.api_server.tools.parsers.registry import CONSTRAINED_FORMAT, parser_name, stream_factory
 from mstar.engine.sampling_params import StructuredOutput
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}  # a non-strict function's arguments in auto mode

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from mstar.api_server.reasoning.split import read_all
-from mstar.api_server.tools.calls import Piece, ToolCall, parse_all
+from mstar.api_server.tools.parsers.calls import Piece, ToolCall, parse_all
 from mstar.api_server.tools.plan import ToolPlan
 
 

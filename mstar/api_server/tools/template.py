@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mstar.api_server.tools.hermes import call_text
-from mstar.api_server.tools.registry import template_source
+from mstar.api_server.tools.parsers.hermes import call_text
+from mstar.api_server.tools.parsers.registry import template_source
 
 TOOLS_INTRO = (
     "You can call functions to answer the user. Each function is described by a JSON object "

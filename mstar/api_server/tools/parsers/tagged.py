@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mstar.api_server.tools.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
+from mstar.api_server.tools.parsers.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
 
 DecodeBody = Callable[[str], ToolCall | None]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from mstar.api_server.tools.calls import Declared, ToolCall
-from mstar.api_server.tools.tagged import TaggedCallStream
+from mstar.api_server.tools.parsers.calls import Declared, ToolCall
+from mstar.api_server.tools.parsers.tagged import TaggedCallStream
 
 START = "<tool_call>"
 END = "</tool_call>"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from mstar.api_server.tools.calls import Declared, ToolCall
-from mstar.api_server.tools.leading import MORE, NOT_CALLS, LeadingCallsStream, Read
+from mstar.api_server.tools.parsers.calls import Declared, ToolCall
+from mstar.api_server.tools.parsers.leading import MORE, NOT_CALLS, LeadingCallsStream, Read
 
 PYTHON_TAG = "<|python_tag|>"
 SEPARATORS = " \t\r\n;"

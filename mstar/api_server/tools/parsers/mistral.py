@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import re
 
-from mstar.api_server.tools.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
-from mstar.api_server.tools.llama3_json import to_call
-from mstar.api_server.tools.tagged import partial_tag_len
+from mstar.api_server.tools.parsers.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
+from mstar.api_server.tools.parsers.llama3_json import to_call
+from mstar.api_server.tools.parsers.tagged import partial_tag_len
 
 START = "[TOOL_CALLS]"
 ARGS = "[ARGS]"

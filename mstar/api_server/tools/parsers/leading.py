@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mstar.api_server.tools.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
-from mstar.api_server.tools.tagged import partial_tag_len
+from mstar.api_server.tools.parsers.calls import DROPPED, Declared, Piece, ToolCall, TrimmedContent
+from mstar.api_server.tools.parsers.tagged import partial_tag_len
 
 MORE = "more"
 NOT_CALLS = "not calls"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mstar.api_server.tools.calls import CallStream, Declared
+from mstar.api_server.tools.parsers.calls import CallStream, Declared
 
 FALLBACK = "hermes"
 CONSTRAINED_FORMAT = "hermes"
@@ -27,12 +27,12 @@ class ParserEntry:
 
 PARSERS: dict[str, ParserEntry] = {
     # Qwen3-Coder's template has <tool_call> too: its XML markers are checked first.
-    "qwen3_coder": ParserEntry("mstar.api_server.tools.qwen3_coder", ("<function=", "<parameter=")),
-    "hermes": ParserEntry("mstar.api_server.tools.hermes", ("<tool_call>",)),
-    "mistral": ParserEntry("mstar.api_server.tools.mistral", ("[TOOL_CALLS]",)),
-    "pythonic": ParserEntry("mstar.api_server.tools.pythonic",
+    "qwen3_coder": ParserEntry("mstar.api_server.tools.parsers.qwen3_coder", ("<function=", "<parameter=")),
+    "hermes": ParserEntry("mstar.api_server.tools.parsers.hermes", ("<tool_call>",)),
+    "mistral": ParserEntry("mstar.api_server.tools.parsers.mistral", ("[TOOL_CALLS]",)),
+    "pythonic": ParserEntry("mstar.api_server.tools.parsers.pythonic",
                             ("<|python_start|>", "[func_name1(")),
-    "llama3_json": ParserEntry("mstar.api_server.tools.llama3_json",
+    "llama3_json": ParserEntry("mstar.api_server.tools.parsers.llama3_json",
                                ("<|python_tag|>", '{"name": function name')),
 }
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ast
 import json
 
-from mstar.api_server.tools.calls import Declared, ToolCall
-from mstar.api_server.tools.leading import MORE, NOT_CALLS, LeadingCallsStream, Read
+from mstar.api_server.tools.parsers.calls import Declared, ToolCall
+from mstar.api_server.tools.parsers.leading import MORE, NOT_CALLS, LeadingCallsStream, Read
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
