@@ -17,10 +17,10 @@ from mstar.cli import main
 from mstar.settings import WorkerSettings, load_settings
 from mstar.settings.catalog import BY_ENV
 from mstar.settings.env_file import read_env_file
-from mstar.settings.generated import stale_files
-from mstar.settings.json_schema import json_schema
 from mstar.settings.reload import plan_reload
 from mstar.settings.reloadable import RELOADABLE
+from mstar.settings.render.generated import stale_files
+from mstar.settings.render.json_schema import json_schema
 
 ENV_DIR = Path(__file__).parent / "env"
 USABLE_ENV_FILES = sorted(p for p in ENV_DIR.glob("*.env") if p.name != "bad.env")

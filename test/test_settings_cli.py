@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mstar.settings.catalog import KNOBS
-from mstar.settings.docs import DOCS_PATH, check, render
+from mstar.settings.render.docs import DOCS_PATH, check, render
 
 
 def mstar(*args, env=None, timeout=30):

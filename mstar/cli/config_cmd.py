@@ -12,11 +12,11 @@ from mstar.cli import config_remote
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
 from mstar.settings.catalog import BY_ENV
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
-from mstar.settings.docs import bounds_text
-from mstar.settings.generated import stale_files, write_generated
-from mstar.settings.json_schema import render_schema
 from mstar.settings.records import settings_records
-from mstar.settings.template import render_template
+from mstar.settings.render.docs import bounds_text
+from mstar.settings.render.generated import stale_files, write_generated
+from mstar.settings.render.json_schema import render_schema
+from mstar.settings.render.template import render_template
 
 
 def add_parser(subparsers) -> None:

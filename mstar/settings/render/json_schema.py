@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from mstar.settings.catalog import KNOBS, Kind, Knob
-from mstar.settings.docs import portable
 from mstar.settings.parse import FALSE_WORDS, FLOAT_RE, INT_RE, SECRET_RE, TRUE_WORDS
+from mstar.settings.render.docs import portable
 from mstar.settings.schema import ENV_PREFIX
 
 SCHEMA_ID = "https://mstar.invalid/settings.schema.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from mstar.settings.catalog import KNOBS, Knob
-from mstar.settings.docs import bounds_text, describe, portable
+from mstar.settings.render.docs import bounds_text, describe, portable
 
 _HEADER = """\
 # mstar settings: every MSTAR_* knob, commented out at its default.

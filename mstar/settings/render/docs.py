@@ -9,7 +9,7 @@ from mstar.settings.catalog import KNOBS, Knob
 from mstar.settings.env_file import MAX_ENV_FILE_BYTES
 from mstar.settings.parse import FALSE_WORDS, TRUE_WORDS, describe_range
 
-DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "environment_variables.rst"
+DOCS_PATH = Path(__file__).resolve().parents[3] / "docs" / "environment_variables.rst"
 
 _INTRO = """\
 Environment variables

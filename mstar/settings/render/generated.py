@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from mstar.settings.docs import DOCS_PATH, drift, render
-from mstar.settings.json_schema import render_schema
-from mstar.settings.template import render_template
+from mstar.settings.render.docs import DOCS_PATH, drift, render
+from mstar.settings.render.json_schema import render_schema
+from mstar.settings.render.template import render_template
 
 SCHEMA_PATH = DOCS_PATH.parent / "settings.schema.json"
 TEMPLATE_PATH = DOCS_PATH.parent / "env.example"
