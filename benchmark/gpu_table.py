@@ -105,24 +105,24 @@ class QueueChannel:
             msgs.append(self.inbox.get_nowait())
         return msgs
 
-    def outputs(self, outputs) -> None:
-        self.tokens += sum(len(o.new_token_ids) for o in outputs)
+    def send_to_api(self, msg) -> None:
+        from mstar.ipc import messages as m
 
-    def requests_done(self, request_ids) -> None:
-        self.done.update(request_ids)
+        if isinstance(msg, m.RequestFailed):
+            raise RuntimeError(f"{msg.request_id} failed: {msg.message}")
+        if isinstance(msg, m.Outputs):
+            self.tokens += sum(len(o.new_token_ids) for o in msg.outputs)
+            self.done.update(o.request_id for o in msg.outputs if o.finished)
 
-    def setup_done(self, **fields) -> None: ...
+    def send_to_conductor(self, msg) -> None: ...
 
-    def request_failed(self, request_id, status, message) -> None:
-        raise RuntimeError(f"{request_id} failed: {message}")
-
-    def stats(self, running, waiting, kv_cache_usage) -> None: ...
+    def close(self) -> None: ...
 
 
 def worker_loop(path: str, cap: int | None) -> dict[int, float]:
     """tok/s of the worker's step loop per batch size; cap 0 = serial, None = the default cap."""
-    from mstar.conductor import messages as m
     from mstar.engine.sampling_params import SamplingParams
+    from mstar.ipc import messages as m
     from mstar.worker.worker import Worker
 
     knobs = {} if cap is None else {"max_consecutive_spec_steps": cap}
@@ -130,7 +130,7 @@ def worker_loop(path: str, cap: int | None) -> dict[int, float]:
     worker = Worker(settings(path, **knobs), 0, channel)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN, ignore_eos=True).to_dict()
+    params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN, ignore_eos=True)
     rates = {}
     for batch in (4, *LOOP_BATCHES):
         ids = [f"{batch}-{i}" for i in range(batch)]
