@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from mstar.models.layers.blocks import fused_ops
+from mstar.models.layers import fused_ops
 
 
 class RMSNorm(nn.Module):

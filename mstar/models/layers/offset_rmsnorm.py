@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models.layers.blocks import fused_ops
+from mstar.models.layers import fused_ops
 
 
 class OffsetRMSNorm(nn.Module):
