@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mstar.models.layers.blocks import delta_rule
+from mstar.models.layers import delta_rule
 
 
 class GatedRMSNorm(nn.Module):
