@@ -91,9 +91,8 @@ class LLMEngine:
             self._prefix_caching(settings.enable_prefix_caching),
             StateSlots(self.model_runner.num_state_slots) if self.model_runner.num_state_slots
             else None)
-        self.speculation = speculation_for(settings, model_dir,
-                                           bool(self.model_runner.num_state_slots), self.device,
-                                           self.dtype, self.max_model_len)
+        self.speculation = speculation_for(settings, model_dir, self.model_runner,
+                                           self.max_model_len)
         loop_settings = settings
         if self.speculation is not None:  # the overlap cap auto yields: the loop runs serially
             loop_settings = settings.model_copy(update={"max_consecutive_spec_steps": 0})

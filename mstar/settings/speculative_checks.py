@@ -5,7 +5,9 @@ an error in strict mode).
 The draft proposer needs a draft model (``MSTAR_SPECULATIVE_DRAFT_MODEL``) whose tokenizer is the
 target's: the same vocabulary size in config.json and, where both ship a ``tokenizer.json``, the
 same token -> id mapping (its ``model.vocab`` and added tokens). The draft runs without tensor
-parallelism and keeps only K/V (no recurrent-state layers).
+parallelism and keeps only K/V (no recurrent-state layers). The MTP proposer needs a model whose
+config names MTP layers and whose checkpoint ships them (``mtp.fc.*``, read from the safetensors
+headers), without tensor parallelism.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from mstar.settings.schema import BUILTIN_MODEL, WorkerSettings
 
 _BUILTIN_ALIASES = ("builtin", BUILTIN_MODEL)
 _STATE_LAYER_TYPES = ("linear_attention",)
+_MTP_FC = "mtp.fc."  # the MTP head's first projection: its checkpoints have it
+_MAX_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB
 
 
 def speculation_off_reason(settings: WorkerSettings,
@@ -27,9 +31,10 @@ def speculation_off_reason(settings: WorkerSettings,
     overlap cap ``auto`` yields to speculative decoding (the engine then runs the serial loop);
     an explicit cap above 0 wins over it."""
     method = settings.speculative_method
-    if method == "mtp":
-        return ("mtp: Qwen3.5's MTP head loads (mstar.models.families.qwen3_5_mtp), but the "
-                "proposer that runs it is not implemented yet; falling back to none")
+    if method == "mtp" and target_config is not None:
+        reason = mtp_off_reason(settings, target_config)
+        if reason is not None:
+            return f"mtp: {reason}; falling back to none"
     if method == "draft":
         reason = draft_off_reason(settings, target_config)
         if reason is not None:
@@ -71,6 +76,33 @@ def draft_off_reason(settings: WorkerSettings, target_config: Path | None) -> st
     if mine is not None and theirs is not None and mine != theirs:
         return "the draft model's tokenizer maps tokens to other ids than the target's"
     return None
+
+
+def mtp_off_reason(settings: WorkerSettings, target_config: Path) -> str | None:
+    if settings.tensor_parallel_size > 1:
+        return "the MTP head runs without tensor parallelism (MSTAR_TENSOR_PARALLEL_SIZE > 1)"
+    config = _read(target_config) or {}
+    if not _text(config).get("mtp_num_hidden_layers"):
+        return "the model's config names no MTP layers (mtp_num_hidden_layers)"
+    if not any(name.startswith(_MTP_FC) for name in _tensor_names(target_config.parent)):
+        return "the model's checkpoint has no MTP weights (mtp.*)"
+    return None
+
+
+def _tensor_names(model_dir: Path) -> set[str]:
+    """The tensor names of a safetensors checkpoint, from its index or the files' headers."""
+    index = _read(model_dir / "model.safetensors.index.json")
+    if index is not None:
+        return set(index.get("weight_map") or {})
+    names: set[str] = set()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with path.open("rb") as handle:
+                size = int.from_bytes(handle.read(8), "little")
+                names |= set(json.loads(handle.read(min(size, _MAX_HEADER))))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+    return names - {"__metadata__"}
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from mstar.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from mstar.engine.speculative.draft_model import DraftModel
+    from mstar.engine.speculative.mtp_proposer import MtpProposer
 
 FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
 MAX_PAUSE = 31  # the most steps a request skips proposing after consecutive misses
@@ -80,7 +81,8 @@ class Speculation:
     max_n: int
     min_acceptance: float
     recompute_rejected: bool = False  # a hybrid model: a rejection recomputes the row
-    draft: DraftModel | None = None  # the draft proposer's model; None: n-gram
+    draft: DraftModel | None = None  # the draft proposer's model
+    mtp: MtpProposer | None = None  # the MTP proposer (neither: n-gram)
     stats: SpeculationStats = field(init=False)
     tallies: dict[int, _Tally] = field(default_factory=dict)
     pending: dict[int, tuple[int, ...]] = field(default_factory=dict)  # prepared drafts
@@ -90,10 +92,12 @@ class Speculation:
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings, hybrid: bool,
-                      draft: DraftModel | None = None) -> Speculation:
+                      draft: DraftModel | None = None,
+                      mtp: MtpProposer | None = None) -> Speculation:
         return cls(settings.speculative_method, settings.num_speculative_tokens,
                    min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
-                   settings.speculative_min_acceptance, recompute_rejected=hybrid, draft=draft)
+                   settings.speculative_min_acceptance, recompute_rejected=hybrid, draft=draft,
+                   mtp=mtp)
 
     def _room(self, seq: Sequence, tally: _Tally) -> int:
         """Drafts ``seq`` may get: its draft length, at most one token fewer than its remaining
@@ -125,6 +129,8 @@ class Speculation:
             return ()
         if self.draft is not None:
             return self.pending.pop(seq.seq_no, ())[:room]
+        if self.mtp is not None:  # made by the last forward: one draft
+            return self.mtp.propose(seq)
         start = time.perf_counter()
         drafts = tally.index.propose(seq.token_ids, room)
         self.stats.propose_s += time.perf_counter() - start
@@ -151,9 +157,11 @@ class Speculation:
             s.stopped += 1
 
     def release(self, seq_no: int) -> None:
-        """A preempted request: its draft cache is freed (rebuilt when it runs again)."""
-        if self.draft is not None:
-            self.draft.release(seq_no)
+        """A preempted request: its draft (or MTP head) cache is freed (rebuilt when it runs
+        again)."""
+        for proposer in (self.draft, self.mtp):
+            if proposer is not None:
+                proposer.release(seq_no)
 
     def forget(self, seq_no: int) -> None:
         self.tallies.pop(seq_no, None)

@@ -17,8 +17,9 @@ class SpeculativeKnobs(BaseModel):
         "none", "Speculative decoding: how draft tokens are proposed before one forward verifies "
         "them all. ngram = prompt lookup over the request's own prompt and output. draft = a "
         "small model of the same tokenizer (MSTAR_SPECULATIVE_DRAFT_MODEL), run by the same "
-        "engine with its own KV cache. mtp is not implemented yet (a warning, then none; an "
-        "error in strict mode). Runs in the "
+        "engine with its own KV cache. mtp = the model's own multi-token-prediction head "
+        "(Qwen3.5 checkpoints that ship it; one draft token per step). A method that cannot run "
+        "with the model is a warning, then none (an error in strict mode). Runs in the "
         "serial loop only: an overlap cap above 0 (MSTAR_MAX_CONSECUTIVE_SPEC_STEPS) turns it off "
         "with a warning. See docs/engine.rst.")
     num_speculative_tokens: int = _speculative(
