@@ -11,18 +11,12 @@ import shutil
 
 import pytest
 from conftest import _config
+from test_speculative_decoding import MAX_NEW, TEXTS, _requests, _tokens
 
 from mstar.engine.sampling_params import SamplingParams
 from mstar.settings import WorkerSettings
 from mstar.settings.speculative_checks import speculation_off_reason
 
-MAX_NEW = 20
-TEXTS = [
-    "one two three four five six seven. one two three four five six seven. one two three",
-    "The quick brown fox jumps over the lazy dog.",
-    "Paris is the capital of France, and Berlin is the capital of Germany.",
-    "Hello",
-]
 BLOCKS = 64
 
 
@@ -50,16 +44,6 @@ def prompts(tiny_tokenizer):
 def _draft(path, **more) -> dict:
     return {"speculative_method": "draft", "speculative_draft_model": str(path),
             "num_speculative_tokens": 4, "speculative_min_acceptance": 0.0, **more}
-
-
-def _requests(prompts, **params) -> dict:
-    params.setdefault("temperature", 0.0)
-    params.setdefault("max_tokens", MAX_NEW)
-    return {f"r{i}": (p, SamplingParams(**params)) for i, p in enumerate(prompts)}
-
-
-def _tokens(results) -> dict:
-    return {rid: r["token_ids"] for rid, r in results.items()}
 
 
 def _all_free(engine, blocks: int) -> bool:

@@ -45,12 +45,18 @@ def speculation_off_reason(settings: WorkerSettings,
     return None
 
 
+def draft_model_name(settings: WorkerSettings) -> str | None:
+    """The draft model as ``MSTAR_MODEL`` would name it (``builtin``: the built-in model)."""
+    draft = settings.speculative_draft_model
+    return BUILTIN_MODEL if draft in _BUILTIN_ALIASES else draft
+
+
 def draft_config_path(settings: WorkerSettings) -> Path | None:
     """The draft model's config.json (the built-in model: where its conversion puts it)."""
-    draft = settings.speculative_draft_model
+    draft = draft_model_name(settings)
     if draft is None:
         return None
-    if draft in _BUILTIN_ALIASES:
+    if draft == BUILTIN_MODEL:
         return Path(settings.cache_dir).expanduser() / "models" / BUILTIN_MODEL / "config.json"
     return Path(draft).expanduser() / "config.json"
 

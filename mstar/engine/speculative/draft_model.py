@@ -21,12 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoConfig
 
-from mstar.engine.attention import (
-    AttentionInputs,
-    choose_attention_backend,
-    get_backend,
-    model_attention_features,
-)
+from mstar.engine.attention import choose_attention_backend, get_backend, model_attention_features
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.kv_cache import (
     allocate_kv_cache,
@@ -36,6 +31,7 @@ from mstar.engine.kv.kv_cache import (
     num_blocks_for,
 )
 from mstar.engine.sequence import Sequence
+from mstar.engine.speculative.paged_span import Span, last_rows, span_inputs
 from mstar.models.loading.loader import load_model
 from mstar.settings import WorkerSettings
 
@@ -131,41 +127,18 @@ class DraftModel:
         """One forward of the rows (one-token rows first, as the backends batch them); the
         argmax after each row's last token, in ``rows``' order."""
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].tokens) != 1)
-        ordered = [rows[i] for i in order]
-        bs = self.block_size
-        tables = [self.blocks.block_ids(row.key) for row in ordered]
-        ids, positions, slots = [], [], []
-        for row, table in zip(ordered, tables, strict=True):
-            span = range(row.start, row.start + len(row.tokens))
-            ids += row.tokens
-            positions += span
-            slots += [table[p // bs] * bs + p % bs for p in span]
-        width = max(len(t) for t in tables)
-        query_lens = [len(row.tokens) for row in ordered]
-        context = [row.start + len(row.tokens) for row in ordered]
-        inputs = AttentionInputs(
-            slot_mapping=self._tensor(slots),
-            block_tables=self._tensor([t + [0] * (width - len(t)) for t in tables]),
-            context_lens=self._tensor(context),
-            query_lens=query_lens,
-            context_lens_list=context,
-            num_decodes=sum(1 for q in query_lens if q == 1),
-            block_size=bs,
-            dtype=self.dtype,
-            seq_keys=[row.key for row in ordered],
-        )
+        spans = [Span(rows[i].key, rows[i].start, len(rows[i].tokens),
+                      self.blocks.block_ids(rows[i].key)) for i in order]
+        inputs, positions = span_inputs(spans, self.block_size, self.dtype, self.device)
         metadata = self.backend.build(inputs)
         metadata.begin_forward()
-        hidden = self.model(self._tensor(ids), self._tensor(positions), metadata)
-        last = torch.cumsum(torch.tensor(query_lens), 0) - 1
-        tokens = self.model.compute_logits(hidden[last.to(self.device)]).argmax(-1).tolist()
+        ids = torch.tensor([t for i in order for t in rows[i].tokens]).to(self.device)
+        hidden = self.model(ids, positions, metadata)
+        tokens = self.model.compute_logits(hidden[last_rows(spans, self.device)]).argmax(-1)
         out = [0] * len(rows)
-        for i, token in zip(order, tokens, strict=True):
+        for i, token in zip(order, tokens.tolist(), strict=True):
             out[i] = token
         return out
-
-    def _tensor(self, data) -> torch.Tensor:
-        return torch.tensor(data, dtype=torch.int64).to(self.device, non_blocking=True)
 
     def release(self, key: int) -> None:
         """Free a request's draft blocks (finished, aborted or preempted)."""

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.attention import AttentionInputs, choose_attention_backend, get_backend
+from mstar.engine.attention import choose_attention_backend, get_backend
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.kv_cache import block_bytes, memory_budget, num_blocks_for
 from mstar.engine.schedule.scheduler_output import SchedulerOutput
 from mstar.engine.sequence import Sequence
+from mstar.engine.speculative.paged_span import Span, last_rows, span_inputs
 from mstar.engine.speculative.verify import accept
 from mstar.models.families.qwen3_5_mtp import load_mtp_head
 from mstar.settings import WorkerSettings
@@ -86,10 +87,7 @@ class MtpProposer:
         if not rows:
             return
         rows.sort(key=lambda r: len(r.hidden) != 1)  # one-token rows first
-        u = self._forward(rows, hidden)
-        last = torch.tensor([len(r.hidden) for r in rows]).cumsum(0) - 1
-        tokens = self.model.compute_logits(u[last.to(self.device)]).argmax(-1).tolist()
-        for row, token in zip(rows, tokens, strict=True):
+        for row, token in zip(rows, self._forward(rows, hidden), strict=True):
             if row.samples:  # the request then has start + valid + 1 tokens
                 self.drafts[row.key] = (row.start + len(row.hidden) + 1, token)
 
@@ -127,32 +125,18 @@ class MtpProposer:
         self.blocks.grow_to(key, total)
         return True
 
-    def _forward(self, rows: list[_Row], hidden: torch.Tensor) -> torch.Tensor:
-        bs = self.block_size
-        tables = [self.blocks.block_ids(row.key) for row in rows]
-        positions, slots, picks, next_ids = [], [], [], []
-        for row, table in zip(rows, tables, strict=True):
-            span = range(row.start, row.start + len(row.hidden))
-            positions += span
-            slots += [table[p // bs] * bs + p % bs for p in span]
-            picks += row.hidden
-            next_ids += row.next_ids
-        width = max(len(t) for t in tables)
-        query_lens = [len(row.hidden) for row in rows]
-        context = [row.start + len(row.hidden) for row in rows]
-        metadata = self.backend.build(AttentionInputs(
-            slot_mapping=self._tensor(slots),
-            block_tables=self._tensor([t + [0] * (width - len(t)) for t in tables]),
-            context_lens=self._tensor(context), query_lens=query_lens,
-            context_lens_list=context, num_decodes=sum(1 for q in query_lens if q == 1),
-            block_size=bs, dtype=hidden.dtype, seq_keys=[row.key for row in rows]))
+    def _forward(self, rows: list[_Row], hidden: torch.Tensor) -> list[int]:
+        """The head's argmax after each row's last valid position."""
+        spans = [Span(row.key, row.start, len(row.hidden), self.blocks.block_ids(row.key))
+                 for row in rows]
+        inputs, positions = span_inputs(spans, self.block_size, hidden.dtype, self.device)
+        metadata = self.backend.build(inputs)
         metadata.begin_forward()
-        cos, sin = self.model.model.rotary_emb(self._tensor(positions))
-        embeds = self.model.model.embed_tokens(self._tensor(next_ids))
-        return self.head(embeds, hidden[self._tensor(picks)], cos, sin, metadata)
-
-    def _tensor(self, data) -> torch.Tensor:
-        return torch.tensor(data, dtype=torch.int64).to(self.device, non_blocking=True)
+        cos, sin = self.model.model.rotary_emb(positions)
+        picks = torch.tensor([i for row in rows for i in row.hidden]).to(self.device)
+        next_ids = torch.tensor([t for row in rows for t in row.next_ids]).to(self.device)
+        u = self.head(self.model.model.embed_tokens(next_ids), hidden[picks], cos, sin, metadata)
+        return self.model.compute_logits(u[last_rows(spans, self.device)]).argmax(-1).tolist()
 
     def release(self, key: int) -> None:
         """Free a request's head blocks (finished, aborted or preempted)."""

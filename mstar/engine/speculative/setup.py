@@ -15,7 +15,7 @@ from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.speculation import Speculation
 from mstar.models.loading.resolve import ModelError, resolve_model_dir
 from mstar.settings import WorkerSettings
-from mstar.settings.speculative_checks import speculation_off_reason
+from mstar.settings.speculative_checks import draft_model_name, speculation_off_reason
 
 log = structlog.get_logger(__name__)
 
@@ -45,10 +45,10 @@ def speculation_for(settings: WorkerSettings, model_dir: Path, runner: ModelRunn
 def _draft_dir(settings: WorkerSettings) -> Path | None:
     """The draft model's directory (the built-in model converted on first use), or None when it
     is unset or unusable (``speculation_off_reason`` then says why)."""
-    if settings.speculative_draft_model is None:
+    name = draft_model_name(settings)
+    if name is None:
         return None
     try:
-        return resolve_model_dir(settings.model_copy(
-            update={"model": settings.speculative_draft_model}))
+        return resolve_model_dir(settings.model_copy(update={"model": name}))
     except ModelError:
         return None

@@ -31,9 +31,9 @@ class SpeculativeKnobs(BaseModel):
         4, "ngram proposer: the longest suffix looked up (tried first).", unit="tokens", ge=1,
         le=64)
     speculative_draft_model: str | None = _speculative(
-        None, "draft proposer: the draft model, a local HF-format directory or builtin, with the "
-        "target's tokenizer (checked at start: another vocabulary, or none set, falls back to "
-        "none with a warning; an error in strict mode).")
+        None, "draft proposer: the draft model, a local HF-format directory or builtin (the "
+        "built-in model), with the target's tokenizer (checked at start: another vocabulary, or "
+        "none set, falls back to none with a warning; an error in strict mode).")
     speculative_min_acceptance: float = _speculative(
         0.3, "A request stops speculating once its accepted share of the draft tokens proposed "
         "for it falls below this (checked after MSTAR_NUM_SPECULATIVE_TOKENS * 4 proposed). 0 "
