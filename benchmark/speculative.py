@@ -1,14 +1,17 @@
-"""Speculative decoding on the built-in model (CPU): none vs ngram, one run, same engine settings.
+"""Speculative decoding on the built-in model (CPU): none vs ngram vs draft, one run, same settings.
 
 Workloads: input-grounded (repeat a passage with one change, edit code given in the prompt),
 where prompt lookup finds the continuation in the prompt, and open-ended chat, where it mostly
 does not (the acceptance floor then turns speculation off for the request). Output tokens per
 second at concurrency 1 (requests one after another) and 8 (all at once), greedy, and whether
-the outputs are identical token for token. The two engines take turns request group by request
-group, in alternating order, so a shared machine's changing load hits both alike.
+the outputs are identical token for token. The engines take turns request group by request
+group, in alternating order, so a shared machine's changing load hits them alike. ``draft`` uses
+``--draft-model`` (default: the built-in model itself, which checks correctness and acceptance
+but cannot be faster than the target; pass a smaller same-tokenizer model for speed, or a larger
+``--model`` target).
 
     python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
-        [--concurrency 1 8]
+        [--concurrency 1 8] [--methods ngram draft] [--model builtin] [--draft-model builtin]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.sampling_params import SamplingParams
 from mstar.settings import WorkerSettings
+from mstar.settings.schema import BUILTIN_MODEL
 
 PASSAGE = (
     "The paged KV cache stores the keys and values of every request in fixed-size blocks. A "
@@ -101,26 +105,36 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--workload", choices=["all", "grounded", "chat"], default="all")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--methods", nargs="+", choices=["ngram", "draft"],
+                        default=["ngram", "draft"])
+    parser.add_argument("--model", default=BUILTIN_MODEL, help="the target model")
+    parser.add_argument("--draft-model", default=BUILTIN_MODEL,
+                        help="the draft method's model (the target's tokenizer)")
     args = parser.parse_args()
-    common = {"dtype": "float32", "max_model_len": 2048, "num_kv_blocks": 512,
-              "torch_num_threads": args.threads, "log_level": "warning"}
-    engines = {"none": LLMEngine(WorkerSettings(**common)),
-               "ngram": LLMEngine(WorkerSettings(speculative_method="ngram", **common))}
-    print("| workload | c | none tok/s | ngram tok/s | speed-up | acceptance | identical |")
-    print("|---|---|---|---|---|---|---|")
+    common = {"model": args.model, "dtype": "float32", "max_model_len": 2048,
+              "num_kv_blocks": 512, "torch_num_threads": args.threads, "log_level": "warning",
+              "speculative_draft_model": args.draft_model}
+    engines = {method: LLMEngine(WorkerSettings(speculative_method=method, **common))
+               for method in ["none", *args.methods]}
+    print("| workload | c | method | tok/s | none tok/s | speed-up | acceptance | identical |")
+    print("|---|---|---|---|---|---|---|---|")
     workloads = {"grounded": ("input-grounded", GROUNDED), "chat": ("open-ended chat", CHAT)}
     chosen = workloads.values() if args.workload == "all" else [workloads[args.workload]]
     for name, texts in chosen:
         for concurrency in args.concurrency:
             batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
-            stats = engines["ngram"].speculation.stats
-            before = (stats.proposed, stats.accepted)
+            stats = {m: engines[m].speculation.stats for m in args.methods}
+            before = {m: (s.proposed, s.accepted) for m, s in stats.items()}
             results = compare(engines, batch, args.max_tokens, concurrency)
-            (base, want), (fast, got) = results["none"], results["ngram"]
-            proposed, accepted = stats.proposed - before[0], stats.accepted - before[1]
-            rate = accepted / proposed if proposed else 0.0
-            print(f"| {name} | {concurrency} | {base:.1f} | {fast:.1f} | {fast / base:.2f}x | "
-                  f"{rate:.0%} of {proposed} | {got == want} |", flush=True)
+            base, want = results["none"]
+            for method in args.methods:
+                fast, got = results[method]
+                proposed = stats[method].proposed - before[method][0]
+                accepted = stats[method].accepted - before[method][1]
+                rate = accepted / proposed if proposed else 0.0
+                print(f"| {name} | {concurrency} | {method} | {fast:.1f} | {base:.1f} | "
+                      f"{fast / base:.2f}x | {rate:.0%} of {proposed} | {got == want} |",
+                      flush=True)
     for engine in engines.values():
         engine.shutdown()
 

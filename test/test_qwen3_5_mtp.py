@@ -89,3 +89,88 @@ def test_mtp_head_logits_match_the_reference(mtp_model_dir, tiny_model_dir, make
                                         rope_sin, metadata))
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+MTP = {"speculative_method": "mtp", "speculative_min_acceptance": 0.0}
+PROMPTS = [[5, 17, 42, 99, 7, 250, 13, 64, 3, 128, 77], [9, 8, 7], [300, 1, 300, 1, 300, 1, 300],
+           [44] * 19]
+
+
+def test_mtp_proposer_keeps_greedy_output_and_drafts_as_from_scratch(mtp_model_dir,
+                                                                     make_engine, run):
+    """MSTAR_SPECULATIVE_METHOD=mtp: the output is what it is without speculation, beside
+    chunked prefills; every draft the head proposed from its incremental cache (rolled forward
+    past rejected drafts) is the one a fresh run of the head over the whole sequence gives."""
+    from mstar.engine.sampling_params import SamplingParams
+
+    path, _, _ = mtp_model_dir
+    requests = {f"r{i}": (p, SamplingParams(temperature=0.0, max_tokens=16))
+                for i, p in enumerate(PROMPTS)}
+    settings = {"kv_block_size": 4, "num_kv_blocks": 64, "max_num_batched_tokens": 16}
+    plain = run(make_engine(path, **settings), requests)
+    engine = make_engine(path, **settings, **MTP)
+    mtp = engine.speculation.mtp
+    logged = []
+    propose = mtp.propose
+    mtp.propose = lambda seq: logged.append((list(seq.token_ids), d := propose(seq))) or d
+    spec = run(engine, requests)
+    assert {k: r["token_ids"] for k, r in spec.items()} == {
+        k: r["token_ids"] for k, r in plain.items()}
+    stats = engine.speculation.stats
+    assert stats.method == "mtp" and stats.proposed > 0 and stats.proposed > stats.accepted
+    assert mtp.num_free_blocks == 64 and engine.num_free_blocks() == 64
+    drafted = [(tokens, d[0]) for tokens, d in logged if d]
+    assert len(drafted) > 10
+    from transformers import AutoModelForCausalLM
+
+    main = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    for tokens, draft in drafted[:: max(1, len(drafted) // 8)]:
+        assert _from_scratch(main, engine.model_runner.model, mtp.head, tokens) == draft
+
+
+def _from_scratch(main, model, head, tokens: list[int]) -> int:
+    """The head's next-token argmax after ``tokens``, from transformers' hidden states
+    (``main``) and a fresh paged cache of the whole sequence."""
+    from mstar.engine.attention import AttentionInputs
+    from mstar.engine.attention.torch_backend import TorchAttentionBackend
+
+    ids = torch.tensor([tokens])
+    n = len(tokens) - 1
+    backend = TorchAttentionBackend()
+    attn = head.layers[0].self_attn
+    blocks = -(-n // 4)
+    saved = attn.kv_cache
+    attn.kv_cache = torch.zeros(backend.kv_cache_shape(blocks, 4, attn.num_kv_heads,
+                                                       attn.head_dim))
+    metadata = backend.build(AttentionInputs(
+        slot_mapping=torch.arange(n), block_tables=torch.arange(blocks)[None],
+        context_lens=torch.tensor([n]), query_lens=[n], context_lens_list=[n], num_decodes=0,
+        block_size=4, dtype=torch.float32, seq_keys=[-1]))
+    metadata.begin_forward()
+    try:
+        with torch.inference_mode():
+            hidden = main.model(ids).last_hidden_state[0, :n]
+            cos, sin = model.model.rotary_emb(torch.arange(n))
+            u = head(model.model.embed_tokens(ids[0, 1:]), hidden, cos, sin, metadata)
+            return int(model.compute_logits(u[-1:]).argmax(-1))
+    finally:
+        attn.kv_cache = saved
+
+
+def test_preflight_takes_mtp_only_with_its_weights(mtp_model_dir, tiny_model_dir, tmp_path):
+    """From the files alone: a config naming MTP layers and a checkpoint shipping them."""
+    from mstar.settings import WorkerSettings
+    from mstar.settings.speculative_checks import speculation_off_reason
+
+    path, _, _ = mtp_model_dir
+    named_only = tmp_path / "named-only"
+    shutil.copytree(tiny_model_dir("qwen3_5"), named_only)
+    (named_only / "config.json").write_text((path / "config.json").read_text())
+
+    def reason(model):
+        return speculation_off_reason(WorkerSettings(model=str(model), **MTP),
+                                      model / "config.json")
+
+    assert reason(path) is None
+    assert "no MTP layers" in reason(tiny_model_dir("llama"))
+    assert "no MTP weights" in reason(named_only)

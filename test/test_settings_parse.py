@@ -80,6 +80,7 @@ VALID = {
     "MSTAR_NUM_SPECULATIVE_TOKENS": ("3", 3),
     "MSTAR_NGRAM_MIN_N": ("1", 1),
     "MSTAR_NGRAM_MAX_N": ("5", 5),
+    "MSTAR_SPECULATIVE_DRAFT_MODEL": ("/models/draft", "/models/draft"),
     "MSTAR_SPECULATIVE_MIN_ACCEPTANCE": ("0.5", 0.5),
     "MSTAR_ZMQ_TRANSPORT": ("tcp", "tcp"),
     "MSTAR_ZMQ_TCP_HOST": ("10.0.0.2", "10.0.0.2"),

@@ -170,7 +170,7 @@ def test_seeded_sampling_is_reproducible(tiny_model_dir, make_engine, run, promp
 def test_overlap_cap_turns_speculation_off(tiny_model_dir, make_engine):
     engine = make_engine(tiny_model_dir("llama"), max_consecutive_spec_steps=4, **NGRAM)
     assert engine.speculation is None and engine.loop.policy.overlapped
-    with pytest.raises(ValueError, match="not implemented"):  # mtp, draft: not yet
+    with pytest.raises(ValueError, match="no MTP layers"):
         make_engine(tiny_model_dir("llama"), speculative_method="mtp", config_strictness="strict")
 
 

@@ -33,7 +33,7 @@ from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.scheduler import Scheduler
 from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
 from mstar.engine.sequence import Sequence
-from mstar.engine.speculative.speculation import Speculation
+from mstar.engine.speculative.setup import speculation_for
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.graph import text_only
@@ -41,7 +41,6 @@ from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.resolve import resolve_model_dir
 from mstar.models.vision.inputs import ImageInput
 from mstar.settings import WorkerSettings
-from mstar.settings.preflight import speculation_off_reason
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +91,8 @@ class LLMEngine:
             self._prefix_caching(settings.enable_prefix_caching),
             StateSlots(self.model_runner.num_state_slots) if self.model_runner.num_state_slots
             else None)
-        self.speculation = self._speculation(settings)
+        self.speculation = speculation_for(settings, model_dir, self.model_runner,
+                                           self.max_model_len)
         loop_settings = settings
         if self.speculation is not None:  # the overlap cap auto yields: the loop runs serially
             loop_settings = settings.model_copy(update={"max_consecutive_spec_steps": 0})
@@ -108,19 +108,6 @@ class LLMEngine:
                  dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
                  seconds=round(time.perf_counter() - start, 2))
-
-    def _speculation(self, settings: WorkerSettings) -> Speculation | None:
-        """Speculative decoding as asked, or None: ``none``, or a method that cannot run here
-        (a warning and none; an error in strict mode)."""
-        if settings.speculative_method == "none":
-            return None
-        reason = speculation_off_reason(settings)
-        if reason is None:
-            return Speculation.from_settings(settings, bool(self.model_runner.num_state_slots))
-        if settings.config_strictness == "strict":
-            raise ValueError(f"MSTAR_SPECULATIVE_METHOD: {reason}")
-        log.warning("speculative_decoding_off", reason=reason, fallback="none")
-        return None
 
     def _prefix_caching(self, enabled: bool) -> bool:
         """Off for hybrid models: cached K/V blocks do not restore a recurrent state."""

@@ -20,6 +20,7 @@ from mstar.settings.env_file import SettingsUsageError
 from mstar.settings.image_budget import max_image_tokens
 from mstar.settings.schema import BUILTIN_MODEL, WorkerSettings
 from mstar.settings.sources import Problem
+from mstar.settings.speculative_checks import speculation_off_reason
 
 BUILTIN_ALIASES = ("builtin", BUILTIN_MODEL)
 _LIMIT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
@@ -229,23 +230,7 @@ def check_device(settings: WorkerSettings, device: str, dtype: str) -> list[Prob
     return []
 
 
-def speculation_off_reason(settings: WorkerSettings) -> str | None:
-    """Why the asked-for speculative decoding method cannot run with these settings (it then
-    falls back to none), or None. The overlap cap ``auto`` yields to speculative decoding (the
-    engine then runs the serial loop); an explicit cap above 0 wins over it."""
-    method = settings.speculative_method
-    if method == "mtp":
-        return ("mtp: Qwen3.5's MTP head loads (mstar.models.families.qwen3_5_mtp), but the proposer "
-                "that runs it is not implemented yet; falling back to none")
-    if method == "draft":
-        return "draft is not implemented yet; falling back to none"
-    if method != "none" and settings.max_consecutive_spec_steps not in ("auto", 0):
-        return ("speculative decoding runs in the serial loop only and MSTAR_MAX_CONSECUTIVE_"
-                "SPEC_STEPS > 0 asks for the overlapped one; falling back to none")
-    return None
-
-
 def check_speculative(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
-    reason = speculation_off_reason(settings)
+    reason = speculation_off_reason(settings, Path(shape.source))
     return [] if reason is None else [_problem("MSTAR_SPECULATIVE_METHOD", reason, shape,
                                                error=False)]

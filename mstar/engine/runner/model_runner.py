@@ -74,6 +74,7 @@ class ModelRunner:
         # Image tokens attending to each other both ways in prefill (Gemma 3).
         self.bidirectional_images = getattr(self.model, "bidirectional_image_attention", False)
         self.pooler = Pooler()
+        self.mtp = None  # the MTP proposer (speculative decoding), fed after every forward
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -216,6 +217,7 @@ class ModelRunner:
             hidden = self.model(input_ids, positions, attn_metadata)
         pooled = self.pooler.pool(out, step.query_lens, hidden)
         if started is None:
+            self._feed_mtp(out, step.input_ids, hidden, [])
             return RunnerOutput([], pooled=pooled)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
@@ -223,5 +225,13 @@ class ModelRunner:
         token_ids = tokens.tolist()
         if snapshot is not None:
             snapshot.restore_rejected(token_ids)
+        self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
         return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled)
+
+    def _feed_mtp(self, out: SchedulerOutput, input_ids, hidden, token_ids: list[int]) -> None:
+        if self.mtp is not None:
+            self.mtp.after_step(out, input_ids, hidden, token_ids, self._token_at)
+
+    def _token_at(self, key: int, position: int) -> int:
+        return int(self.batch.token_ids[self.batch.slot_of[key], position])

@@ -129,16 +129,22 @@ class Scheduler:
         budget and free blocks. A hybrid model's row that recomputes after a rejection has more
         tokens and proposes none, so its state catches up before the next verify."""
         spec = self.speculation
-        if spec is None or n != 1 or (self.policy is not None and self.policy.overlapped):
+        if not self._speculating() or n != 1:
             return ()
         drafts = spec.propose(seq)[: budget - n]
         if drafts and not self.block_manager.can_grow_to(seq.seq_no, len(seq) + len(drafts)):
             return ()
         return drafts
 
+    def _speculating(self) -> bool:
+        return self.speculation is not None and not (self.policy is not None
+                                                     and self.policy.overlapped)
+
     def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest]]:
         assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
         bm = self.block_manager
+        if self._speculating():  # a draft model proposes for every decoding request at once
+            self.speculation.prepare(s for s in self.running if len(s) - s.num_computed_tokens == 1)
         rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
         encoder = self.max_encoder_tokens
@@ -268,6 +274,8 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free_request(seq.seq_no)  # nothing in flight: see _fresh
+        if self.speculation is not None:
+            self.speculation.release(seq.seq_no)
         self._forget(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING

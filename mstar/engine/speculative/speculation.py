@@ -20,11 +20,17 @@ as without speculation:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mstar.engine.sequence import Sequence
 from mstar.engine.speculative.ngram import NgramIndex
 from mstar.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from mstar.engine.speculative.draft_model import DraftModel
+    from mstar.engine.speculative.mtp_proposer import MtpProposer
 
 FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
 MAX_PAUSE = 31  # the most steps a request skips proposing after consecutive misses
@@ -75,28 +81,56 @@ class Speculation:
     max_n: int
     min_acceptance: float
     recompute_rejected: bool = False  # a hybrid model: a rejection recomputes the row
+    draft: DraftModel | None = None  # the draft proposer's model
+    mtp: MtpProposer | None = None  # the MTP proposer (neither: n-gram)
     stats: SpeculationStats = field(init=False)
     tallies: dict[int, _Tally] = field(default_factory=dict)
+    pending: dict[int, tuple[int, ...]] = field(default_factory=dict)  # prepared drafts
 
     def __post_init__(self) -> None:
         self.stats = SpeculationStats(self.method)
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings, hybrid: bool) -> Speculation:
+    def from_settings(cls, settings: WorkerSettings, hybrid: bool,
+                      draft: DraftModel | None = None,
+                      mtp: MtpProposer | None = None) -> Speculation:
         return cls(settings.speculative_method, settings.num_speculative_tokens,
                    min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
-                   settings.speculative_min_acceptance, recompute_rejected=hybrid)
+                   settings.speculative_min_acceptance, recompute_rejected=hybrid, draft=draft,
+                   mtp=mtp)
+
+    def _room(self, seq: Sequence, tally: _Tally) -> int:
+        """Drafts ``seq`` may get: its draft length, at most one token fewer than its remaining
+        output (so a row never runs past max_tokens); 0 once the floor turned it off."""
+        return 0 if tally.off else min(tally.length,
+                                       seq.params.max_tokens - seq.num_output_tokens - 1)
+
+    def prepare(self, seqs: Iterable[Sequence]) -> None:
+        """The draft proposer: run the draft model once for the step's decoding requests (a
+        batch), so ``propose`` hands each its share. A request with images gets none (the
+        draft model is text-only)."""
+        if self.draft is None:
+            return
+        wants = [(seq, room) for seq in seqs
+                 if not seq.images and not (tally := self._tally(seq.seq_no)).pause
+                 and (room := self._room(seq, tally)) > 0]
+        start = time.perf_counter()
+        self.pending = self.draft.propose(wants) if wants else {}
+        self.stats.propose_s += time.perf_counter() - start
 
     def propose(self, seq: Sequence) -> tuple[int, ...]:
-        """Draft tokens for ``seq``'s next step (it decodes: one token left to compute). At most
-        one token fewer than its remaining output, so a row never runs past max_tokens."""
+        """Draft tokens for ``seq``'s next step (it decodes: one token left to compute)."""
         tally = self._tally(seq.seq_no)
-        room = min(tally.length, seq.params.max_tokens - seq.num_output_tokens - 1)
-        if tally.off or room <= 0:
+        room = self._room(seq, tally)
+        if room <= 0:
             return ()
         if tally.pause:
             tally.pause -= 1
             return ()
+        if self.draft is not None:
+            return self.pending.pop(seq.seq_no, ())[:room]
+        if self.mtp is not None:  # made by the last forward: one draft
+            return self.mtp.propose(seq)
         start = time.perf_counter()
         drafts = tally.index.propose(seq.token_ids, room)
         self.stats.propose_s += time.perf_counter() - start
@@ -122,6 +156,14 @@ class Speculation:
             tally.off = True
             s.stopped += 1
 
+    def release(self, seq_no: int) -> None:
+        """A preempted request: its draft (or MTP head) cache is freed (rebuilt when it runs
+        again)."""
+        for proposer in (self.draft, self.mtp):
+            if proposer is not None:
+                proposer.release(seq_no)
+
     def forget(self, seq_no: int) -> None:
         self.tallies.pop(seq_no, None)
+        self.release(seq_no)
 

@@ -15,8 +15,11 @@ class SpeculativeKnobs(BaseModel):
 
     speculative_method: Literal["none", "ngram", "draft", "mtp"] = _speculative(
         "none", "Speculative decoding: how draft tokens are proposed before one forward verifies "
-        "them all. ngram = prompt lookup over the request's own prompt and output. draft and mtp "
-        "are not implemented yet (a warning, then none; an error in strict mode). Runs in the "
+        "them all. ngram = prompt lookup over the request's own prompt and output. draft = a "
+        "small model of the same tokenizer (MSTAR_SPECULATIVE_DRAFT_MODEL), run by the same "
+        "engine with its own KV cache. mtp = the model's own multi-token-prediction head "
+        "(Qwen3.5 checkpoints that ship it; one draft token per step). A method that cannot run "
+        "with the model is a warning, then none (an error in strict mode). Runs in the "
         "serial loop only: an overlap cap above 0 (MSTAR_MAX_CONSECUTIVE_SPEC_STEPS) turns it off "
         "with a warning. See docs/engine.rst.")
     num_speculative_tokens: int = _speculative(
@@ -27,6 +30,10 @@ class SpeculativeKnobs(BaseModel):
     ngram_max_n: int = _speculative(
         4, "ngram proposer: the longest suffix looked up (tried first).", unit="tokens", ge=1,
         le=64)
+    speculative_draft_model: str | None = _speculative(
+        None, "draft proposer: the draft model, a local HF-format directory or builtin (the "
+        "built-in model), with the target's tokenizer (checked at start: another vocabulary, or "
+        "none set, falls back to none with a warning; an error in strict mode).")
     speculative_min_acceptance: float = _speculative(
         0.3, "A request stops speculating once its accepted share of the draft tokens proposed "
         "for it falls below this (checked after MSTAR_NUM_SPECULATIVE_TOKENS * 4 proposed). 0 "
