@@ -53,7 +53,7 @@ def settings(path: str, **knobs):
 
 def mstar_offline(engine, batch: int) -> tuple[float, dict]:
     """tok/s and the generated ids per request."""
-    from mstar.engine.sampling_params import SamplingParams
+    from mstar.engine.request.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN, ignore_eos=True)
     result = 0.0, {}
@@ -121,7 +121,7 @@ class QueueChannel:
 
 def worker_loop(path: str, cap: int | None) -> dict[int, float]:
     """tok/s of the worker's step loop per batch size; cap 0 = serial, None = the default cap."""
-    from mstar.engine.sampling_params import SamplingParams
+    from mstar.engine.request.sampling_params import SamplingParams
     from mstar.ipc import messages as m
     from mstar.worker.worker import Worker
 

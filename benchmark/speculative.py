@@ -20,7 +20,7 @@ import argparse
 import time
 
 from mstar.engine.llm_engine import LLMEngine
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.settings import WorkerSettings
 from mstar.settings.schema import BUILTIN_MODEL
 

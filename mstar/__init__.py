@@ -13,6 +13,6 @@ def __getattr__(name: str):
         from mstar.llm import LLM
         return LLM
     if name == "SamplingParams":
-        from mstar.engine.sampling_params import SamplingParams
+        from mstar.engine.request.sampling_params import SamplingParams
         return SamplingParams
     raise AttributeError(f"module 'mstar' has no attribute {name!r}")

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.runner.pooling import bytes_vector
-from mstar.engine.sampling_params import SamplingParams
 from mstar.logging_setup import start_logging
 from mstar.models.vision.inputs import chat_prompt, load_processor
 from mstar.output.processor import RequestText, ends_in_engine

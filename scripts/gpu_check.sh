@@ -20,9 +20,9 @@ python3 -c "import torch, transformers, triton
 print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)"
 
 echo "== tests on CUDA"
-timeout 210 python3 -m pytest -q -p no:cacheprovider --device cuda test/test_parity_models.py \
-    test/test_engine_scheduler.py test/test_engine_sampling.py test/test_worker_loop.py \
-    test/test_triton_kernels.py || status=1
+timeout 210 python3 -m pytest -q -p no:cacheprovider --device cuda test/models/test_parity_models.py \
+    test/engine/test_engine_scheduler.py test/engine/test_engine_sampling.py test/engine/test_worker_loop.py \
+    test/models/test_triton_kernels.py || status=1
 
 echo "== kernels: Triton versus torch"
 timeout 45 python3 -m benchmark.gpu_kernels || status=1

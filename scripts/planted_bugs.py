@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["test/test_kv_properties.py", "test/test_engine_scheduler.py"]
+TESTS = ["test/engine/test_kv_properties.py", "test/engine/test_engine_scheduler.py"]
 BLOCKS = "mstar/engine/kv/block_manager.py"
 SCHEDULER = "mstar/engine/schedule/scheduler.py"
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from mstar.engine.outputs import TokenLogprob
+from mstar.engine.request.outputs import TokenLogprob
 from mstar.ipc import messages as m
 from mstar.output.processor import TextOutput
 

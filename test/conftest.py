@@ -311,7 +311,7 @@ def run():
 
 def greedy_tokens(engine, prompts: list[list[int]], max_tokens: int, **params) -> list[list[int]]:
     """Every prompt greedy in one batch (ids r0, r1, ...); their output tokens in prompt order."""
-    from mstar.engine.sampling_params import SamplingParams
+    from mstar.engine.request.sampling_params import SamplingParams
 
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, **params)
     out = run_engine(engine, {f"r{i}": (p, sampling) for i, p in enumerate(prompts)})

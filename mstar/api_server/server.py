@@ -34,7 +34,7 @@ from mstar.conductor.process import conductor_main
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.security import MissingClusterSecret
-from mstar.settings.preflight import tensor_parallel_problem
+from mstar.settings.checks.preflight import tensor_parallel_problem
 from mstar.settings.wire import withhold_secrets
 
 if TYPE_CHECKING:

@@ -111,7 +111,7 @@ def run_validate(args: argparse.Namespace) -> int:
         loaded = load_settings(env_files=args.env_file, strict=False)
         problems = list(loaded.problems)
         if args.model:
-            from mstar.settings.preflight import config_path, preflight, read_shape
+            from mstar.settings.checks.preflight import config_path, preflight, read_shape
 
             path = config_path(args.model, loaded.settings)
             problems += preflight(loaded.settings,

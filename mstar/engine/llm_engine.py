@@ -14,25 +14,25 @@ import structlog
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from mstar.engine.errors import RequestRejected
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.state_cache import StateSlots
-from mstar.engine.limits import (
+from mstar.engine.placement import resolve_device_dtype
+from mstar.engine.request.errors import RequestRejected
+from mstar.engine.request.limits import (
     check_image_runs_fit,
     check_logit_bias_ids,
     check_pooled_prompt_fits,
     check_request_fits,
 )
-from mstar.engine.outputs import RequestOutput, TokenLogprob, finish_reason, merged
-from mstar.engine.placement import resolve_device_dtype
+from mstar.engine.request.outputs import RequestOutput, TokenLogprob, finish_reason, merged
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.engine.request.sequence import Sequence
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
-from mstar.engine.sampling_params import SamplingParams
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.scheduler import Scheduler
 from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
-from mstar.engine.sequence import Sequence
 from mstar.engine.speculative.setup import speculation_for
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool

@@ -41,7 +41,7 @@ from mstar.engine.phase_timing import PhaseTimer
 from mstar.engine.schedule.overlap_policy import LoopCounters
 
 if TYPE_CHECKING:
-    from mstar.engine.outputs import RequestOutput
+    from mstar.engine.request.outputs import RequestOutput
     from mstar.engine.runner.model_runner import ModelRunner
     from mstar.engine.schedule.scheduler import Scheduler
     from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput

@@ -14,8 +14,8 @@ from typing import Any, Union
 
 import msgspec
 
-from mstar.engine.outputs import RequestOutput
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.request.outputs import RequestOutput
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.ipc.images import WireImage
 
 

@@ -9,8 +9,8 @@ ended here are dropped.
 
 from __future__ import annotations
 
-from mstar.engine.outputs import RequestOutput
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.request.outputs import RequestOutput
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.output.detokenizer import IncrementalDetokenizer
 
 

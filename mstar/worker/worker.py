@@ -21,7 +21,7 @@ from mstar.ipc.settings_reload import apply_reloaded
 
 if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
-    from mstar.engine.outputs import RequestOutput
+    from mstar.engine.request.outputs import RequestOutput
     from mstar.models.families.parallel import TensorParallel
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel

@@ -33,7 +33,7 @@ from mstar.api_server.openai.chat_plan import (
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.parsers.calls import Piece, ToolCall
 from mstar.api_server.validation.request_rules import admit_fields
-from mstar.engine.outputs import RequestOutput
+from mstar.engine.request.outputs import RequestOutput
 
 
 class AnthropicRoute(APIRoute):

@@ -21,8 +21,8 @@ import zmq
 import zmq.asyncio
 
 from mstar.api_server.media.prompt import wire_images
-from mstar.engine.outputs import RequestOutput
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.request.outputs import RequestOutput
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.sockets import (

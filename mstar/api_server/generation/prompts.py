@@ -27,8 +27,8 @@ from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.template import template_inputs
-from mstar.engine.errors import RequestRejected
-from mstar.engine.limits import check_pooled_prompt_fits, check_prompt_fits
+from mstar.engine.request.errors import RequestRejected
+from mstar.engine.request.limits import check_pooled_prompt_fits, check_prompt_fits
 
 
 async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,

@@ -20,9 +20,9 @@ from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.protocol import SEED_LIMIT
 from mstar.api_server.state import ServerState
-from mstar.engine.errors import RequestRejected
-from mstar.engine.limits import check_request_fits
-from mstar.engine.sampling_params import SamplingParams, StructuredOutput
+from mstar.engine.request.errors import RequestRejected
+from mstar.engine.request.limits import check_request_fits
+from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 from mstar.output.processor import TextOutput
 
 DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there

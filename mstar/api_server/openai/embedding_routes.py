@@ -23,8 +23,8 @@ from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai.embedding_protocol import EmbeddingRequest, EmbeddingResponse
 from mstar.api_server.state import ServerState
 from mstar.api_server.validation.request_rules import admit_fields
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.runner.pooling import bytes_vector
-from mstar.engine.sampling_params import SamplingParams
 
 router = APIRouter()
 

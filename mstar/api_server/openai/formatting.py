@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from mstar.engine.outputs import TokenLogprob
+from mstar.engine.request.outputs import TokenLogprob
 from mstar.output.processor import TextOutput
 from mstar.output.token_bytes import TokenBytes
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import SamplingFields
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 from mstar.engine.structured.grammar_limits import GrammarLimits, check_constraint, check_size
 from mstar.engine.structured.structured_output import check_structured_output
 

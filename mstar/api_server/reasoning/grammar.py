@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from mstar.api_server.reasoning.split import END, START, Start
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 
 GAP = "[ \\n]{0,4}"  # what a model writes between </think> and its answer
 

@@ -28,7 +28,7 @@ from mstar.api_server.http.errors import APIError
 from mstar.api_server.reasoning.grammar import after_reasoning
 from mstar.api_server.reasoning.split import END, START, ReasoningStream, Start
 from mstar.api_server.tools.parsers.registry import template_source
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 
 ParserSetting = Literal["auto", "none", "think"]
 THINKING_SWITCH = "enable_thinking"

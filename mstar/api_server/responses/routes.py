@@ -34,7 +34,7 @@ from mstar.api_server.responses.store import ResponseStore, StoredResponse, owne
 from mstar.api_server.state import ServerState
 from mstar.api_server.tools.parsers.calls import Piece, ToolCall
 from mstar.api_server.validation.request_rules import admit_fields
-from mstar.engine.outputs import RequestOutput
+from mstar.engine.request.outputs import RequestOutput
 
 router = APIRouter()
 

@@ -22,7 +22,7 @@ import json
 import re
 
 from mstar.api_server.tools.parsers.hermes import END, START
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 
 ONE_CALL_RULE = "tool_call_one"
 

@@ -27,7 +27,7 @@ from mstar.api_server.reasoning.split import ReasoningStream
 from mstar.api_server.tools.checks import check_tool_messages, check_tools
 from mstar.api_server.tools.parsers.calls import CallStream, Declared
 from mstar.api_server.tools.parsers.registry import CONSTRAINED_FORMAT, parser_name, stream_factory
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}  # a non-strict function's arguments in auto mode
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}

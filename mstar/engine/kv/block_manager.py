@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from mstar.engine.kv.state_cache import StateSlots
-from mstar.engine.sequence import Sequence
+from mstar.engine.request.sequence import Sequence
 
 
 class Block:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
-from mstar.engine.sampling_params import SamplingParams
 
 
 @dataclass

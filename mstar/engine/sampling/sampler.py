@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mstar.engine.outputs import TokenLogprob
+from mstar.engine.request.outputs import TokenLogprob
 from mstar.engine.sampling.adjustments import apply_logit_bias, apply_penalties, block_early_stop
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch, StepRows
 from mstar.engine.sampling.draw import draw

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from mstar.engine.sampling_params import SamplingParams
+from mstar.engine.request.sampling_params import SamplingParams
 
 
 class SamplingState:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mstar.engine.sequence import Sequence
+from mstar.engine.request.sequence import Sequence
 
 
 def encoder_cut(seq: Sequence, start: int, n: int, budget: int, fresh: bool) -> tuple[int, int]:

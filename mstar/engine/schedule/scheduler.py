@@ -25,11 +25,11 @@ from collections.abc import Iterator
 import structlog
 
 from mstar.engine.kv.block_manager import BlockManager
-from mstar.engine.outputs import TokenLogprob
+from mstar.engine.request.outputs import TokenLogprob
+from mstar.engine.request.sequence import Sequence, SequenceStatus
 from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
-from mstar.engine.sequence import Sequence, SequenceStatus
 from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.speculative.verify import accept
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mstar.engine.outputs import TokenLogprob
+from mstar.engine.request.outputs import TokenLogprob
+from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
-from mstar.engine.sampling_params import SamplingParams
 from mstar.models.vision.inputs import ImageInput
 
 

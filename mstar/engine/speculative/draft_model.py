@@ -30,7 +30,7 @@ from mstar.engine.kv.kv_cache import (
     memory_budget,
     num_blocks_for,
 )
-from mstar.engine.sequence import Sequence
+from mstar.engine.request.sequence import Sequence
 from mstar.engine.speculative.paged_span import Span, last_rows, span_inputs
 from mstar.models.loading.loader import load_model
 from mstar.settings import WorkerSettings

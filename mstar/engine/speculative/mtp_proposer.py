@@ -25,8 +25,8 @@ import torch
 from mstar.engine.attention import choose_attention_backend, get_backend
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.kv_cache import block_bytes, memory_budget, num_blocks_for
+from mstar.engine.request.sequence import Sequence
 from mstar.engine.schedule.scheduler_output import SchedulerOutput
-from mstar.engine.sequence import Sequence
 from mstar.engine.speculative.paged_span import Span, last_rows, span_inputs
 from mstar.engine.speculative.verify import accept
 from mstar.models.families.qwen3_5_mtp import load_mtp_head

@@ -1,7 +1,7 @@
 """Speculative decoding as asked, for an engine: the ``Speculation`` (with the draft model for
 ``draft``; for ``mtp`` the MTP head, which the runner then feeds after every forward), or None
 for ``none`` and for a method that cannot run here (a warning and none; an error in strict mode;
-``mstar.settings.speculative_checks`` says why)."""
+``mstar.settings.checks.speculative_checks`` says why)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.speculation import Speculation
 from mstar.models.loading.resolve import ModelError, resolve_model_dir
 from mstar.settings import WorkerSettings
-from mstar.settings.speculative_checks import draft_model_name, speculation_off_reason
+from mstar.settings.checks.speculative_checks import draft_model_name, speculation_off_reason
 
 log = structlog.get_logger(__name__)
 

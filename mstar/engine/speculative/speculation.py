@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mstar.engine.sequence import Sequence
+from mstar.engine.request.sequence import Sequence
 from mstar.engine.speculative.ngram import NgramIndex
 from mstar.settings import WorkerSettings
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 
 KIB = 1024
 

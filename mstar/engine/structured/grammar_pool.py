@@ -32,8 +32,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from threading import Lock
 
-from mstar.engine.errors import RequestRejected
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.errors import RequestRejected
+from mstar.engine.request.sampling_params import StructuredOutput
 from mstar.engine.structured.grammar_limits import GrammarLimits, check_constraint
 from mstar.engine.structured.structured_output import (
     ANY_OBJECT_SCHEMA,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.sampling_params import StructuredOutput
+from mstar.engine.request.sampling_params import StructuredOutput
 
 ANY_OBJECT_SCHEMA = '{"type": "object"}'  # json_object: any JSON object
 

@@ -1,0 +1,69 @@
+"""A request's mutable state inside the engine."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+
+import torch
+
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.engine.sampling.state import SamplingState
+from mstar.models.vision.inputs import ImageInput
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    FINISHED = enum.auto()
+
+
+class Sequence:
+    """Token ids and progress of one request, on the main thread only.
+
+    The scheduler alone writes ``status``, ``num_computed_tokens`` (tokens whose K/V are in the
+    cache once the steps scheduled so far have run; after a preemption it drops to 0 and the
+    prompt plus the outputs so far are recomputed) and ``token_ids`` (a sampled token is appended
+    when its step's output arrives). Its KV blocks are the block manager's, keyed by ``seq_no``.
+    """
+
+    _numbers = itertools.count()
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        sampling_state: SamplingState | None = None,
+        images: tuple[ImageInput, ...] = (),
+    ) -> None:
+        self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
+        self.request_id = request_id
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.generator = generator
+        self.sampling_state = sampling_state  # see mstar/engine/sampling/state.py
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
+        self.images = images  # vision models: each image's tensors, hash and placeholder positions
+
+    def image_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
+        """Content hashes of the images whose placeholder runs overlap positions [start, end)."""
+        return tuple(im.content_hash for im in self.images if im.offset < end and im.end > start)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
