@@ -2,8 +2,8 @@
 
 RMSNorm (alone, in place, or with the residual add before it, in place on both as vLLM's
 ``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, rope in place on
-the q and k heads, and the paged KV-cache write replace several torch ops apiece. The kernels
-(``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``, ``kv_cache_ops.h``) are built
+the q and k heads, the paged KV-cache write and the paged decode attention replace several torch ops apiece. The kernels
+(``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``, ``kv_cache_ops.h``, ``decode_attention.h``) are built
 into ``torch.ops.mstar_quant`` with the quantized kernels. They compute in float32 and round where
 the torch path rounds, for float32 and bfloat16 activations.
 
@@ -78,6 +78,18 @@ def write_kv_cache_(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The torch attention backend's cache write ([2, kv_heads, blocks, block_size, head_dim]):
     token t's K and V heads into slot ``slot_mapping[t]``, in one call."""
     torch.ops.mstar_quant.write_kv_cache(kv_cache, k, v, slot_mapping)
+
+
+def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                           context_lens: torch.Tensor, window: int | None,
+                           scale: float | None) -> torch.Tensor:
+    """One query token per sequence (q [seqs, q_heads, head_dim], GQA) attends to its first
+    ``context_lens[s]`` cached tokens, read from the paged cache by ``block_tables`` [seqs,
+    max_blocks] (int64); ``window``: only the last ``window`` of them; ``scale`` defaults to
+    1/sqrt(head_dim). Float32 softmax; the output is in q's dtype."""
+    return torch.ops.mstar_quant.paged_decode_attention(
+        q, kv_cache, block_tables, context_lens, window,
+        q.shape[-1] ** -0.5 if scale is None else scale)
 
 
 def _register_fakes() -> None:

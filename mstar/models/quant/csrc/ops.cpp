@@ -19,6 +19,7 @@
 #include "rope_ops.h"
 #include "weight_checks.h"
 #include "dequant_gemm.h"
+#include "decode_attention.h"
 
 namespace {
 
@@ -91,6 +92,8 @@ TORCH_LIBRARY(mstar_quant, m) {
   m.def("write_kv_cache(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
   m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
+  m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int? window, "
+        "float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
@@ -107,6 +110,7 @@ TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("write_kv_cache", &write_kv_cache);
   m.impl("q4_linear_wide", &q4_linear_wide);
   m.impl("int8_linear_wide", &int8_linear_wide);
+  m.impl("paged_decode_attention", &paged_decode_attention);
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }
