@@ -20,7 +20,8 @@ from mstar.engine.attention.torch_backend import TorchAttentionBackend
 from mstar.models.layers import fused_ops
 from mstar.models.quant.native import native_kernels
 
-BLOCK, BLOCKS, DIM = 16, 64, 64
+BLOCK, BLOCKS = 16, 64
+DIM = 64  # test_op_reads_odd_head_dims covers others
 TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2}}
 # Context lengths: one token, a block less one, a block, a block plus one, several blocks.
 CONTEXTS = [1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 5, 7 * BLOCK]
@@ -84,6 +85,18 @@ def test_op_reads_strided_queries_and_rejects_bad_tables():
         fused_ops.paged_decode_attention(q, cache, tables + BLOCKS, torch.tensor([BLOCK + 2]), None, None)
     with pytest.raises(RuntimeError, match="not covered by its block table"):
         fused_ops.paged_decode_attention(q, cache, tables, torch.tensor([100 * BLOCK]), None, None)
+
+
+@pytest.mark.parametrize("dim", [8, 40, 80, 100])
+def test_op_reads_odd_head_dims(dim):
+    contexts = [BLOCK + 3, 2]
+    gen = torch.Generator().manual_seed(dim)
+    cache = torch.randn(2, 2, BLOCKS, BLOCK, dim, generator=gen)
+    tables = torch.tensor([[5, 9], [3, 0]])
+    q = torch.randn(2, 4, dim, generator=gen)
+    got = fused_ops.paged_decode_attention(q, cache, tables, torch.tensor(contexts), None, None)
+    torch.testing.assert_close(got, sdpa_reference(q, cache, tables, contexts, None, None),
+                               **TOLERANCE[torch.float32])
 
 
 def backend_attend(native: bool, q, k, v, cache, tables, contexts, prefill: int, dtype, window):

@@ -18,47 +18,97 @@ MSTAR_TARGET_PUSH("avx2,f16c")
 namespace decode_attention_avx2 {
 using namespace fused_simd;
 
-// One kv head of one sequence: `group` query rows (float32, [group, dim]) over the keys
-// start .. end - 1; scores is scratch of group * (end - start) floats, acc of group * dim.
+constexpr int64_t kKeys = 8;  // keys scored together: one vector of scores
+constexpr int64_t kAcc = 4;   // output vectors (32 dims) accumulated in registers at a time
+
+// [sum(v[0]), ..., sum(v[7])]: the eight horizontal sums in one vector.
+inline __m256 hsum8(const __m256* v) {
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+// One kv head's pages, read in position order: rows(p) walks the rows of positions p, p + 1, ...
+// (one division to start, then a counter: a division per row would cost more than its dot product).
 template <typename T>
-void attend_head(const float* q, int64_t group, const T* k_head, const T* v_head, const int64_t* table,
-                 int64_t block_size, int64_t dim, int64_t start, int64_t end, float scale, float* scores,
-                 float* acc) {
-  const int64_t n = end - start, block_elems = block_size * dim;
-  auto row = [&](const T* head, int64_t p) { return head + table[p / block_size] * block_elems + (p % block_size) * dim; };
-  for (int64_t p = start; p < end; ++p) {
-    const T* k = row(k_head, p);
-    for (int64_t g = 0; g < group; ++g) {
-      __m256 sum = _mm256_setzero_ps();
-      for (int64_t i = 0; i < dim; i += kLanes)
-        sum = _mm256_add_ps(sum, _mm256_mul_ps(load_at(q + g * dim, i, dim), load_at(k, i, dim)));
-      scores[g * n + p - start] = hsum(sum) * scale;
+struct Pages {
+  const T* head;
+  const int64_t* table;
+  int64_t block_size, dim;
+
+  struct Walk {
+    const Pages& pages;
+    int64_t block, offset;
+    const T* next() {
+      const T* row = pages.head + (pages.table[block] * pages.block_size + offset) * pages.dim;
+      if (++offset == pages.block_size) offset = 0, ++block;
+      return row;
     }
-  }
-  for (int64_t g = 0; g < group; ++g) {
-    float* s = scores + g * n;
-    float top = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) top = std::max(top, s[j]);
-    const __m256 top8 = _mm256_set1_ps(top);
-    __m256 total8 = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; j += kLanes) {
-      const __m256 e = exp(_mm256_sub_ps(load_at(s, j, n), top8));
-      store_at(s, j, n, e);
-      total8 = _mm256_add_ps(total8, j + kLanes <= n ? e : load_at(s, j, n));
-    }
-    const float inv = 1.f / hsum(total8);
-    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
-  }
-  std::fill(acc, acc + group * dim, 0.f);
-  for (int64_t p = start; p < end; ++p) {
-    const T* v = row(v_head, p);
+  };
+  Walk rows(int64_t p) const { return Walk{*this, p / block_size, p % block_size}; }
+};
+
+// scores[j] = scale * dot(q, k[start + j]) for the n keys from start.
+template <typename T>
+void score(const float* q, const Pages<T>& keys, int64_t start, int64_t n, float scale, float* scores) {
+  const int64_t dim = keys.dim;
+  auto walk = keys.rows(start);
+  for (int64_t j0 = 0; j0 < n; j0 += kKeys) {
+    const int64_t count = std::min(kKeys, n - j0);
+    const T* k[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) k[j] = j < count ? walk.next() : k[0];
+    __m256 acc[kKeys];
+    for (auto& a : acc) a = _mm256_setzero_ps();
     for (int64_t i = 0; i < dim; i += kLanes) {
-      const __m256 vi = load_at(v, i, dim);
-      for (int64_t g = 0; g < group; ++g) {
-        float* a = acc + g * dim;
-        store_at(a, i, dim, _mm256_add_ps(load_at(a, i, dim), _mm256_mul_ps(_mm256_set1_ps(scores[g * n + p - start]), vi)));
-      }
+      const __m256 qv = load_at(q, i, dim);
+      for (int64_t j = 0; j < kKeys; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(qv, load_at(k[j], i, dim)));
     }
+    store_at(scores + j0, 0, count, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+  }
+}
+
+// scores in place -> softmax(scores) over n, in float32.
+inline void softmax(float* s, int64_t n) {
+  float top = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) top = std::max(top, s[j]);
+  const __m256 top8 = _mm256_set1_ps(top);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += kLanes) {
+    store_at(s, j, n, exp(_mm256_sub_ps(load_at(s, j, n), top8)));
+    total = _mm256_add_ps(total, load_at(s, j, n));  // zero past n
+  }
+  const __m256 inv = _mm256_set1_ps(1.f / hsum(total));
+  for (int64_t j = 0; j < n; j += kLanes) store_at(s, j, n, _mm256_mul_ps(load_at(s, j, n), inv));
+}
+
+// out[dim] = sum_j probs[j] * v[start + j].
+template <typename T>
+void weighted_sum(const float* probs, const Pages<T>& values, int64_t start, int64_t n, float* out) {
+  const int64_t dim = values.dim;
+  for (int64_t d0 = 0; d0 < dim; d0 += kAcc * kLanes) {
+    const int64_t width = std::min(dim - d0, kAcc * kLanes);
+    __m256 acc[kAcc];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    auto walk = values.rows(start);
+    for (int64_t j = 0; j < n; ++j) {
+      const T* v = walk.next() + d0;
+      const __m256 p = _mm256_set1_ps(probs[j]);
+      for (int64_t c = 0; c < kAcc; ++c)
+        if (c * kLanes < width) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(p, load_at(v, c * kLanes, width)));
+    }
+    for (int64_t c = 0; c * kLanes < width; ++c) store_at(out + d0, c * kLanes, width, acc[c]);
+  }
+}
+
+// One kv head of one sequence: `group` query rows (float32 [group, dim]) over the keys
+// start .. end - 1 into out (float32 [group, dim]); scores is scratch of end - start floats.
+template <typename T>
+void attend_head(const float* q, int64_t group, const Pages<T>& keys, const Pages<T>& values, int64_t start,
+                 int64_t end, float scale, float* scores, float* out) {
+  for (int64_t g = 0; g < group; ++g) {
+    score(q + g * keys.dim, keys, start, end - start, scale, scores);
+    softmax(scores, end - start);
+    weighted_sum(scores, values, start, end - start, out + g * keys.dim);
   }
 }
 
@@ -113,16 +163,18 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     // Work items: (sequence, kv head); small batches at short context stay on the calling thread.
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * group * dim, 1));
     at::parallel_for(0, seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(group * dim), acc(group * dim), scores(group * longest);
+      std::vector<float> qf(group * dim), acc(group * dim), scores(longest);
       for (int64_t item = begin; item < end; ++item) {
         const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
         const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
         const T* q_rows = qp + s * q.stride(0) + h * group * q.stride(1);
         for (int64_t g = 0; g < group; ++g)
           for (int64_t i = 0; i < dim; ++i) qf[g * dim + i] = static_cast<float>(q_rows[g * q.stride(1) + i]);
-        decode_attention_avx2::attend_head(qf.data(), group, cache + h * head_elems, cache + half + h * head_elems,
-                                           tables + s * block_tables.stride(0), block_size, dim, start, n, scale_f,
-                                           scores.data(), acc.data());
+        const int64_t* table = tables + s * block_tables.stride(0);
+        const decode_attention_avx2::Pages<T> keys{cache + h * head_elems, table, block_size, dim};
+        const decode_attention_avx2::Pages<T> values{cache + half + h * head_elems, table, block_size, dim};
+        decode_attention_avx2::attend_head(qf.data(), group, keys, values, start, n, scale_f, scores.data(),
+                                           acc.data());
         T* o = op + (s * q_heads + h * group) * dim;
         for (int64_t i = 0; i < group * dim; ++i) o[i] = static_cast<T>(acc[i]);
       }
