@@ -9,12 +9,15 @@ sweeps, timed as the thread's CPU time (time.thread_time) on one thread, which o
 a busy machine do not inflate.
 
 Model: mstar.LLM (greedy, ignore_eos) with the same weights, switching the fused ops off and on
-between rounds (``use_native_ops``), so both modes see the same machine. Per mode, the best of
+between rounds (``use_native_ops``, and the torch attention backend's native cache write and paged
+decode attention, ``use_native``), so both modes see the same machine. Per mode, the best of
 --rounds of the median over the decode steps: the forward (timed by hooks on the model; sampling
 and scheduling excluded) in wall time and in the calling thread's CPU time (the whole forward's
 CPU time with --threads 1, the default, which a busy machine does not inflate), and the wall time
-per generated token of the whole decode; and the forward's CPU time outside the linear layers
-(timed by hooks on every linear module), where the fused ops work.
+per generated token of the whole decode; the forward's CPU time outside the linear layers
+(timed by hooks on every linear module), where the fused ops work; and the process's CPU time per
+generated token (sampling, scheduling and the engine's bookkeeping included; with --threads 1
+about one core's work, which a busy machine does not inflate either).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from mstar.models.quant.native import native_kernels
 from mstar.settings import WorkerSettings
 
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 576, 1536, 9, 3, 64
+COLUMNS = 5  # measures per mode, see decode_step_ms
 SETTINGS = {"fp32": {"dtype": "float32", "quantization": "none"},
             "bf16": {"dtype": "bfloat16", "quantization": "none"},
             "q4": {"dtype": "float32", "quantization": "q4"}}
@@ -84,13 +88,14 @@ def bench_ops(repeats: int) -> None:
                       f"{t_ref / t_fused:.1f}x", flush=True)
 
 
-def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, float, float]:
+def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, ...]:
     """Medians over one generate's decode steps: (forward wall ms, forward thread-CPU ms, its
-    thread-CPU ms outside the linear layers, wall ms per token of the whole decode, sampling and
-    scheduling included)."""
+    thread-CPU ms outside the linear layers), then per token of the whole decode (sampling and
+    scheduling included): wall ms and process CPU ms."""
     from torch import nn
 
     from mstar import SamplingParams
+    from mstar.models.layers.cpu_bf16_linear import Bf16Linear
     from mstar.models.layers.cpu_linear import PackedLinear
     from mstar.models.quant.linear import QuantLinear
 
@@ -113,25 +118,37 @@ def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, 
     def linear_after(module, args, output):
         linear[1] += time.thread_time() - linear[0]
 
-    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, PackedLinear, QuantLinear))]
+    kinds = (nn.Linear, PackedLinear, QuantLinear, Bf16Linear)
+    linears = [m for m in model.modules() if isinstance(m, kinds)]
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True),
              model.register_forward_hook(after, with_kwargs=True)]
     hooks += [h for m in linears for h in (m.register_forward_pre_hook(linear_before),
                                            m.register_forward_hook(linear_after))]
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1))  # prefill, then cached
     try:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
         per_token = (time.perf_counter() - start) * 1e3 / tokens
+        cpu_per_token = (time.process_time() - start_cpu) * 1e3 / tokens
     finally:
         for h in hooks:
             h.remove()
     return (statistics.median(wall), statistics.median(cpu), statistics.median(rest),
-            per_token)
+            per_token, cpu_per_token)
+
+
+def switch_native(llm, enabled: bool, attention_only: bool) -> None:
+    """The attention backend's native cache write and decode attention, and (unless
+    ``attention_only``) the model's fused ops."""
+    if not attention_only:
+        fused_ops.use_native_ops(llm.engine.model_runner.model, enabled)
+    backend = llm.engine.model_runner.attn_backend
+    if hasattr(backend, "use_native"):
+        backend.use_native = enabled
 
 
 def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
-                threads: int) -> None:
+                threads: int, attention_only: bool) -> None:
     from benchmark.offline_throughput import make_prompts
     from mstar import LLM
 
@@ -142,15 +159,15 @@ def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
         raise SystemExit("the model does not run the fused ops (no native kernels or no AVX2)")
     for c in concurrency:
         prompts = make_prompts(c)
-        best = {False: [float("inf")] * 4, True: [float("inf")] * 4}
+        best = {False: [float("inf")] * COLUMNS, True: [float("inf")] * COLUMNS}
         for _ in range(rounds):
             for native in (False, True):
-                fused_ops.use_native_ops(model, native)
+                switch_native(llm, native, attention_only)
                 got = decode_step_ms(llm, prompts, tokens)
                 best[native] = [min(a, b) for a, b in zip(best[native], got, strict=True)]
-        fused_ops.use_native_ops(model, True)
+        switch_native(llm, True, attention_only)
         cells = [f"{best[False][i]:.1f} | {best[True][i]:.1f} | {best[False][i] / best[True][i]:.2f}x"
-                 for i in range(4)]
+                 for i in range(COLUMNS)]
         print(f"{setting} | {threads} | {c} | " + " | ".join(cells), flush=True)
 
 
@@ -163,6 +180,9 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="op timing sweeps; the best counts")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the model (with 1, the forward's CPU time is exact)")
+    p.add_argument("--attention-only", action="store_true",
+                   help="the model keeps its fused ops in both modes; only the attention backend's "
+                        "native path switches (paged decode attention vs. gather/mirror + SDPA)")
     p.add_argument("--skip-ops", action="store_true")
     p.add_argument("--skip-model", action="store_true")
     args = p.parse_args()
@@ -173,10 +193,11 @@ def main() -> int:
     if not args.skip_model:
         print("\nsetting | threads | c | forward ms torch | fused | speed-up | forward CPU ms "
               "torch | fused | speed-up | CPU ms outside the linears torch | fused | speed-up "
-              "| ms/token torch | fused | speed-up")
-        print("|".join(["---"] * 15))
+              "| ms/token torch | fused | speed-up | process CPU ms/token torch | fused | speed-up")
+        print("|".join(["---"] * (3 + 3 * COLUMNS)))
         for setting in args.settings:
-            bench_model(setting, args.concurrency, args.tokens, args.rounds, args.threads)
+            bench_model(setting, args.concurrency, args.tokens, args.rounds, args.threads,
+                        args.attention_only)
     return 0
 
 

@@ -2,9 +2,10 @@
 
 RMSNorm (alone, in place, or with the residual add before it, in place on both as vLLM's
 ``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, rope in place on
-the q and k heads, the paged KV-cache write and the paged decode attention replace several torch ops apiece. The kernels
-(``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``, ``kv_cache_ops.h``, ``decode_attention.h``) are built
-into ``torch.ops.mstar_quant`` with the quantized kernels. They compute in float32 and round where
+the q and k heads, the paged KV-cache write and the paged decode attention replace several torch
+ops apiece. The kernels (``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``,
+``kv_cache_ops.h``, ``decode_attention.h``) are built into ``torch.ops.mstar_quant`` with the
+quantized kernels. They compute in float32 and round where
 the torch path rounds, for float32 and bfloat16 activations.
 
 The loader turns them on for a CPU model when the native kernels load and the CPU has AVX2
