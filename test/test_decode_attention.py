@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.engine.attention.torch_backend import TorchAttentionBackend
+from mstar.engine.sampling_params import SamplingParams
 from mstar.models.layers import fused_ops
 from mstar.models.quant.native import native_kernels
 
@@ -131,3 +132,34 @@ def test_backend_decode_rows_native_equal_the_torch_path(dtype, window):
                                               dtype, window)
     assert torch.equal(got_cache, expected_cache)  # the same K/V written to the same slots
     torch.testing.assert_close(got.float(), expected.float(), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("setting", [{"quantization": "q4"}, {"quantization": "int8"},
+                                     {"dtype": "bfloat16"}])
+def test_decode_layer_in_one_call_equals_the_layer_by_layer_path(setting, tiny_model_dir, make_engine,
+                                                                 run, monkeypatch, device):
+    """A tiny Llama's decode steps through ``fused_ops.decode_layer`` (one native call per layer)
+    generate what the module-by-module path generates."""
+    if device != "cpu":
+        pytest.skip("a CPU path")
+    engine = make_engine(tiny_model_dir("llama"), num_kv_blocks=64, **setting)
+    layers = engine.model_runner.model.model.layers
+    if layers[0].native_linears() is None:  # bf16 on a CPU with native bf16: oneDNN linears
+        pytest.skip("the linears run no native kernel of decode_layer's on this CPU")
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return decode_layer(*args)
+
+    decode_layer = fused_ops.decode_layer
+    monkeypatch.setattr(fused_ops, "decode_layer", counted)
+    prompts = [[5, 6, 7, 8, 9], [40, 41, 42], list(range(60, 90))]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    fused = run(engine, {f"a{i}": (p, params) for i, p in enumerate(prompts)})
+    assert calls  # decode-only steps ran the fused layer
+    for layer in layers:
+        layer.native_ops = False
+    plain = run(engine, {f"b{i}": (p, params) for i, p in enumerate(prompts)})
+    for i in range(len(prompts)):
+        assert fused[f"a{i}"]["token_ids"] == plain[f"b{i}"]["token_ids"]

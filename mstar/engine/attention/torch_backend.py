@@ -100,6 +100,9 @@ class TorchAttentionMetadata:
             q_len, ctx = inputs.query_lens[i], inputs.context_lens_list[i]
             self.prefills.append((start, q_len, ctx, inputs.block_tables[i, : -(-ctx // bs)]))
             start += q_len
+        # Only decode rows, attended natively: a layer may run whole in one native call
+        # (fused_ops.decode_layer) with slot_mapping, decode_tables and decode_lens.
+        self.native_decode_only = self.native_decode and nd > 0 and not self.prefills
         spans = inputs.bidirectional_spans or [()] * len(inputs.query_lens)
         self.prefill_masks = MasksByWindow(lambda w: [
             prefill_mask(q_len, ctx, w, device, spans[nd + i])
