@@ -188,10 +188,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="op timing sweeps; the best counts")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the model (with 1, the forward's CPU time is exact)")
-    p.add_argument("--compare", default="all", choices=["all", "attention", "layer"],
+    p.add_argument("--compare", default="all", choices=["all", "decode", "attention", "layer"],
                    help="what the off mode turns off: every fused op and the native attention; "
-                        "only the paged decode attention (vs. mirror + SDPA); only the one-call "
-                        "decoder layer (vs. the module-by-module fused path)")
+                        "the paged decode attention and the one-call layer; only the attention "
+                        "(vs. mirror + SDPA); only the one-call decoder layer (vs. the "
+                        "module-by-module fused path)")
     p.add_argument("--skip-ops", action="store_true")
     p.add_argument("--skip-model", action="store_true")
     args = p.parse_args()
