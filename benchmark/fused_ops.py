@@ -141,13 +141,14 @@ def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, ...]:
 def switch_native(llm, enabled: bool, compare: str) -> None:
     """Turn on or off what ``compare`` names: ``all`` (the model's fused ops, the decoder layer
     in one call included, and the attention backend's native cache write and decode attention),
-    ``attention`` (the backend's only) or ``layer`` (the one-call decoder layer only)."""
+    ``decode`` (the paged decode attention and the one-call layer), ``attention`` (the paged
+    decode attention only) or ``layer`` (the one-call decoder layer only)."""
     model = llm.engine.model_runner.model
     if compare == "all":
         fused_ops.use_native_ops(model, enabled)
-    if compare in ("all", "attention"):
+    if compare in ("all", "decode", "attention"):
         llm.engine.model_runner.attn_backend.use_native = enabled
-    if compare == "layer":
+    if compare in ("decode", "layer"):
         for layer in model.model.layers:
             layer.native_ops = enabled
 
