@@ -101,8 +101,9 @@ class DecoderLayer(nn.Module):
             plain = (type(attn) is Attention and type(mlp) is MLP and not attn.qk_norm
                      and attn.use_rope and type(self.input_layernorm) is RMSNorm
                      and type(self.post_attention_layernorm) is RMSNorm)
-            linears = [attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj]
-            self._native_linears = (plain and fused_ops.LayerLinears.of(linears)) or False
+            self._native_linears = plain and fused_ops.LayerLinears.of(
+                [attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj])
+            self._native_linears = self._native_linears or False
         return self._native_linears or None
 
     def forward(self, hidden, residual, cos, sin, attn_metadata):
