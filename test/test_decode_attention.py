@@ -14,26 +14,18 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_fused_ops import native  # noqa: F401 (autouse: builds the kernels, skips without AVX2)
 
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.engine.attention.torch_backend import TorchAttentionBackend
 from mstar.engine.sampling_params import SamplingParams
 from mstar.models.layers import fused_ops
-from mstar.models.quant.native import native_kernels
 
 BLOCK, BLOCKS = 16, 64
 DIM = 64  # test_op_reads_odd_head_dims covers others
 TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2}}
 # Context lengths: one token, a block less one, a block, a block plus one, several blocks.
 CONTEXTS = [1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 5, 7 * BLOCK]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def native(builtin_cache_dir):
-    if not native_kernels(builtin_cache_dir):
-        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
-    if not fused_ops.native_ops_usable(torch.device("cpu")):
-        pytest.skip("this CPU lacks AVX2: the models keep the torch path")
 
 
 def paged(contexts: list[int], kv_heads: int, dtype: torch.dtype, seed: int = 0):
@@ -100,10 +92,10 @@ def test_op_reads_odd_head_dims(dim):
                                **TOLERANCE[torch.float32])
 
 
-def backend_attend(native: bool, q, k, v, cache, tables, contexts, prefill: int, dtype, window):
+def backend_attend(use_native: bool, q, k, v, cache, tables, contexts, prefill: int, dtype, window):
     """The backend's attend over decode rows (contexts) plus one fresh prefill chunk."""
     backend = TorchAttentionBackend()
-    backend.use_native = native
+    backend.use_native = use_native
     backend.kv_cache_shape(BLOCKS, BLOCK, cache.shape[1], DIM)
     nd = len(contexts)
     slots = [int(tables[s, (n - 1) // BLOCK]) * BLOCK + (n - 1) % BLOCK for s, n in enumerate(contexts)]
