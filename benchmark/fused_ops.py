@@ -9,12 +9,16 @@ sweeps, timed as the thread's CPU time (time.thread_time) on one thread, which o
 a busy machine do not inflate.
 
 Model: mstar.LLM (greedy, ignore_eos) with the same weights, switching the fused ops off and on
-between rounds (``use_native_ops``), so both modes see the same machine. Per mode, the best of
+between rounds (``use_native_ops``, and the torch attention backend's native cache write and paged
+decode attention, ``use_native``), so both modes see the same machine. Per mode, the best of
 --rounds of the median over the decode steps: the forward (timed by hooks on the model; sampling
 and scheduling excluded) in wall time and in the calling thread's CPU time (the whole forward's
 CPU time with --threads 1, the default, which a busy machine does not inflate), and the wall time
-per generated token of the whole decode; and the forward's CPU time outside the linear layers
-(timed by hooks on every linear module), where the fused ops work.
+per generated token of the whole decode; the forward's CPU time outside the linear layers
+(timed by hooks on every linear module; n/a where the one-call decoder layer runs its linears
+inside, out of the hooks' sight), where the fused ops work; and the
+process's CPU time per generated token (sampling, scheduling and the engine's bookkeeping
+included; with --threads 1 about one core's work, which a busy machine does not inflate either).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from mstar.models.quant.native import native_kernels
 from mstar.settings import WorkerSettings
 
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 576, 1536, 9, 3, 64
+COLUMNS = 5  # measures per mode, see decode_step_ms
 SETTINGS = {"fp32": {"dtype": "float32", "quantization": "none"},
             "bf16": {"dtype": "bfloat16", "quantization": "none"},
             "q4": {"dtype": "float32", "quantization": "q4"}}
@@ -84,13 +89,14 @@ def bench_ops(repeats: int) -> None:
                       f"{t_ref / t_fused:.1f}x", flush=True)
 
 
-def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, float, float]:
+def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, ...]:
     """Medians over one generate's decode steps: (forward wall ms, forward thread-CPU ms, its
-    thread-CPU ms outside the linear layers, wall ms per token of the whole decode, sampling and
-    scheduling included)."""
+    thread-CPU ms outside the linear layers), then per token of the whole decode (sampling and
+    scheduling included): wall ms and process CPU ms."""
     from torch import nn
 
     from mstar import SamplingParams
+    from mstar.models.layers.cpu_bf16_linear import Bf16Linear
     from mstar.models.layers.cpu_linear import PackedLinear
     from mstar.models.quant.linear import QuantLinear
 
@@ -113,25 +119,42 @@ def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, float, 
     def linear_after(module, args, output):
         linear[1] += time.thread_time() - linear[0]
 
-    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, PackedLinear, QuantLinear))]
+    kinds = (nn.Linear, PackedLinear, QuantLinear, Bf16Linear)
+    linears = [m for m in model.modules() if isinstance(m, kinds)]
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True),
              model.register_forward_hook(after, with_kwargs=True)]
     hooks += [h for m in linears for h in (m.register_forward_pre_hook(linear_before),
                                            m.register_forward_hook(linear_after))]
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1))  # prefill, then cached
     try:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
         per_token = (time.perf_counter() - start) * 1e3 / tokens
+        cpu_per_token = (time.process_time() - start_cpu) * 1e3 / tokens
     finally:
         for h in hooks:
             h.remove()
     return (statistics.median(wall), statistics.median(cpu), statistics.median(rest),
-            per_token)
+            per_token, cpu_per_token)
+
+
+def switch_native(llm, enabled: bool, compare: str) -> None:
+    """Turn on or off what ``compare`` names: ``all`` (the model's fused ops, the decoder layer
+    in one call included, and the attention backend's native cache write and decode attention),
+    ``decode`` (the paged decode attention and the one-call layer), ``attention`` (the paged
+    decode attention only) or ``layer`` (the one-call decoder layer only)."""
+    model = llm.engine.model_runner.model
+    if compare == "all":
+        fused_ops.use_native_ops(model, enabled)
+    if compare in ("all", "decode", "attention"):
+        llm.engine.model_runner.attn_backend.use_native = enabled
+    if compare in ("decode", "layer"):
+        for layer in model.model.layers:
+            layer.native_ops = enabled
 
 
 def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
-                threads: int) -> None:
+                threads: int, compare: str) -> None:
     from benchmark.offline_throughput import make_prompts
     from mstar import LLM
 
@@ -142,15 +165,17 @@ def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
         raise SystemExit("the model does not run the fused ops (no native kernels or no AVX2)")
     for c in concurrency:
         prompts = make_prompts(c)
-        best = {False: [float("inf")] * 4, True: [float("inf")] * 4}
+        best = {False: [float("inf")] * COLUMNS, True: [float("inf")] * COLUMNS}
         for _ in range(rounds):
             for native in (False, True):
-                fused_ops.use_native_ops(model, native)
+                switch_native(llm, native, compare)
                 got = decode_step_ms(llm, prompts, tokens)
                 best[native] = [min(a, b) for a, b in zip(best[native], got, strict=True)]
-        fused_ops.use_native_ops(model, True)
+        switch_native(llm, True, compare)
         cells = [f"{best[False][i]:.1f} | {best[True][i]:.1f} | {best[False][i] / best[True][i]:.2f}x"
-                 for i in range(4)]
+                 for i in range(COLUMNS)]
+        if best[True][1] - best[True][2] < (best[False][1] - best[False][2]) / 2:
+            cells[2] = f"{best[False][2]:.1f} | n/a | n/a"  # the one-call layer hides its linears
         print(f"{setting} | {threads} | {c} | " + " | ".join(cells), flush=True)
 
 
@@ -163,6 +188,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="op timing sweeps; the best counts")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the model (with 1, the forward's CPU time is exact)")
+    p.add_argument("--compare", default="all", choices=["all", "decode", "attention", "layer"],
+                   help="what the off mode turns off: every fused op and the native attention; "
+                        "the paged decode attention and the one-call layer; only the attention "
+                        "(vs. mirror + SDPA); only the one-call decoder layer (vs. the "
+                        "module-by-module fused path)")
     p.add_argument("--skip-ops", action="store_true")
     p.add_argument("--skip-model", action="store_true")
     args = p.parse_args()
@@ -173,10 +203,11 @@ def main() -> int:
     if not args.skip_model:
         print("\nsetting | threads | c | forward ms torch | fused | speed-up | forward CPU ms "
               "torch | fused | speed-up | CPU ms outside the linears torch | fused | speed-up "
-              "| ms/token torch | fused | speed-up")
-        print("|".join(["---"] * 15))
+              "| ms/token torch | fused | speed-up | process CPU ms/token torch | fused | speed-up")
+        print("|".join(["---"] * (3 + 3 * COLUMNS)))
         for setting in args.settings:
-            bench_model(setting, args.concurrency, args.tokens, args.rounds, args.threads)
+            bench_model(setting, args.concurrency, args.tokens, args.rounds, args.threads,
+                        args.compare)
     return 0
 
 

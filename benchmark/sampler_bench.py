@@ -37,7 +37,7 @@ def mixed_params() -> list:
     try:
         from mstar.engine.request.sampling_params import SamplingParams as P
     except ImportError:  # --against an older checkout, where it sat in mstar/engine/
-        from mstar.engine.sampling_params import SamplingParams as P
+        from mstar.engine.request.sampling_params import SamplingParams as P
 
     rows = ([P(temperature=0.8, top_p=0.95)] * 8 + [P(temperature=0.7, top_k=50)] * 6
             + [P(temperature=1.0, top_k=40, top_p=0.9, min_p=0.05)] * 4

@@ -21,8 +21,9 @@ MAX_NEW = 24
 
 @pytest.fixture(scope="module")
 def settings(builtin_cache_dir):
-    return WorkerSettings(cache_dir=builtin_cache_dir, device="cpu", max_model_len=512,
-                          num_kv_blocks=128)
+    # float32: the greedy text is compared exactly (auto would pick bf16 on most CPUs).
+    return WorkerSettings(cache_dir=builtin_cache_dir, device="cpu", dtype="float32",
+                          max_model_len=512, num_kv_blocks=128)
 
 
 def test_builtin_greedy_matches_transformers(settings, run):

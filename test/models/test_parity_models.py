@@ -33,13 +33,25 @@ def reference(tiny_model_dir, prompts, greedy_reference):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_batched_greedy_matches_transformers(family, tiny_model_dir, make_engine, greedy, prompts,
                                              reference, device):
-    # Enough cache for the CPU decode mirror (dense K/V reused across steps) to kick in.
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
     results = greedy(engine, prompts, MAX_NEW)
     assert results == reference[family]
     assert all(r["finish_reason"] in ("stop", "length") for r in results.values())
-    if device == "cpu":  # the decode mirror is a CPU-only acceleration
-        assert engine.model_runner.attn_backend.mirror.buffers
+    if device == "cpu":  # the native paged decode attention, else the decode mirror, served them
+        backend = engine.model_runner.attn_backend
+        assert backend.use_native or backend.mirror.buffers
+
+
+def test_batched_greedy_through_the_decode_mirror(tiny_model_dir, make_engine, greedy, prompts,
+                                                  reference, device):
+    """The CPU decode path where the native kernels cannot run (no AVX2, no compiler)."""
+    if device != "cpu":
+        pytest.skip("the decode mirror is a CPU path")
+    # Enough cache for the decode mirror (dense K/V reused across steps) to kick in.
+    engine = make_engine(tiny_model_dir("llama"), kv_block_size=4, num_kv_blocks=512)
+    engine.model_runner.attn_backend.use_native = False
+    assert greedy(engine, prompts, MAX_NEW) == reference["llama"]
+    assert engine.model_runner.attn_backend.mirror.buffers
 
 
 @pytest.mark.parametrize("family", FAMILIES)

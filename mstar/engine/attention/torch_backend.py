@@ -8,7 +8,11 @@ import torch.nn.functional as F
 from mstar.engine.attention.decode_mirror import DecodeMirror, MirrorStep
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.engine.attention.masks import MasksByWindow, decode_mask, prefill_mask
-from mstar.models.layers.fused_ops import native_ops_usable, write_kv_cache_
+from mstar.models.layers.fused_ops import (
+    native_ops_usable,
+    paged_decode_attention,
+    write_kv_cache_,
+)
 
 
 class TorchAttentionBackend:
@@ -24,15 +28,21 @@ class TorchAttentionBackend:
         self._workspace = torch.empty(0)
         self.mirror = DecodeMirror()
         self.cache_slots = 0
-        self._native_kv_write: bool | None = None  # decided at the first write (after loading)
+        # The fused cache write and decode attention: None decides at the first step (after
+        # loading); the benchmark sets it to compare both paths.
+        self.use_native: bool | None = None
+
+    def native(self, device: torch.device) -> bool:
+        """The fused cache write and paged decode attention run (CPU, native kernels loaded)."""
+        if self.use_native is None:
+            self.use_native = native_ops_usable(device)
+        return self.use_native
 
     def write_kv(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
         """Token t's K and V into cache slot ``slot_mapping[t]``: one fused op on CPU when the
         native kernels are loaded, else two ``index_copy_``."""
-        if self._native_kv_write is None:
-            self._native_kv_write = native_ops_usable(kv_cache.device)
-        if self._native_kv_write:
+        if self.native(kv_cache.device):
             write_kv_cache_(kv_cache, k, v, slot_mapping)
             return
         _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
@@ -70,7 +80,10 @@ class TorchAttentionMetadata:
         nd = inputs.num_decodes
         self.num_decodes = nd
         bs = inputs.block_size
+        self.native_decode = backend.native(device)
         if nd:
+            self.decode_tables, self.decode_lens = inputs.block_tables[:nd], inputs.context_lens[:nd]
+        if nd and not self.native_decode:
             max_blocks = -(-max(inputs.context_lens_list[:nd]) // bs)
             self.decode_blocks = inputs.block_tables[:nd, :max_blocks].reshape(-1)
             self.decode_span = max_blocks * bs
@@ -78,7 +91,8 @@ class TorchAttentionMetadata:
             self.decode_masks = MasksByWindow(lambda w: decode_mask(lens, span, w, dtype))
         self.mirror_step: MirrorStep | None = None
         self.mirror_masks: MasksByWindow | None = None
-        self._mirror_inputs = inputs if device.type == "cpu" else None
+        # The native decode attention reads the pages directly: no mirror.
+        self._mirror_inputs = inputs if device.type == "cpu" and not self.native_decode else None
         # Prefill chunks: (token start, query len, context len, block ids).
         self.prefills = []
         start = nd
@@ -86,6 +100,9 @@ class TorchAttentionMetadata:
             q_len, ctx = inputs.query_lens[i], inputs.context_lens_list[i]
             self.prefills.append((start, q_len, ctx, inputs.block_tables[i, : -(-ctx // bs)]))
             start += q_len
+        # Only decode rows, attended natively: a layer may run whole in one native call
+        # (fused_ops.decode_layer) with slot_mapping, decode_tables and decode_lens.
+        self.native_decode_only = self.native_decode and nd > 0 and not self.prefills
         spans = inputs.bidirectional_spans or [()] * len(inputs.query_lens)
         self.prefill_masks = MasksByWindow(lambda w: [
             prefill_mask(q_len, ctx, w, device, spans[nd + i])
@@ -143,8 +160,12 @@ class TorchAttentionMetadata:
         """All decoding sequences at once: one SDPA with a mask over their dense K/V.
 
         Query heads sharing a KV head are laid out as that head's query rows, so GQA
-        needs no repeated K/V. With the decode mirror, rows are in the mirror's order.
+        needs no repeated K/V. With the decode mirror, rows are in the mirror's order. On CPU
+        with the native kernels, one call reads K/V from the pages instead.
         """
+        if self.native_decode:
+            return paged_decode_attention(q, kv_cache, self.decode_tables, self.decode_lens,
+                                          window, scale)
         nd, num_heads, head_dim = q.shape
         num_kv_heads = kv_cache.shape[1]
         step = self.mirror_step

@@ -83,14 +83,34 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    native_ops = False  # decode-only steps: the whole layer in one native call, where it can
+
     def __init__(self, config, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> None:
         super().__init__()
         self.self_attn = Attention(config, qkv_bias, o_bias, qk_norm)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self._native_linears: fused_ops.LayerLinears | bool | None = None  # None: not looked yet
+
+    def native_linears(self) -> fused_ops.LayerLinears | None:
+        """The linears for ``fused_ops.decode_layer``; None unless this layer is the plain
+        Llama layout (no biases, no q/k norm, rope) and every linear runs a native kernel."""
+        if self._native_linears is None:
+            attn, mlp = self.self_attn, self.mlp
+            plain = (type(attn) is Attention and type(mlp) is MLP and not attn.qk_norm
+                     and attn.use_rope and type(self.input_layernorm) is RMSNorm
+                     and type(self.post_attention_layernorm) is RMSNorm)
+            self._native_linears = plain and fused_ops.LayerLinears.of(
+                [attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj])
+            self._native_linears = self._native_linears or False
+        return self._native_linears or None
 
     def forward(self, hidden, residual, cos, sin, attn_metadata):
+        if self.native_ops and getattr(attn_metadata, "native_decode_only", False):
+            linears = self.native_linears()
+            if linears is not None and linears.run(hidden):
+                return self.decode_native(hidden, residual, cos, sin, attn_metadata, linears)
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
@@ -99,6 +119,18 @@ class DecoderLayer(nn.Module):
         hidden = self.self_attn(hidden, cos, sin, attn_metadata)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
+
+    def decode_native(self, hidden, residual, cos, sin, attn_metadata, linears):
+        """forward's steps for decode rows, in one native call (the same kernels)."""
+        normed = residual is None
+        if normed:
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        attn, meta = self.self_attn, attn_metadata
+        out = fused_ops.decode_layer(
+            hidden, residual, normed, self.input_layernorm, self.post_attention_layernorm, linears,
+            cos, sin, attn.kv_cache, meta.slot_mapping, meta.decode_tables, meta.decode_lens,
+            attn.sliding_window, attn.scale, attn.num_heads, attn.num_kv_heads)
+        return out, residual
 
 
 class LlamaModel(nn.Module):

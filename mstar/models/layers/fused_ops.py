@@ -2,9 +2,10 @@
 
 RMSNorm (alone, in place, or with the residual add before it, in place on both as vLLM's
 ``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, rope in place on
-the q and k heads, and the paged KV-cache write replace several torch ops apiece. The kernels
-(``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``, ``kv_cache_ops.h``) are built
-into ``torch.ops.mstar_quant`` with the quantized kernels. They compute in float32 and round where
+the q and k heads, the paged KV-cache write and the paged decode attention replace several torch
+ops apiece. The kernels (``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``,
+``kv_cache_ops.h``, ``decode_attention.h``) are built into ``torch.ops.mstar_quant`` with the
+quantized kernels. They compute in float32 and round where
 the torch path rounds, for float32 and bfloat16 activations.
 
 The loader turns them on for a CPU model when the native kernels load and the CPU has AVX2
@@ -16,6 +17,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from mstar.models.layers.cpu_bf16_linear import Bf16Linear
+from mstar.models.quant.formats import Q4Weight
+from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
 
 _LIBRARY = "mstar_quant"
 _fakes_registered: list[bool] = []
@@ -78,6 +83,71 @@ def write_kv_cache_(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The torch attention backend's cache write ([2, kv_heads, blocks, block_size, head_dim]):
     token t's K and V heads into slot ``slot_mapping[t]``, in one call."""
     torch.ops.mstar_quant.write_kv_cache(kv_cache, k, v, slot_mapping)
+
+
+def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                           context_lens: torch.Tensor, window: int | None,
+                           scale: float | None) -> torch.Tensor:
+    """One query token per sequence (q [seqs, q_heads, head_dim], GQA) attends to its first
+    ``context_lens[s]`` cached tokens, read from the paged cache by ``block_tables`` [seqs,
+    max_blocks] (int64); ``window``: only the last ``window`` of them; ``scale`` defaults to
+    1/sqrt(head_dim). Float32 softmax; the output is in q's dtype."""
+    return torch.ops.mstar_quant.paged_decode_attention(
+        q, kv_cache, block_tables, context_lens, window,
+        q.shape[-1] ** -0.5 if scale is None else scale)
+
+
+class LayerLinears:
+    """The four linears of a Llama-layout layer (qkv, o, gate_up, down) as ``decode_layer``
+    takes them: kind (0 q4, 1 int8, 2 bf16), weight, scales (empty unless int8), in_features;
+    and the activation dtype they need (float32 for q4 and int8, bfloat16 for bf16)."""
+
+    def __init__(self, kinds: list[int], weights: list[torch.Tensor], in_features: list[int],
+                 dtype: torch.dtype) -> None:
+        self.kinds, self.weights, self.in_features, self.dtype = kinds, weights, in_features, dtype
+
+    @staticmethod
+    def of(linears: list[nn.Module]) -> LayerLinears | None:
+        """None unless every linear runs a native kernel without bias, all on one activation dtype."""
+        kinds, weights, dtypes = [], [], set()
+        for linear in linears:
+            if getattr(linear, "bias", None) is not None:
+                return None
+            if isinstance(linear, QuantLinear) and linear.mode == "native":
+                w = linear.qweight
+                q4 = isinstance(w, Q4Weight)
+                kinds.append(0 if q4 else 1)
+                weights += [w.blocks, torch.empty(0)] if q4 else [w.weight, w.scales]
+                dtypes.add(torch.float32)
+            elif isinstance(linear, Bf16Linear) and linear.level == -1:
+                kinds.append(2)
+                weights += [linear.weight, torch.empty(0)]
+                dtypes.add(torch.bfloat16)
+            else:
+                return None
+        if len(dtypes) != 1:
+            return None
+        return LayerLinears(kinds, weights, [m.in_features for m in linears], dtypes.pop())
+
+    def run(self, hidden: torch.Tensor) -> bool:
+        """The layer can run on these decode rows."""
+        return hidden.dtype == self.dtype and hidden.shape[0] < WIDE_BATCH
+
+
+def decode_layer(hidden: torch.Tensor, residual: torch.Tensor, normed: bool, input_norm: nn.Module,
+                 post_norm: nn.Module, linears: LayerLinears, cos: torch.Tensor, sin: torch.Tensor,
+                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor, window: int | None, scale: float | None,
+                 num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """A Llama-layout decoder layer on decode rows in one native call (csrc/decode_layer.h): the
+    input add + norm (skipped when ``normed``: the first layer), qkv, rope, the cache write,
+    the paged decode attention, o, the add + norm, gate_up, silu * up and down. Updates
+    ``residual`` (and ``hidden``) in place, as the fused ops do; returns the MLP's output."""
+    return torch.ops.mstar_quant.decode_layer(
+        hidden, residual, normed, input_norm.weight, post_norm.weight, input_norm.eps,
+        linears.kinds, linears.weights, linears.in_features, cos, sin, kv_cache, slot_mapping,
+        block_tables, context_lens, window, kv_cache.shape[-1] ** -0.5 if scale is None else scale,
+        num_heads, num_kv_heads)
 
 
 def _register_fakes() -> None:

@@ -19,6 +19,7 @@
 #include "rope_ops.h"
 #include "weight_checks.h"
 #include "dequant_gemm.h"
+#include "decode_attention.h"
 
 namespace {
 
@@ -76,6 +77,8 @@ int64_t best_level() { return cpu_level(); }
 
 }  // namespace
 
+#include "decode_layer.h"  // calls q4_linear and int8_linear above
+
 TORCH_LIBRARY(mstar_quant, m) {
   m.def("q4_linear(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
@@ -91,6 +94,12 @@ TORCH_LIBRARY(mstar_quant, m) {
   m.def("write_kv_cache(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
   m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
+  m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int? window, "
+        "float scale) -> Tensor");
+  m.def("decode_layer(Tensor(a!) hidden, Tensor(b!) residual, bool normed, Tensor input_norm, Tensor post_norm, "
+        "float eps, int[] kinds, Tensor[] weights, int[] in_features, Tensor cos, Tensor sin, Tensor(c!) kv_cache, "
+        "Tensor slot_mapping, Tensor block_tables, Tensor context_lens, int? window, float scale, int num_heads, "
+        "int num_kv_heads) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
@@ -107,6 +116,8 @@ TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("write_kv_cache", &write_kv_cache);
   m.impl("q4_linear_wide", &q4_linear_wide);
   m.impl("int8_linear_wide", &int8_linear_wide);
+  m.impl("paged_decode_attention", &paged_decode_attention);
+  m.impl("decode_layer", &decode_layer);
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }

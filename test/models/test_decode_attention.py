@@ -1,0 +1,157 @@
+"""The native paged decode attention (``fused_ops.paged_decode_attention``) against the torch
+path: the op alone against SDPA over each sequence's gathered pages, and the torch attention
+backend's decode rows with the native path on and off (pages gathered through the decode mirror,
+masked SDPA), in float32 and bfloat16, GQA, sliding windows, several sequences and context
+lengths on and around block boundaries, with decode rows next to a prefill chunk.
+
+Tolerances: float32 sums in another order than SDPA (1e-5); bfloat16 agrees to a bfloat16
+rounding step of the output (the op keeps the scores and probabilities in float32, SDPA rounds
+the probabilities to bfloat16 before the weighted sum).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_fused_ops import native  # noqa: F401 (autouse: builds the kernels, skips without AVX2)
+
+from mstar.engine.attention.inputs import AttentionInputs
+from mstar.engine.attention.torch_backend import TorchAttentionBackend
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.models.layers import fused_ops
+
+BLOCK, BLOCKS = 16, 64
+DIM = 64  # test_op_reads_odd_head_dims covers others
+TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2}}
+# Context lengths: one token, a block less one, a block, a block plus one, several blocks.
+CONTEXTS = [1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 5, 7 * BLOCK]
+
+
+def paged(contexts: list[int], kv_heads: int, dtype: torch.dtype, seed: int = 0):
+    """A random cache and shuffled, non-contiguous block tables (padded with block 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    cache = torch.randn(2, kv_heads, BLOCKS, BLOCK, DIM, generator=gen).to(dtype)
+    ids = torch.randperm(BLOCKS, generator=gen).tolist()
+    width = max(-(-n // BLOCK) for n in contexts) + 1
+    tables = torch.zeros(len(contexts), width, dtype=torch.int64)
+    for s, n in enumerate(contexts):
+        for b in range(-(-n // BLOCK)):
+            tables[s, b] = ids.pop()
+    return cache, tables
+
+
+def sdpa_reference(q, cache, tables, contexts, window, scale) -> torch.Tensor:
+    """Per sequence: its pages gathered, SDPA over the visible keys in float32."""
+    out = []
+    for s, n in enumerate(contexts):
+        kv = cache.index_select(2, tables[s]).flatten(2, 3)[:, :, :n].float()
+        start = max(0, n - window) if window else 0
+        o = F.scaled_dot_product_attention(q[s, :, None].float(), kv[0, :, start:], kv[1, :, start:],
+                                           enable_gqa=True, scale=scale)
+        out.append(o[:, 0])
+    return torch.stack(out).to(q.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(9, 3), (4, 4), (8, 1)])
+@pytest.mark.parametrize("window", [None, 1, BLOCK + 3])
+def test_op_matches_sdpa_over_the_gathered_pages(dtype, heads, kv_heads, window):
+    cache, tables = paged(CONTEXTS, kv_heads, dtype)
+    q = torch.randn(len(CONTEXTS), heads, DIM).to(dtype)
+    lens = torch.tensor(CONTEXTS)
+    for scale in (None, 0.3):
+        got = fused_ops.paged_decode_attention(q, cache, tables, lens, window, scale)
+        expected = sdpa_reference(q, cache, tables, CONTEXTS, window, scale)
+        assert got.dtype == dtype and got.shape == q.shape
+        torch.testing.assert_close(got.float(), expected.float(), **TOLERANCE[dtype])
+
+
+def test_op_reads_strided_queries_and_rejects_bad_tables():
+    cache, tables = paged([BLOCK + 2], 3, torch.float32)
+    qkv = torch.randn(1, 12, DIM)
+    q = qkv[:, :9]  # the q heads of a fused qk view, not contiguous
+    got = fused_ops.paged_decode_attention(q, cache, tables, torch.tensor([BLOCK + 2]), None, None)
+    torch.testing.assert_close(got, sdpa_reference(q, cache, tables, [BLOCK + 2], None, None),
+                               **TOLERANCE[torch.float32])
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        fused_ops.paged_decode_attention(q, cache, tables + BLOCKS, torch.tensor([BLOCK + 2]), None, None)
+    with pytest.raises(RuntimeError, match="not covered by its block table"):
+        fused_ops.paged_decode_attention(q, cache, tables, torch.tensor([100 * BLOCK]), None, None)
+
+
+@pytest.mark.parametrize("dim", [8, 40, 80, 100])
+def test_op_reads_odd_head_dims(dim):
+    contexts = [BLOCK + 3, 2]
+    gen = torch.Generator().manual_seed(dim)
+    cache = torch.randn(2, 2, BLOCKS, BLOCK, dim, generator=gen)
+    tables = torch.tensor([[5, 9], [3, 0]])
+    q = torch.randn(2, 4, dim, generator=gen)
+    got = fused_ops.paged_decode_attention(q, cache, tables, torch.tensor(contexts), None, None)
+    torch.testing.assert_close(got, sdpa_reference(q, cache, tables, contexts, None, None),
+                               **TOLERANCE[torch.float32])
+
+
+def backend_attend(use_native: bool, q, k, v, cache, tables, contexts, prefill: int, dtype, window):
+    """The backend's attend over decode rows (contexts) plus one fresh prefill chunk."""
+    backend = TorchAttentionBackend()
+    backend.use_native = use_native
+    backend.kv_cache_shape(BLOCKS, BLOCK, cache.shape[1], DIM)
+    nd = len(contexts)
+    slots = [int(tables[s, (n - 1) // BLOCK]) * BLOCK + (n - 1) % BLOCK for s, n in enumerate(contexts)]
+    prefill_table = tables[-1:]
+    slots += [int(prefill_table[0, i // BLOCK]) * BLOCK + i % BLOCK for i in range(prefill)]
+    inputs = AttentionInputs(
+        slot_mapping=torch.tensor(slots), block_tables=tables,
+        context_lens=torch.tensor([*contexts, prefill]),
+        query_lens=[1] * nd + [prefill], context_lens_list=[*contexts, prefill], num_decodes=nd,
+        block_size=BLOCK, dtype=dtype, seq_keys=list(range(nd + 1)))
+    meta = backend.build(inputs)
+    meta.begin_forward()
+    cache = cache.clone()
+    return meta.attend(q, k, v, cache, window, None), cache
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", [None, BLOCK])
+def test_backend_decode_rows_native_equal_the_torch_path(dtype, window):
+    contexts, prefill = [BLOCK, 2 * BLOCK + 1, 5, 4 * BLOCK - 1], 7
+    cache, tables = paged([*contexts, prefill], 3, dtype, seed=1)
+    tokens = len(contexts) + prefill
+    q, k, v = (torch.randn(tokens, h, DIM).to(dtype) for h in (9, 3, 3))
+    got, got_cache = backend_attend(True, q, k, v, cache, tables, contexts, prefill, dtype, window)
+    expected, expected_cache = backend_attend(False, q, k, v, cache, tables, contexts, prefill,
+                                              dtype, window)
+    assert torch.equal(got_cache, expected_cache)  # the same K/V written to the same slots
+    torch.testing.assert_close(got.float(), expected.float(), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("setting", [{"quantization": "q4"}, {"quantization": "int8"},
+                                     {"dtype": "bfloat16"}])
+def test_decode_layer_in_one_call_equals_the_layer_by_layer_path(setting, tiny_model_dir, make_engine,
+                                                                 run, monkeypatch, device):
+    """A tiny Llama's decode steps through ``fused_ops.decode_layer`` (one native call per layer)
+    generate what the module-by-module path generates."""
+    if device != "cpu":
+        pytest.skip("a CPU path")
+    engine = make_engine(tiny_model_dir("llama"), num_kv_blocks=64, **setting)
+    layers = engine.model_runner.model.model.layers
+    if layers[0].native_linears() is None:  # bf16 on a CPU with native bf16: oneDNN linears
+        pytest.skip("the linears run no native kernel of decode_layer's on this CPU")
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return decode_layer(*args)
+
+    decode_layer = fused_ops.decode_layer
+    monkeypatch.setattr(fused_ops, "decode_layer", counted)
+    prompts = [[5, 6, 7, 8, 9], [40, 41, 42], list(range(60, 90))]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    fused = run(engine, {f"a{i}": (p, params) for i, p in enumerate(prompts)})
+    assert calls  # decode-only steps ran the fused layer
+    for layer in layers:
+        layer.native_ops = False
+    plain = run(engine, {f"b{i}": (p, params) for i, p in enumerate(prompts)})
+    for i in range(len(prompts)):
+        assert fused[f"a{i}"]["token_ids"] == plain[f"b{i}"]["token_ids"]
