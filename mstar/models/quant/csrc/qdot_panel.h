@@ -11,66 +11,65 @@ struct Panel {
   float* m;    // [nb][8] Q4_1 minimums (q4 only)
 };
 
-// r[c] holds 8 dwords of row c; afterwards dst[8 p + c] = dword p of row c.
-inline void transpose8x8(const __m256i* r, int32_t* dst) {
-  __m256i t[8], u[8];
+// 16-bit words: r[c] holds 8 words of row c; afterwards t[p] holds word p of rows 0..7.
+inline void transpose8x8_epi16(const __m128i* r, __m128i* t) {
+  __m128i a[8], b[8];
   for (int c = 0; c < 8; c += 2) {
-    t[c] = _mm256_unpacklo_epi32(r[c], r[c + 1]);      // dwords 0 1 | 4 5 of rows c, c + 1
-    t[c + 1] = _mm256_unpackhi_epi32(r[c], r[c + 1]);  // dwords 2 3 | 6 7
+    a[c] = _mm_unpacklo_epi16(r[c], r[c + 1]);      // words 0..3 of rows c, c + 1
+    a[c + 1] = _mm_unpackhi_epi16(r[c], r[c + 1]);  // words 4..7
   }
   for (int c = 0; c < 8; c += 4)
     for (int h = 0; h < 2; ++h) {
-      u[c + 2 * h] = _mm256_unpacklo_epi64(t[c + h], t[c + h + 2]);      // dword 2h | 2h + 4 of 4 rows
-      u[c + 2 * h + 1] = _mm256_unpackhi_epi64(t[c + h], t[c + h + 2]);  // dword 2h + 1 | 2h + 5
+      b[c + 2 * h] = _mm_unpacklo_epi32(a[c + h], a[c + h + 2]);      // words 4h, 4h + 1 of 4 rows
+      b[c + 2 * h + 1] = _mm_unpackhi_epi32(a[c + h], a[c + h + 2]);  // words 4h + 2, 4h + 3
     }
-  for (int p = 0; p < 4; ++p) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8 * p), _mm256_permute2x128_si256(u[p], u[p + 4], 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8 * (p + 4)),
-                        _mm256_permute2x128_si256(u[p], u[p + 4], 0x31));
+  for (int q = 0; q < 4; ++q) {  // b[q] holds words 2q, 2q + 1 of rows 0..3, b[q + 4] of rows 4..7
+    t[2 * q] = _mm_unpacklo_epi64(b[q], b[q + 4]);
+    t[2 * q + 1] = _mm_unpackhi_epi64(b[q], b[q + 4]);
   }
 }
 
-// Block b of `rows` (<= 8) rows of W, given as 2 vectors of 16 int16 weights per row, into the panel.
-inline void store_panel_block(__m256i (*wq)[2], int64_t b, Panel panel) {
-  __m256i half[8];
-  for (int h = 0; h < 2; ++h) {
-    for (int c = 0; c < kPanelCols; ++c) half[c] = wq[c][h];
-    transpose8x8(half, panel.w + (b * kPairsPerBlock + 8 * h) * kPanelCols);
-  }
-}
-
+// Q4_1: byte j of a block holds weights j (low nibble) and j + 16 (high nibble), so the 16-bit word
+// p (bytes 2p, 2p + 1) of each row gives pair p from its low nibbles and pair p + 8 from its high
+// ones: the bytes are transposed as 16-bit words first, then widened (cheaper than widening first).
 void q4_panel(const uint8_t* w, int64_t row_bytes, int rows, int64_t nb, Panel panel) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[kPanelCols][2];
+    __m128i r[kPanelCols], t[kPanelCols];
     for (int c = 0; c < kPanelCols; ++c) {
-      if (c >= rows) {
-        wq[c][0] = wq[c][1] = _mm256_setzero_si256();
-        panel.d[b * kPanelCols + c] = panel.m[b * kPanelCols + c] = 0.f;
-        continue;
-      }
+      const bool real = c < rows;
       const uint8_t* block = w + c * row_bytes + b * kQ4BlockBytes;
-      panel.d[b * kPanelCols + c] = load_half(block);
-      panel.m[b * kPanelCols + c] = load_half(block + 2);
-      unpack_q4(block + 4, wq[c]);
+      r[c] = real ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4)) : _mm_setzero_si128();
+      panel.d[b * kPanelCols + c] = real ? load_half(block) : 0.f;
+      panel.m[b * kPanelCols + c] = real ? load_half(block + 2) : 0.f;
     }
-    store_panel_block(wq, b, panel);
+    transpose8x8_epi16(r, t);
+    int32_t* dst = panel.w + b * kPairsPerBlock * kPanelCols;
+    for (int p = 0; p < 8; ++p) {
+      const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(t[p], mask));
+      const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(t[p], 4), mask));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p * kPanelCols), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (p + 8) * kPanelCols), hi);
+    }
   }
 }
 
+// int8: the 16-bit word p of a block's 32 bytes is pair p as it is, sign-extended.
 void int8_panel(const int8_t* w, const float* scales, int64_t groups, int64_t K, int rows, Panel panel) {
   const int64_t nb = K / kQ4Block, per_group = nb / groups;
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[kPanelCols][2];
-    for (int c = 0; c < kPanelCols; ++c) {
-      if (c >= rows) {
-        wq[c][0] = wq[c][1] = _mm256_setzero_si256();
-        panel.d[b * kPanelCols + c] = 0.f;
-        continue;
-      }
-      load_int8(w + c * K + b * kQ4Block, wq[c]);
-      panel.d[b * kPanelCols + c] = scales[c * groups + b / per_group];
+    int32_t* dst = panel.w + b * kPairsPerBlock * kPanelCols;
+    for (int h = 0; h < 2; ++h) {  // pairs 8h .. 8h + 7
+      __m128i r[kPanelCols], t[kPanelCols];
+      for (int c = 0; c < kPanelCols; ++c)
+        r[c] = c < rows ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * K + b * kQ4Block + 16 * h))
+                        : _mm_setzero_si128();
+      transpose8x8_epi16(r, t);
+      for (int p = 0; p < 8; ++p)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (8 * h + p) * kPanelCols), _mm256_cvtepi8_epi16(t[p]));
     }
-    store_panel_block(wq, b, panel);
+    for (int c = 0; c < kPanelCols; ++c)
+      panel.d[b * kPanelCols + c] = c < rows ? scales[c * groups + b / per_group] : 0.f;
   }
 }
 
