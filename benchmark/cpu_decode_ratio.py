@@ -55,11 +55,13 @@ def main() -> None:
     best = {name: 0.0 for name in llms}
     for r in range(args.rounds):
         for name, llm in llms.items():
-            rate = args.concurrency * args.tokens / decode_cpu_seconds(llm, prompts, args.tokens, SamplingParams)
+            seconds = decode_cpu_seconds(llm, prompts, args.tokens, SamplingParams)
+            rate = args.concurrency * args.tokens / seconds
             best[name] = max(best[name], rate)
             print(f"round {r} {name}: {rate:.1f} tok per CPU s", flush=True)
     base = max((best[n] for n in UNQUANTIZED if n in best), default=None)
-    print(f"\nc={args.concurrency}, {args.tokens} decode steps, {args.threads} thread(s), best of {args.rounds}")
+    print(f"\nc={args.concurrency}, {args.tokens} decode steps, {args.threads} thread(s), "
+          f"best of {args.rounds} rounds")
     for name, rate in best.items():
         ratio = f"  {rate / base:.2f}x best unquantized" if base else ""
         print(f"{name:>5}: {rate:8.1f} tok per CPU s{ratio}")
