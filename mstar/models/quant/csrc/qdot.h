@@ -17,7 +17,7 @@ namespace {
 // 8 outputs, so converting and scaling costs 3 instructions per 8 outputs and block, not per output.
 constexpr int kQdotMT = 4;
 constexpr int kQdotNT = 2;
-constexpr int kPanelRows = 16;
+constexpr int kPanelRows = 8;
 constexpr int kPanelMT = 4;    // rows of x per panel tile
 constexpr int kPanelCols = 8;  // rows of W per panel: one 256-bit vector of float32 outputs
 constexpr int kPairsPerBlock = kQ4Block / 2;
