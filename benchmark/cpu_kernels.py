@@ -10,25 +10,51 @@ arithmetic) that bf16 models use on CPUs without native bf16. To time weights th
 weight to exceed --cold-mb of float32 data. Reported: the fastest of --repeats sweeps, in
 microseconds per call; the machine is shared, so compare columns of one run and prefer the minimum.
 With --threads 1 the time is the thread's CPU time (time.thread_time), which other processes on a
-busy machine do not inflate; with more threads it is wall time.
+busy machine do not inflate; with more threads it is wall time. ``--baseline REV`` also builds the
+kernels of git revision REV (under the op namespace ``mstar_quant_base``) and times them as
+``base_q4`` / ``base_int8`` / ``base_bf16`` interleaved with the current ones, for before/after tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from mstar.models.quant.formats import Q4Weight, dequantize_q4, quantize_int8, quantize_q4
-from mstar.models.quant.native import native_kernels
+from mstar.models.quant.native import SOURCES, build_dir, native_kernels
 from mstar.settings import WorkerSettings
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
           "lm_head": (49152, 576)}
 BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+BASELINE = "mstar_quant_base"
+
+
+def build_baseline(rev: str) -> None:
+    """Builds revision `rev`'s kernels as torch.ops.mstar_quant_base (cached like the current ones)."""
+    from torch.utils.cpp_extension import load
+
+    root = Path(subprocess.check_output(["git", "rev-parse", "--show-toplevel"], text=True).strip())
+    csrc = SOURCES.relative_to(root)
+    work = Path(tempfile.mkdtemp(prefix="mstar_base_"))
+    archive = subprocess.check_output(["git", "-C", str(root), "archive", rev, str(csrc)])
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    ops = work / csrc / "ops.cpp"
+    ops.write_text(ops.read_text().replace("TORCH_LIBRARY(mstar_quant,", f"TORCH_LIBRARY({BASELINE},")
+                   .replace("TORCH_LIBRARY_IMPL(mstar_quant,", f"TORCH_LIBRARY_IMPL({BASELINE},"))
+    directory = build_dir(WorkerSettings().cache_dir).with_name(f"base-{rev.replace('/', '_')}")
+    directory.mkdir(parents=True, exist_ok=True)
+    load(f"{BASELINE}_kernels", [str(ops)], extra_cflags=["-O3", "-fopenmp"],
+         build_directory=str(directory), is_python_module=False)
 
 
 def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, object]]:
@@ -64,6 +90,11 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
         out["q4_wide"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_wide(x, s, x.shape[1]), q4.blocks)
         out["int8_wide"] = (lambda x, s: torch.ops.mstar_quant.int8_linear_wide(x, s[0], s[1]),
                             (q8.weight, q8.scales))
+    if hasattr(torch.ops, BASELINE) and hasattr(getattr(torch.ops, BASELINE), "q4_linear"):
+        base = getattr(torch.ops, BASELINE)
+        out["base_q4"] = (lambda x, s: base.q4_linear(x, s, x.shape[1]), q4.blocks)
+        out["base_int8"] = (lambda x, s: base.int8_linear(x, s[0], s[1]), (q8.weight, q8.scales))
+        out["base_bf16"] = (lambda x, s: base.bf16_linear(x, s, None, -1), w.bfloat16())
     if use_compile:
         fused = torch.compile(lambda x, blocks: F.linear(x, dequantize_q4(Q4Weight(blocks, x.shape[1]))),
                               dynamic=True)
@@ -109,7 +140,10 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--only", help="comma-separated candidate names (default: all)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--baseline", metavar="REV", help="also time git revision REV's kernels (base_*)")
     args = parser.parse_args()
+    if args.baseline:
+        build_baseline(args.baseline)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     clock = "CPU" if args.threads == 1 else "wall"

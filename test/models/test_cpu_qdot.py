@@ -26,8 +26,10 @@ from mstar.models.quant.linear import QuantLinear
 from mstar.models.quant.native import native_kernels
 
 LEVELS = {0: "scalar", 1: "avx2", 2: "avx_vnni", 3: "avx512_vnni"}
-# (M, N, K): single rows, the x-row tiles of 4 and their tails, odd output counts
-SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (7, 33, 128), (13, 40, 576)]
+# (M, N, K): single rows, the x-row tiles of 4 and their tails, odd output counts; from 8 rows the
+# 8-output panels, a partial last panel included (21, 70 outputs: 16-column work items, 8-wide panels)
+SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (7, 33, 128), (8, 21, 64), (13, 40, 576),
+          (35, 70, 96)]
 # Relative error (output norm) that int16 activations add over float32 ones on Gaussian inputs.
 ROUNDING_TOLERANCE = 1e-4
 

@@ -12,11 +12,11 @@ from mstar.models.quant.formats import Q4Weight, QuantWeight, dequantize, round_
 # the kernels cannot build); or float32 activations times the dequantized weights (tests use it
 # to compare the weights with transformers' exactly).
 MODES = ("native", "reference", "exact")
-# Batch rows from which a linear is compute-bound: there the weight is dequantized a cache-sized
-# tile at a time and multiplied with the float32 activations by a float32 GEMM (csrc/
-# dequant_gemm.h; the reference mode then skips the int16 rounding too), faster than the
-# integer-dot kernels, which win below it (benchmark/cpu_kernels.py, docs/engine.rst).
-WIDE_BATCH = 64
+# Batch rows from which the weight is dequantized a cache-sized tile at a time and multiplied with
+# the float32 activations by a float32 GEMM (csrc/dequant_gemm.h; the reference mode then skips
+# the int16 rounding too). The integer-dot panels beat it at every shape measured from 64 to 512
+# rows on AVX2 (benchmark/cpu_kernels.py, docs/engine.rst), so only long prefill chunks take it.
+WIDE_BATCH = 512
 
 
 class QuantLinear(nn.Module):

@@ -46,7 +46,10 @@ at::Tensor qdot_linear(const at::Tensor& x, int64_t N, int64_t level, Rows rows)
   const Activations a{q.data_ptr<int16_t>(), d.data_ptr<float>(), s.data_ptr<float>(), x.size(0), x.size(1)};
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, N, kRowGrain, [&](int64_t begin, int64_t end) { rows(a, begin, end, op); });
+  // work items of kRowGrain columns, so that every thread's 8-column panels (qdot_kernel.h) are full
+  at::parallel_for(0, (N + kRowGrain - 1) / kRowGrain, 1, [&](int64_t begin, int64_t end) {
+    rows(a, begin * kRowGrain, std::min(end * kRowGrain, N), op);
+  });
   return out;
 }
 

@@ -9,9 +9,18 @@
 
 namespace {
 
-constexpr int kQdotMT = 4;  // rows of x per tile ...
-constexpr int kQdotNT = 2;  // ... times rows of W (one row for batches under kQdotMT: they stream
-                            // W, and one weight stream at a time reads memory fastest)
+// Batches under kQdotMT rows stream W one row at a time (one weight stream at a time reads memory
+// fastest); up to kPanelRows rows, tiles of kQdotMT rows of x times kQdotNT rows of W unpack
+// each weight block once per tile. From kPanelRows rows, 8 rows of W at a time are repacked into
+// an int16 panel in L1 (a pair of adjacent weights of each of the 8 rows per 256-bit word) that
+// every tile of kPanelMT rows of x then multiplies: one int32 vector sums a block's products for
+// 8 outputs, so converting and scaling costs 3 instructions per 8 outputs and block, not per output.
+constexpr int kQdotMT = 4;
+constexpr int kQdotNT = 2;
+constexpr int kPanelRows = 8;
+constexpr int kPanelMT = 4;    // rows of x per panel tile
+constexpr int kPanelCols = 8;  // rows of W per panel: one 256-bit vector of float32 outputs
+constexpr int kPairsPerBlock = kQ4Block / 2;
 
 constexpr float kActMax = 32767.f;  // |qx| <= this
 
@@ -82,7 +91,9 @@ void int8_rows(const Activations& a, const int8_t* weight, const float* scales, 
 MSTAR_TARGET_PUSH("avx2,fma,f16c")
 #define MSTAR_QDOT_NS qdot_avx2
 #define MSTAR_QDOT_DOT(w0, x0, w1, x1) _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
+#define MSTAR_QDOT_ACC(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(w, x))
 #include "qdot_kernel.h"
+#undef MSTAR_QDOT_ACC
 #undef MSTAR_QDOT_DOT
 #undef MSTAR_QDOT_NS
 MSTAR_TARGET_POP
@@ -93,7 +104,9 @@ MSTAR_TARGET_POP
 MSTAR_TARGET_PUSH("avx2,fma,f16c,avxvnni")
 #define MSTAR_QDOT_NS qdot_avxvnni
 #define MSTAR_QDOT_DOT(w0, x0, w1, x1) _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
+#define MSTAR_QDOT_ACC(acc, w, x) _mm256_dpwssd_avx_epi32(acc, w, x)
 #include "qdot_kernel.h"
+#undef MSTAR_QDOT_ACC
 #undef MSTAR_QDOT_DOT
 #undef MSTAR_QDOT_NS
 MSTAR_TARGET_POP
@@ -101,7 +114,9 @@ MSTAR_TARGET_POP
 MSTAR_TARGET_PUSH("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
 #define MSTAR_QDOT_NS qdot_avx512vnni
 #define MSTAR_QDOT_DOT(w0, x0, w1, x1) _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
+#define MSTAR_QDOT_ACC(acc, w, x) _mm256_dpwssd_epi32(acc, w, x)
 #include "qdot_kernel.h"
+#undef MSTAR_QDOT_ACC
 #undef MSTAR_QDOT_DOT
 #undef MSTAR_QDOT_NS
 MSTAR_TARGET_POP

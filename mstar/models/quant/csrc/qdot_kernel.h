@@ -1,7 +1,8 @@
 // Integer-dot kernels, included once per SIMD level by qdot.h inside that level's target region,
 // with MSTAR_QDOT_NS (the level's namespace) and MSTAR_QDOT_DOT(w0, x0, w1, x1) defined: the 8
 // int32 sums of 4 adjacent int16 products of the pairs (w0, x0) and (w1, x1) (vpmaddwd on AVX2,
-// vpmaddwd + vpdpwssd with VNNI). No include guard on purpose.
+// vpmaddwd + vpdpwssd with VNNI), and MSTAR_QDOT_ACC(acc, w, x): acc plus the 8 sums of 2 adjacent
+// products of w and x (vpmaddwd + vpaddd, or vpdpwssd). No include guard on purpose.
 namespace MSTAR_QDOT_NS {
 
 inline float hsum_ps(__m256 v) {
@@ -177,14 +178,20 @@ void columns(int64_t M, int64_t n_begin, int64_t n_end, MakeTile make) {
   for (; n < n_end; ++n) rows_by_tiles<1>(M, make(n));
 }
 
+#include "qdot_panel.h"
+
 void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64_t n_end, float* out,
              int64_t N) {
-  const int64_t row_bytes = a.K / kQ4Block * kQ4BlockBytes;
+  const int64_t nb = a.K / kQ4Block, row_bytes = nb * kQ4BlockBytes;
   const auto make = [&](int64_t n) { return Q4Tile{a, blocks + n * row_bytes, row_bytes, out + n, N}; };
-  if (a.M < kQdotMT)
-    columns<1>(a.M, n_begin, n_end, make);
-  else
-    columns<kQdotNT>(a.M, n_begin, n_end, make);
+  if (a.M < kQdotMT) return columns<1>(a.M, n_begin, n_end, make);
+  if (a.M < kPanelRows) return columns<kQdotNT>(a.M, n_begin, n_end, make);
+  const Panel panel = panel_scratch(nb);
+  for (int64_t n = n_begin; n < n_end; n += kPanelCols) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelCols, n_end - n));
+    q4_panel(blocks + n * row_bytes, row_bytes, rows, nb, panel);
+    panel_rows<true>(a, panel, rows, out + n, N);
+  }
 }
 
 void int8_rows(const Activations& a, const int8_t* weight, const float* scales, int64_t groups,
@@ -192,10 +199,14 @@ void int8_rows(const Activations& a, const int8_t* weight, const float* scales, 
   const auto make = [&](int64_t n) {
     return Int8Tile{a, weight + n * a.K, scales + n * groups, groups, out + n, N};
   };
-  if (a.M < kQdotMT)
-    columns<1>(a.M, n_begin, n_end, make);
-  else
-    columns<kQdotNT>(a.M, n_begin, n_end, make);
+  if (a.M < kQdotMT) return columns<1>(a.M, n_begin, n_end, make);
+  if (a.M < kPanelRows) return columns<kQdotNT>(a.M, n_begin, n_end, make);
+  const Panel panel = panel_scratch(a.K / kQ4Block);
+  for (int64_t n = n_begin; n < n_end; n += kPanelCols) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelCols, n_end - n));
+    int8_panel(weight + n * a.K, scales + n * groups, groups, a.K, rows, panel);
+    panel_rows<false>(a, panel, rows, out + n, N);
+  }
 }
 
 }  // namespace MSTAR_QDOT_NS
