@@ -31,11 +31,12 @@ def reference(tiny_model_dir, prompts, greedy_reference):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_batched_greedy_matches_transformers(family, tiny_model_dir, make_engine, greedy, prompts,
+def test_batched_greedy_matches_transformers(family, tiny_model_dir, make_engine, run, prompts,
                                              reference, device):
     engine = make_engine(tiny_model_dir(family), kv_block_size=4, num_kv_blocks=512)
-    results = greedy(engine, prompts, MAX_NEW)
-    assert results == reference[family]
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    results = run(engine, {f"r{i}": (p, params) for i, p in enumerate(prompts)})
+    assert [results[f"r{i}"]["token_ids"] for i in range(len(prompts))] == reference[family]
     assert all(r["finish_reason"] in ("stop", "length") for r in results.values())
     if device == "cpu":  # the native paged decode attention, else the decode mirror, served them
         backend = engine.model_runner.attn_backend
