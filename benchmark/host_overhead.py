@@ -67,9 +67,13 @@ def offline_c1_tok_s(llm, lens: list[int]) -> float:
     return sum(lens) / (time.perf_counter() - start)
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds_at(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    return cpu_seconds_at(Path(f"/proc/{pid}/stat"))
 
 
 def process_tree(pid: int) -> dict[int, str]:
@@ -93,6 +97,24 @@ def process_tree(pid: int) -> dict[int, str]:
             tree[child] = "mp-helper" if helper else roles.get(depth + 1, "?")
             todo.append((child, depth + 1))
     return tree
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each of a process's threads, by thread name (summed per name)."""
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            totals[name] = totals.get(name, 0.0) + cpu_seconds_at(task / "stat")
+        except OSError:
+            continue
+    return totals
+
+
+def thread_cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
+    deltas = {name: after[name] - before.get(name, 0.0) for name in after}
+    return ", ".join(f"{name} {sec:.1f}" for name, sec in
+                     sorted(deltas.items(), key=lambda kv: -kv[1]) if sec >= 0.05)
 
 
 def threads(pid: int) -> int:
@@ -157,13 +179,16 @@ def main() -> None:
     knobs = dict(kv.split("=", 1) for kv in args.knob)
     lens = output_lens(NUM_REQUESTS)
     c1_lens = lens[: args.c1_requests]
+    log_level = "info" if "phase_timing" in knobs else "warning"  # phase timing logs at info
     llm = LLM(model=args.model, device="cpu", dtype="float32", max_num_seqs=CONCURRENCY,
-              log_level="warning", **knobs)
+              log_level=log_level, **knobs)
     # Warm-up: one full pass first touches the KV cache's pages and the decode mirror's buffers.
     progress("offline warm-up (static)", offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS))
     continuous = static = 0.0
     for _ in range(args.repeats):  # interleaved, best of each: damps drift on a noisy machine
+        threads_before = thread_cpu(os.getpid())
         continuous = max(continuous, progress("offline continuous", offline_tok_s(llm, lens)))
+        offline_threads = thread_cpu_delta(threads_before, thread_cpu(os.getpid()))
         static = max(static, progress("offline static",
                                       offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS)))
     offline_c1 = progress("offline c=1", offline_c1_tok_s(llm, c1_lens))
@@ -176,12 +201,15 @@ def main() -> None:
         asyncio.run(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)
         cpu_before = {pid: cpu_seconds(pid) for pid in tree}
+        threads_before = {pid: thread_cpu(pid) for pid in tree}
         client_before = time.process_time()
         served_c32, frames_per_token = asyncio.run(served(url, lens, CONCURRENCY))
         progress("served c=32", served_c32)
         client_cpu = time.process_time() - client_before
         cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
         thread_counts = {pid: threads(pid) for pid in tree}
+        served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
+                          for pid in tree}
         served_c1 = progress("served c=1", asyncio.run(served(url, c1_lens, 1))[0])
     finally:
         stop(proc)
@@ -201,6 +229,8 @@ def main() -> None:
           f"client CPU {client_cpu:.1f} s")
     for pid, name in tree.items():
         print(f"  {name:<12} pid {pid:<8} CPU {cpu[pid]:6.1f} s  threads {thread_counts[pid]}")
+        print(f"    by thread (s): {served_threads[pid]}")
+    print(f"offline continuous (last run), CPU by thread (s): {offline_threads}")
 
 
 if __name__ == "__main__":
