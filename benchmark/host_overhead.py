@@ -52,7 +52,10 @@ def offline_tok_s(llm, lens: list[int]) -> float:
     from mstar import SamplingParams
 
     messages = [[{"role": "user", "content": PROMPT}]] * len(lens)
-    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lens]
+    # The streaming client's parameters exactly (benchmark.runner_client: ignore_eos comes with
+    # min_tokens = max_tokens, so that other servers too emit every token).
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, min_tokens=n)
+              for n in lens]
     start = time.perf_counter()
     results = llm.chat(messages, params)
     elapsed = time.perf_counter() - start
@@ -100,12 +103,14 @@ def process_tree(pid: int) -> dict[int, str]:
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of each of a process's threads, by thread name (summed per name)."""
+    """CPU seconds so far of each of a process's threads: "main", the others as name/tid (torch's
+    OpenMP threads and Python's are all named "python"; zmq's are "ZMQbg/...")."""
     totals: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            name = (task / "comm").read_text().strip()
-            totals[name] = totals.get(name, 0.0) + cpu_seconds_at(task / "stat")
+            name = "main" if task.name == str(pid) else f"{(task / 'comm').read_text().strip()}/"\
+                f"{task.name}"
+            totals[name] = cpu_seconds_at(task / "stat")
         except OSError:
             continue
     return totals
