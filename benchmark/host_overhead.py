@@ -3,14 +3,16 @@
     .venv/bin/python -m benchmark.host_overhead [--model DIR] [--knob NAME=VALUE ...]
 
 Workload (issue 8): one chat prompt; 64 requests with max_tokens drawn U{64..128} from a fixed
-seed; ignore_eos; greedy; at most 32 in flight (offline: max_num_seqs=32). c=1 uses the first
+seed; ignore_eos with min_tokens = max_tokens (what the streaming client sends); greedy; at most
+32 in flight (offline: max_num_seqs=32). c=1 uses the first
 --c1-requests of them, one at a time. Prints, from one run:
 
 - the engine's continuous/static ratio: the 64 varied requests vs. waves of equal length (the
   same mean, 96 tokens), both offline, after a warm-up pass, best of --repeats interleaved runs;
 - served/offline output tok/s at c=32 and c=1;
-- where the time goes while serving at c=32: CPU seconds per process, threads per process, and
-  SSE frames per token seen by the client.
+- where the time goes while serving at c=32: CPU seconds per process and per thread (the main
+  thread, the others by name/tid), threads per process, and SSE frames per token seen by the
+  client; and offline, the CPU by thread of the last continuous run.
 """
 
 from __future__ import annotations
