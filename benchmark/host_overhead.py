@@ -3,14 +3,16 @@
     .venv/bin/python -m benchmark.host_overhead [--model DIR] [--knob NAME=VALUE ...]
 
 Workload (issue 8): one chat prompt; 64 requests with max_tokens drawn U{64..128} from a fixed
-seed; ignore_eos; greedy; at most 32 in flight (offline: max_num_seqs=32). c=1 uses the first
+seed; ignore_eos with min_tokens = max_tokens (what the streaming client sends); greedy; at most
+32 in flight (offline: max_num_seqs=32). c=1 uses the first
 --c1-requests of them, one at a time. Prints, from one run:
 
 - the engine's continuous/static ratio: the 64 varied requests vs. waves of equal length (the
   same mean, 96 tokens), both offline, after a warm-up pass, best of --repeats interleaved runs;
 - served/offline output tok/s at c=32 and c=1;
-- where the time goes while serving at c=32: CPU seconds per process, threads per process, and
-  SSE frames per token seen by the client.
+- where the time goes while serving at c=32: CPU seconds per process and per thread (the main
+  thread, the others by name/tid), threads per process, and SSE frames per token seen by the
+  client; and offline, the CPU by thread of the last continuous run.
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ def offline_tok_s(llm, lens: list[int]) -> float:
     from mstar import SamplingParams
 
     messages = [[{"role": "user", "content": PROMPT}]] * len(lens)
-    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lens]
+    # The streaming client's parameters exactly (benchmark.runner_client: ignore_eos comes with
+    # min_tokens = max_tokens, so that other servers too emit every token).
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, min_tokens=n)
+              for n in lens]
     start = time.perf_counter()
     results = llm.chat(messages, params)
     elapsed = time.perf_counter() - start
@@ -67,9 +72,13 @@ def offline_c1_tok_s(llm, lens: list[int]) -> float:
     return sum(lens) / (time.perf_counter() - start)
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds_at(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    return cpu_seconds_at(Path(f"/proc/{pid}/stat"))
 
 
 def process_tree(pid: int) -> dict[int, str]:
@@ -93,6 +102,26 @@ def process_tree(pid: int) -> dict[int, str]:
             tree[child] = "mp-helper" if helper else roles.get(depth + 1, "?")
             todo.append((child, depth + 1))
     return tree
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each of a process's threads: "main", the others as name/tid (torch's
+    OpenMP threads and Python's are all named "python"; zmq's are "ZMQbg/...")."""
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "main" if task.name == str(pid) else f"{(task / 'comm').read_text().strip()}/"\
+                f"{task.name}"
+            totals[name] = cpu_seconds_at(task / "stat")
+        except OSError:
+            continue
+    return totals
+
+
+def thread_cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
+    deltas = {name: after[name] - before.get(name, 0.0) for name in after}
+    return ", ".join(f"{name} {sec:.1f}" for name, sec in
+                     sorted(deltas.items(), key=lambda kv: -kv[1]) if sec >= 0.05)
 
 
 def threads(pid: int) -> int:
@@ -157,13 +186,16 @@ def main() -> None:
     knobs = dict(kv.split("=", 1) for kv in args.knob)
     lens = output_lens(NUM_REQUESTS)
     c1_lens = lens[: args.c1_requests]
+    log_level = "info" if "phase_timing" in knobs else "warning"  # phase timing logs at info
     llm = LLM(model=args.model, device="cpu", dtype="float32", max_num_seqs=CONCURRENCY,
-              log_level="warning", **knobs)
+              log_level=log_level, **knobs)
     # Warm-up: one full pass first touches the KV cache's pages and the decode mirror's buffers.
     progress("offline warm-up (static)", offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS))
     continuous = static = 0.0
     for _ in range(args.repeats):  # interleaved, best of each: damps drift on a noisy machine
+        threads_before = thread_cpu(os.getpid())
         continuous = max(continuous, progress("offline continuous", offline_tok_s(llm, lens)))
+        offline_threads = thread_cpu_delta(threads_before, thread_cpu(os.getpid()))
         static = max(static, progress("offline static",
                                       offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS)))
     offline_c1 = progress("offline c=1", offline_c1_tok_s(llm, c1_lens))
@@ -176,12 +208,15 @@ def main() -> None:
         asyncio.run(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)
         cpu_before = {pid: cpu_seconds(pid) for pid in tree}
+        threads_before = {pid: thread_cpu(pid) for pid in tree}
         client_before = time.process_time()
         served_c32, frames_per_token = asyncio.run(served(url, lens, CONCURRENCY))
         progress("served c=32", served_c32)
         client_cpu = time.process_time() - client_before
         cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
         thread_counts = {pid: threads(pid) for pid in tree}
+        served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
+                          for pid in tree}
         served_c1 = progress("served c=1", asyncio.run(served(url, c1_lens, 1))[0])
     finally:
         stop(proc)
@@ -201,6 +236,8 @@ def main() -> None:
           f"client CPU {client_cpu:.1f} s")
     for pid, name in tree.items():
         print(f"  {name:<12} pid {pid:<8} CPU {cpu[pid]:6.1f} s  threads {thread_counts[pid]}")
+        print(f"    by thread (s): {served_threads[pid]}")
+    print(f"offline continuous (last run), CPU by thread (s): {offline_threads}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import msgspec
 import structlog
@@ -58,12 +59,7 @@ def push_socket(ctx: zmq.Context, address: str, security: SocketSecurity) -> Out
         sock.curve_secretkey = security.keys.client_secret
         sock.curve_publickey = security.keys.client_public
         sock.curve_serverkey = security.keys.server_public
-    try:
-        sock.connect(address)
-    except zmq.ZMQError:
-        sock.close(linger=0)
-        raise
-    return sock
+    return _attached(sock, sock.connect, address)
 
 
 def pull_socket(ctx: zmq.Context, address: str, security: SocketSecurity,
@@ -76,8 +72,14 @@ def pull_socket(ctx: zmq.Context, address: str, security: SocketSecurity,
         sock.curve_secretkey = security.keys.server_secret
         sock.curve_publickey = security.keys.server_public
         sock.curve_server = True
+    return _attached(sock, sock.bind, address)
+
+
+def _attached(sock: zmq.Socket, attach: Callable[[str], object], address: str) -> zmq.Socket:
+    """``sock`` once ``attach`` (its connect or bind) took ``address``; closed, and the
+    zmq.ZMQError raised, when it could not."""
     try:
-        sock.bind(address)
+        attach(address)
     except zmq.ZMQError:
         sock.close(linger=0)
         raise

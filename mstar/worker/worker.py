@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,18 +49,25 @@ class Worker:
         try:
             running = True
             while running:
-                busy = self.engine.has_unfinished_requests()
-                for msg in self.channel.receive(0 if busy else IDLE_POLL_MS):
-                    running = self.handle(msg) and running
+                running = self.take_commands()
                 if running:
                     outputs = self.engine.step()
-                    for rid, error in self.engine.take_rejected():  # before their abort output
-                        self.channel.send_to_api(m.RequestFailed(rid, error.status, str(error),
-                                                                 error.param))
-                    self.publish(outputs)
+                    with self.engine.loop.timer.phase("publish"):
+                        self.publish(outputs)
                 self.report_stats()
         finally:
             self.engine.shutdown()
+
+    def take_commands(self) -> bool:
+        """Apply the commands in the inbox, waiting for one only when idle; False: shut down.
+        Busy, the take is timed as the "inbox" phase (MSTAR_PHASE_TIMING)."""
+        busy = self.engine.has_unfinished_requests()
+        timer = self.engine.loop.timer
+        with timer.phase("inbox") if busy else nullcontext():
+            running = True
+            for msg in self.channel.receive(0 if busy else IDLE_POLL_MS):
+                running = self.handle(msg) and running
+        return running
 
     def _load(self) -> LLMEngine:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
@@ -101,6 +109,9 @@ class Worker:
                                                      str(exc), getattr(exc, "param", None)))
 
     def publish(self, outputs: list[RequestOutput]) -> None:
+        """A step's rejected requests (before their abort output), then its outputs."""
+        for rid, error in self.engine.take_rejected():
+            self.channel.send_to_api(m.RequestFailed(rid, error.status, str(error), error.param))
         if outputs:
             self.channel.send_to_api(m.Outputs(outputs))
 

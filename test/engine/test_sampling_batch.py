@@ -298,3 +298,18 @@ def test_min_p_one_and_top_k_one_pick_the_best_token(greedy_rows):
     tokens, _ = sampler.sample(x, sampler.begin(SamplingStep(list(range(len(params))),
                                                              added=added)))
     assert tokens.tolist() == x.argmax(-1).tolist()
+
+
+
+def test_min_tokens_mask_spares_only_rows_left_with_nothing_else():
+    """min_tokens masks EOS in the pending rows of a batch; a row whose other tokens are all
+    masked already (a grammar that can only end) keeps its EOS; a row not pending is untouched."""
+    eos = torch.tensor([EOS])
+    logits = torch.full((3, VOCAB), float("-inf"))
+    logits[:, EOS] = 1.0
+    logits[1, EOS + 1] = 2.0
+    before = logits.clone()
+    block_early_stop(logits, [(0, eos), (1, eos)])
+    assert logits[0, EOS] == 1.0  # nothing else allowed: the ending stays
+    assert logits[1, EOS].isinf() and logits[1, EOS + 1] == 2.0  # another token left: masked
+    assert torch.equal(logits[2], before[2])  # not pending

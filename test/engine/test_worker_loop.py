@@ -205,6 +205,8 @@ def test_phase_timing_logs_every_n_iterations(settings_for):
         for phase in ("forward", "postprocess", "iteration"):
             assert set(event[phase]) == {"p50_ms", "p95_ms", "mean_ms"}
         assert event["speculative_steps"] + event["yield_steps"] >= 4
+    # The worker's own messaging around the steps: taking commands, sending outputs.
+    assert any("inbox" in event and "publish" in event for event in events)
     with capture_logs() as logs:
         serve_all(settings_for())
     assert not [e for e in logs if e["event"] == "phase_timing"]

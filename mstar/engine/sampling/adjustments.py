@@ -50,13 +50,14 @@ def apply_logit_bias(logits: torch.Tensor, rows: StepRows) -> None:
 def block_early_stop(logits: torch.Tensor, pending: list[tuple[int, torch.Tensor]]) -> None:
     """Mask EOS and stop_token_ids in the ``pending`` rows (row, early-stop ids): those with fewer
     than ``min_tokens`` outputs so far. A row left with no allowed token (a grammar that can only
-    end) keeps its ending."""
+    end) keeps its ending. One scatter and one max over the rows: no copy of the logits."""
     if not pending:
         return
-    where = torch.tensor([i for i, _ in pending], device=logits.device)
-    cols = torch.cat([torch.full_like(ids, k) for k, (_, ids) in enumerate(pending)])
+    rows = torch.cat([torch.full_like(ids, i) for i, ids in pending])
     ids = torch.cat([ids for _, ids in pending])
-    sub = logits[where]
-    blocked = sub.index_put((cols, ids), torch.tensor(float("-inf"), device=logits.device))
-    keeps_some = torch.isfinite(blocked).any(dim=-1, keepdim=True)
-    logits[where] = torch.where(keeps_some, blocked, sub)
+    kept = logits[rows, ids]
+    logits.index_put_((rows, ids), torch.tensor(float("-inf"), dtype=logits.dtype,
+                                                device=logits.device))
+    emptied = torch.isneginf(logits.amax(dim=-1))[rows]  # per masked id: nothing left in its row
+    if emptied.any():
+        logits.index_put_((rows[emptied], ids[emptied]), kept[emptied])

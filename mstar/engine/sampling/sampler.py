@@ -69,12 +69,13 @@ class Sampler:
         (of a step verifying drafts: only the emitted ones)."""
         rows, drafts = started.rows, started.drafts
         raw = logits.float()
+        wants_logprobs = any(n is not None for n in rows.logprobs)
         logits = raw
-        if rows.any_adjustment or rows.constrained:
-            logits = self._adjust(raw.clone(), rows, started.masks, drafts)
+        if rows.any_adjustment or rows.constrained:  # in place, on a copy only if raw is needed
+            logits = self._adjust(raw.clone() if wants_logprobs else raw, rows, started.masks,
+                                  drafts)
         tokens = logits.argmax(dim=-1) if not rows.sampled else self._sample(logits, rows)
-        logprobs = (self._logprobs(raw, tokens, rows.logprobs)
-                    if any(n is not None for n in rows.logprobs) else None)
+        logprobs = self._logprobs(raw, tokens, rows.logprobs) if wants_logprobs else None
         emitted = None if drafts is None else drafts.emitted(tokens.tolist())
         self.batch.record(rows, tokens, emitted)
         self.grammar.accept(rows, tokens, emitted)
