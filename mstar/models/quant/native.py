@@ -1,7 +1,8 @@
 """Builds the C++ quantized-linear kernels on first use and loads them as ``torch.ops.mstar_quant``.
 
 The build uses the machine's C++ compiler through ``torch.utils.cpp_extension`` and is cached
-under ``<cache_dir>/kernels/<hash>``, keyed by the sources, the flags and the torch version. One
+under ``<cache_dir>/kernels/<hash>``, keyed by the sources, the flags, the torch version and the
+checkout's path (two checkouts sharing one build directory would rewrite each other's ninja file). One
 build serves every x86-64 CPU: the SIMD kernels are compiled per instruction-set level and chosen
 at run time from the CPU's features (csrc/cpu_level.h), so no ``-march=native``. When no
 compiler is available or the build fails, one warning is logged and the quantized layers run their
@@ -30,6 +31,7 @@ def build_dir(cache_dir: Path) -> Path:
     key = hashlib.sha256(
         b"".join(path.read_bytes() for path in sorted(SOURCES.glob("*.[ch]*")))
         + torch.__version__.encode() + str(_CFLAGS).encode()
+        + str(SOURCES.resolve()).encode()  # each checkout its own build: ninja files hold paths
     ).hexdigest()[:16]
     return Path(cache_dir).expanduser() / "kernels" / key
 
