@@ -305,6 +305,18 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
 
 
 @pytest.fixture(scope="session")
+def best_level(builtin_cache_dir) -> int:
+    """The best SIMD level of the native CPU kernels on this machine (builds them once)."""
+    import torch
+
+    from mstar.models.quant.native import native_kernels
+
+    if not native_kernels(builtin_cache_dir):
+        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
+    return torch.ops.mstar_quant.cpu_level()
+
+
+@pytest.fixture(scope="session")
 def run():
     return run_engine
 

@@ -1,7 +1,9 @@
-"""A random quantized weight per kind, shared by the integer-dot and wide-batch kernel tests."""
+"""Shared by the native CPU kernel tests: a random quantized weight per kind, and the fixture that
+runs a test at every SIMD level of a kernel that this CPU has."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mstar.models.quant.formats import Int8Weight, QuantWeight, quantize_int8, quantize_q4
@@ -15,3 +17,15 @@ def random_weight(kind: str, n: int, k: int) -> QuantWeight:
     if kind == "int8":
         return quantize_int8(dense)
     return Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
+
+
+def kernel_levels(levels: dict[int, str]):
+    """A ``level`` fixture over ``levels`` (number -> name); the ones above this CPU's skip."""
+
+    @pytest.fixture(params=list(levels), ids=list(levels.values()))
+    def level(request, best_level) -> int:
+        if request.param > best_level:
+            pytest.skip(f"this CPU lacks {levels[request.param]} (best level: {levels[best_level]})")
+        return request.param
+
+    return level

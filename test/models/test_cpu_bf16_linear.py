@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cpu_qdot import best_level, level  # noqa: F401 (fixtures: the native build, each level)
+from quant_weights import kernel_levels
+from test_cpu_qdot import LEVELS
 
 from mstar.models.layers.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
 
@@ -17,6 +18,9 @@ from mstar.models.layers.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
 # of the 16 features per weight load, odd N, the built-in model's shapes.
 SHAPES = [(1, 19, 64), (1, 7, 5), (2, 8, 96), (3, 9, 17), (5, 16, 32), (7, 33, 130),
           (13, 40, 576), (32, 131, 576), (40, 3, 1536)]
+
+
+level = kernel_levels(LEVELS)
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -31,7 +35,7 @@ def _tolerance(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
-def test_kernel_matches_float32_math_on_the_bf16_weights(level, m, n, k):  # noqa: F811
+def test_kernel_matches_float32_math_on_the_bf16_weights(level, m, n, k):
     torch.manual_seed(m * 10_000 + n * 100 + k)
     w = (torch.randn(n, k) * torch.rand(n, 1)).bfloat16()  # rows of different magnitude
     x, bias = torch.randn(m, k), torch.randn(n)
@@ -40,7 +44,7 @@ def test_kernel_matches_float32_math_on_the_bf16_weights(level, m, n, k):  # noq
     assert ((got.double() - _reference(x, w, bias)).abs() <= _tolerance(x, w)).all()
 
 
-def test_bf16_activations_give_the_rounded_float32_result(level):  # noqa: F811
+def test_bf16_activations_give_the_rounded_float32_result(level):
     torch.manual_seed(0)
     w, x = torch.randn(37, 100).bfloat16(), torch.randn(6, 100).bfloat16()
     got = torch.ops.mstar_quant.bf16_linear(x, w, None, level)
@@ -50,7 +54,7 @@ def test_bf16_activations_give_the_rounded_float32_result(level):  # noqa: F811
     assert ((got.double() - exact).abs() <= exact.abs() * 2**-8 + _tolerance(x, w)).all()
 
 
-def test_a_bad_weight_is_refused(best_level):  # noqa: F811
+def test_a_bad_weight_is_refused(best_level):
     with pytest.raises(RuntimeError, match="bfloat16"):
         torch.ops.mstar_quant.bf16_linear(torch.randn(1, 8), torch.randn(4, 8), None, -1)
     with pytest.raises(RuntimeError, match="features"):
@@ -60,7 +64,7 @@ def test_a_bad_weight_is_refused(best_level):  # noqa: F811
 @settings(max_examples=40, deadline=None)
 @given(m=st.integers(1, 40), n=st.integers(1, 70), k=st.integers(1, 200),
        scale=st.floats(1e-3, 1e3), bias=st.booleans())
-def test_layer_equals_float32_math_on_its_bf16_weights(best_level, m, n, k, scale, bias):  # noqa: F811
+def test_layer_equals_float32_math_on_its_bf16_weights(best_level, m, n, k, scale, bias):
     """The layer the engine runs (best level), any shape, input [2, m, k] float32."""
     linear = torch.nn.Linear(k, n, bias=bias).to(torch.bfloat16)
     x = torch.randn(2, m, k) * scale
@@ -83,7 +87,7 @@ class _TorchBf16Linear(torch.nn.Module):
 
 
 def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
-        tiny_model_dir, make_engine, greedy, best_level):  # noqa: F811
+        tiny_model_dir, make_engine, greedy, best_level):
     """A bf16 model on this kind of CPU (AVX2, no native bf16) runs every linear, the tied LM head
     included, on the kernel; at each level it decodes what torch does with the same weights."""
     model_dir = tiny_model_dir("qwen2")  # tied embeddings, q/k/v biases

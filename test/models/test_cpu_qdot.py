@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from quant_weights import random_weight
+from quant_weights import kernel_levels, random_weight
 
 from mstar.models.quant.formats import (
     ACTIVATION_MAX,
@@ -23,7 +23,6 @@ from mstar.models.quant.formats import (
     round_activations,
 )
 from mstar.models.quant.linear import QuantLinear
-from mstar.models.quant.native import native_kernels
 
 LEVELS = {0: "scalar", 1: "avx2", 2: "avx_vnni", 3: "avx512_vnni"}
 # (M, N, K): single rows, the x-row tiles of 4 and their tails, odd output counts; from 8 rows the
@@ -34,18 +33,7 @@ SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (7, 33, 128), (8, 21
 ROUNDING_TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module")
-def best_level(builtin_cache_dir) -> int:
-    if not native_kernels(builtin_cache_dir):
-        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
-    return torch.ops.mstar_quant.cpu_level()
-
-
-@pytest.fixture(params=list(LEVELS), ids=list(LEVELS.values()))
-def level(request, best_level) -> int:
-    if request.param > best_level:
-        pytest.skip(f"this CPU lacks {LEVELS[request.param]} (best level: {LEVELS[best_level]})")
-    return request.param
+level = kernel_levels(LEVELS)
 
 
 

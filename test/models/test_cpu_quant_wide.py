@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quant_weights import random_weight
+from quant_weights import kernel_levels, random_weight
 
 from mstar.models.quant.formats import Int8Weight, QuantWeight, dequantize, quantize_int8, quantize_q4
 from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
-from mstar.models.quant.native import native_kernels
 
 LEVELS = {0: "scalar", 1: "avx2"}  # the dequantization has a scalar and an AVX2 version
 # (M, N, K): odd batch and output sizes; K = 4096 makes the 2 MiB scratch hold 128 weight rows,
@@ -17,18 +16,7 @@ LEVELS = {0: "scalar", 1: "avx2"}  # the dequantization has a scalar and an AVX2
 SHAPES = [(16, 1, 32), (17, 19, 64), (33, 40, 576), (5, 300, 4096)]
 
 
-@pytest.fixture(scope="module")
-def best_level(builtin_cache_dir) -> int:
-    if not native_kernels(builtin_cache_dir):
-        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
-    return torch.ops.mstar_quant.cpu_level()
-
-
-@pytest.fixture(params=list(LEVELS), ids=list(LEVELS.values()))
-def level(request, best_level) -> int:
-    if request.param > best_level:
-        pytest.skip(f"this CPU lacks {LEVELS[request.param]}")
-    return request.param
+level = kernel_levels(LEVELS)
 
 
 

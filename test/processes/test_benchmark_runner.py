@@ -28,24 +28,9 @@ def test_runs_every_endpoint_and_profile(fake, tmp_path, capsys, endpoint, profi
     if profiling == "online":
         extra += ["--rate", "60"]
     rc, report = run(
-        fake,
-        tmp_path,
-        "--endpoint",
-        endpoint,
-        "--profiling-type",
-        profiling,
-        "--num-requests",
-        str(n),
-        "--num-warmup",
-        "2",
-        "--ignore-eos",
-        "--output-len-min",
-        "4",
-        "--output-len-max",
-        "8",
-        "--output-len-seed",
-        "1",
-        *extra,
+        fake, tmp_path, "--endpoint", endpoint, "--profiling-type", profiling, "--num-requests",
+        str(n), "--num-warmup", "2", "--ignore-eos", "--output-len-min", "4",
+        "--output-len-max", "8", "--output-len-seed", "1", *extra
     )
     assert rc == 0
     m = report["metrics"]
@@ -80,16 +65,8 @@ def test_runs_every_endpoint_and_profile(fake, tmp_path, capsys, endpoint, profi
 
 def test_without_ignore_eos_counts_what_the_server_streamed(fake, tmp_path):
     rc, report = run(
-        fake,
-        tmp_path,
-        "--num-requests",
-        "4",
-        "--max-concurrency",
-        "2",
-        "--output-len-min",
-        "6",
-        "--output-len-max",
-        "6",
+        fake, tmp_path, "--num-requests", "4", "--max-concurrency", "2", "--output-len-min",
+        "6", "--output-len-max", "6"
     )
     assert rc == 0
     assert report["metrics"]["total_output_tokens"] == 4 * EOS_AFTER
@@ -98,17 +75,8 @@ def test_without_ignore_eos_counts_what_the_server_streamed(fake, tmp_path):
 
 def test_online_uncapped_sends_everything_at_once(fake, tmp_path):
     rc, report = run(
-        fake,
-        tmp_path,
-        "--profiling-type",
-        "online",
-        "--num-requests",
-        "8",
-        "--ignore-eos",
-        "--output-len-min",
-        "8",
-        "--output-len-max",
-        "8",
+        fake, tmp_path, "--profiling-type", "online", "--num-requests", "8", "--ignore-eos",
+        "--output-len-min", "8", "--output-len-max", "8"
     )
     assert rc == 0 and report["metrics"]["completed"] == 8
     assert report["config"]["rate"] is None  # strict JSON: no Infinity literal
@@ -119,17 +87,8 @@ def test_online_uncapped_sends_everything_at_once(fake, tmp_path):
 def test_token_count_prefers_usage_over_chunks(fake, tmp_path, usage, expected):
     fake["state"].update(tokens_per_chunk=2, usage=usage)
     rc, report = run(
-        fake,
-        tmp_path,
-        "--num-requests",
-        "4",
-        "--max-concurrency",
-        "4",
-        "--ignore-eos",
-        "--output-len-min",
-        "6",
-        "--output-len-max",
-        "6",
+        fake, tmp_path, "--num-requests", "4", "--max-concurrency", "4", "--ignore-eos",
+        "--output-len-min", "6", "--output-len-max", "6"
     )
     assert rc == 0
     assert report["metrics"]["total_output_tokens"] == expected
@@ -138,17 +97,8 @@ def test_token_count_prefers_usage_over_chunks(fake, tmp_path, usage, expected):
 def test_server_errors_are_counted_and_reported(fake, tmp_path, capsys):
     fake["state"]["fail_every"] = 3
     rc, report = run(
-        fake,
-        tmp_path,
-        "--num-requests",
-        "9",
-        "--max-concurrency",
-        "2",
-        "--ignore-eos",
-        "--output-len-min",
-        "4",
-        "--output-len-max",
-        "4",
+        fake, tmp_path, "--num-requests", "9", "--max-concurrency", "2", "--ignore-eos",
+        "--output-len-min", "4", "--output-len-max", "4"
     )
     assert rc == 0
     m = report["metrics"]
@@ -196,16 +146,8 @@ def test_model_listing_fallback(fake, tmp_path, capsys):
 
 def test_api_key_is_sent_but_not_written(fake, tmp_path):
     rc, report = run(
-        fake,
-        tmp_path,
-        "--num-requests",
-        "1",
-        "--max-concurrency",
-        "1",
-        "--model",
-        "m",
-        "--api-key",
-        "sk-secret",
+        fake, tmp_path, "--num-requests", "1", "--max-concurrency", "1", "--model", "m",
+        "--api-key", "sk-secret"
     )
     assert rc == 0
     assert "sk-secret" not in (tmp_path / "results.json").read_text()
