@@ -51,5 +51,7 @@ def resolve_device_dtype(settings: WorkerSettings) -> tuple[torch.device, torch.
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if settings.dtype == "auto":
-        return device, torch.bfloat16 if device.type == "cuda" else cpu_auto_dtype(settings.cache_dir)
+        if device.type == "cuda":
+            return device, torch.bfloat16
+        return device, cpu_auto_dtype(settings.cache_dir, settings.quantization != "none")
     return device, _DTYPES[settings.dtype]

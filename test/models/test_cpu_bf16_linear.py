@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from quant_weights import kernel_levels
 from test_cpu_qdot import LEVELS
 
-from mstar.models.layers.cpu_bf16_linear import Bf16Linear, use_bf16_kernel
+from mstar.models.layers.cpu_bf16_linear import Bf16Linear, native_bf16, use_bf16_kernel
 
 # (M, N, K): one row (the streaming path), the tiles of 5 rows and their tails, K not a multiple
 # of the 16 features per weight load, odd N, the built-in model's shapes.
@@ -111,3 +111,15 @@ def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
         tokens[name] = greedy(engine, prompts, 12, ignore_eos=True)
     assert tokens["best"] == tokens["torch"]
     assert tokens["scalar"] == tokens["torch"]
+
+
+@pytest.mark.parametrize("quantization", ["int8", "q4"])
+def test_auto_gives_quantized_weights_float32_activations_without_native_bf16(quantization):
+    """The bf16-weight kernel does not run quantized weights: where bf16 is not native, auto keeps
+    the activations in float32 (bf16 would only add conversions)."""
+    from mstar.engine.placement import resolve_device_dtype
+    from mstar.settings import WorkerSettings
+
+    settings = WorkerSettings(device="cpu", dtype="auto", quantization=quantization)
+    _, dtype = resolve_device_dtype(settings)
+    assert dtype == (torch.bfloat16 if native_bf16() else torch.float32)

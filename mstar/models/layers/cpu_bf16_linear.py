@@ -51,13 +51,19 @@ def runs_bf16_kernel(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.bfloat16 and avx2 and not native_bf16()
 
 
-def cpu_auto_dtype(cache_dir: Path) -> torch.dtype:
+def cpu_auto_dtype(cache_dir: Path, quantized: bool = False) -> torch.dtype:
     """The dtype MSTAR_DTYPE=auto means on CPU: bf16 where it is native (oneDNN), or where the
     bf16-weight kernel runs (AVX2 + FMA, and the native kernels build in ``cache_dir``); else
     float32. Served side by side on an AVX2 CPU, bf16 through the kernel gave 1.63x float32's
-    tok/s at c=1, 1.15x at c=8 and 1.00x at c=32 (docs/engine.rst)."""
+    tok/s at c=1, 1.15x at c=8 and 1.00x at c=32 (docs/engine.rst).
+
+    With quantized weights (int8, q4) the kernel is not used, and without native bf16 the bf16
+    activations only add conversions around the norms, rope and attention: float32 then (the q4
+    built-in model offline at one stream, AVX2: 51 tok/s against 37 with bf16 activations)."""
     if native_bf16():
         return torch.bfloat16
+    if quantized:
+        return torch.float32
     if runs_bf16_kernel(torch.device("cpu"), torch.bfloat16) and native_kernels(cache_dir):
         return torch.bfloat16
     return torch.float32
