@@ -29,3 +29,11 @@ def kernel_levels(levels: dict[int, str]):
         return request.param
 
     return level
+
+
+def quant_linear(w: QuantWeight, x: torch.Tensor, level: int, wide: bool = False) -> torch.Tensor:
+    """The native op of ``w``'s kind at ``level``: the integer-dot kernel, or the wide-batch path."""
+    ops, suffix = torch.ops.mstar_quant, "_wide" if wide else ""
+    if isinstance(w, Int8Weight):
+        return getattr(ops, "int8_linear" + suffix)(x, w.weight, w.scales, level)
+    return getattr(ops, "q4_linear" + suffix)(x, w.blocks, w.in_features, level)

@@ -12,12 +12,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from quant_weights import kernel_levels, random_weight
+from quant_weights import kernel_levels, quant_linear, random_weight
 
 from mstar.models.quant.formats import (
     ACTIVATION_MAX,
-    Int8Weight,
-    QuantWeight,
     dequantize,
     quantize_q4,
     round_activations,
@@ -36,21 +34,13 @@ ROUNDING_TOLERANCE = 1e-4
 level = kernel_levels(LEVELS)
 
 
-
-
-def _kernel(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
-    if isinstance(w, Int8Weight):
-        return torch.ops.mstar_quant.int8_linear(x, w.weight, w.scales, level)
-    return torch.ops.mstar_quant.q4_linear(x, w.blocks, w.in_features, level)
-
-
 @pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 def test_kernel_matches_the_dequantize_then_fp32_reference(level, kind, m, n, k):
     w = random_weight(kind, n, k)
     x = torch.randn(m, k)
     x[0, :32] = 0  # an all-zero block has scale 0
-    got = _kernel(w, x, level)
+    got = quant_linear(w, x, level)
     dense = dequantize(w).double()
     same_math = round_activations(x).double() @ dense.T
     torch.testing.assert_close(got.double(), same_math, rtol=1e-5, atol=1e-4 * dense.abs().max().item())

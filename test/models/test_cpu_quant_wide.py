@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quant_weights import kernel_levels, random_weight
+from quant_weights import kernel_levels, quant_linear, random_weight
 
-from mstar.models.quant.formats import Int8Weight, QuantWeight, dequantize, quantize_int8, quantize_q4
+from mstar.models.quant.formats import dequantize, quantize_int8, quantize_q4
 from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
 
 LEVELS = {0: "scalar", 1: "avx2"}  # the dequantization has a scalar and an AVX2 version
@@ -19,20 +19,12 @@ SHAPES = [(16, 1, 32), (17, 19, 64), (33, 40, 576), (5, 300, 4096)]
 level = kernel_levels(LEVELS)
 
 
-
-
-def _wide(w: QuantWeight, x: torch.Tensor, level: int) -> torch.Tensor:
-    if isinstance(w, Int8Weight):
-        return torch.ops.mstar_quant.int8_linear_wide(x, w.weight, w.scales, level)
-    return torch.ops.mstar_quant.q4_linear_wide(x, w.blocks, w.in_features, level)
-
-
 @pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
-def test_wide_kernel_equals_float32_times_the_dequantizedrandom_weight(level, kind, m, n, k):
+def test_wide_kernel_equals_float32_times_the_dequantized_weight(level, kind, m, n, k):
     w = random_weight(kind, n, k)
     x = torch.randn(m, k)
-    got = _wide(w, x, level)
+    got = quant_linear(w, x, level, wide=True)
     exact = x.double() @ dequantize(w).double().T
     magnitude = x.abs().double() @ dequantize(w).abs().double().T
     assert got.shape == (m, n)
