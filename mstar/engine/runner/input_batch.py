@@ -77,8 +77,37 @@ class InputBatch:
 
     def tensors(self, out: SchedulerOutput) -> StepTensors:
         """Gather the step's inputs from the persistent rows."""
-        bs = self.block_size
         slots = self.slots(out)
+        if all(row.num_tokens == 1 and row.num_samples == 1 for row in out.rows):
+            return self.decode_tensors(out, slots)
+        return self.gathered_tensors(out, slots)
+
+    def decode_tensors(self, out: SchedulerOutput, slots: list[int]) -> StepTensors:
+        """A decode-only step (one token per row, sampled): ``gathered_tensors``' values with a
+        few tensor ops, the positions and sample rows known from the rows themselves."""
+        bs = self.block_size
+        positions = [row.start for row in out.rows]
+        rows, slot_index = len(slots), torch.tensor(slots)
+        position = torch.tensor(positions)
+        blocks = self.block_table[slot_index, torch.tensor([p // bs for p in positions])]
+        max_blocks = max(self.num_blocks[s] for s in slots)
+        return StepTensors(
+            input_ids=self.token_ids[slot_index, position],
+            positions=position,
+            slot_mapping=torch.tensor([p % bs for p in positions]).add_(blocks, alpha=bs),
+            block_tables=self.block_table[slot_index, :max_blocks],
+            context_lens=[p + 1 for p in positions],
+            query_lens=[1] * rows,
+            num_decodes=rows,
+            sample_indices=torch.arange(rows),
+            sample_slots=tuple(slots),
+            sample_positions=tuple(p + 1 for p in positions),
+        )
+
+    def gathered_tensors(self, out: SchedulerOutput, slots: list[int]) -> StepTensors:
+        """Any step: every token's position, slot and sampled row computed from the rows'
+        lengths with tensor ops."""
+        bs = self.block_size
         query_lens = [row.num_tokens for row in out.rows]
         n = torch.tensor(query_lens)
         row_of_token = torch.repeat_interleave(torch.arange(len(slots)), n)
