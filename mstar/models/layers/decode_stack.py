@@ -1,10 +1,11 @@
 """A Llama-layout decoder stack on a decode-only step in one native call.
 
-``fused_ops.decode_layer`` runs one layer in one call; ``decode_layers`` (``quant/csrc/
+``fused_ops.decode_layer`` runs one layer in one call; ``decode_stack`` (``quant/csrc/
 decode_layers.h``) runs them all, from the first layer's input norm to the final add + norm, so a
 decode step crosses from Python to C++ once for the layers instead of once per layer (and skips
 the per-layer module calls around it). It calls the same C++ functions in the same order, so it
-computes the same bits. ``DecodeStack`` gathers every layer's parameters once, as flat lists.
+computes the same bits. ``DecodeStack`` gathers every layer's parameters once, as flat lists
+held by a C++ object, so a step passes one argument for them.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ class DecodeStack:
     """Every layer's parameters as ``decode_layers`` takes them (built once per model)."""
 
     def __init__(self, layers: list[StackLayer], final_norm: nn.Module) -> None:
-        self.norms = [w for layer in layers for w in (layer.input_norm.weight, layer.post_norm.weight)]
-        self.norms.append(final_norm.weight)
-        self.kinds = [k for layer in layers for k in layer.linears.kinds]
-        self.weights = [w for layer in layers for w in layer.linears.weights]
-        self.in_features = [n for layer in layers for n in layer.linears.in_features]
-        self.kv_caches = [layer.attn.kv_cache for layer in layers]
-        self.windows = [layer.attn.sliding_window or 0 for layer in layers]
-        self.scales = [layer.attn.head_dim ** -0.5 if layer.attn.scale is None else layer.attn.scale
-                       for layer in layers]
-        self.eps = final_norm.eps
-        self.num_heads, self.num_kv_heads = layers[0].attn.num_heads, layers[0].attn.num_kv_heads
+        norms = [w for layer in layers for w in (layer.input_norm.weight, layer.post_norm.weight)]
+        attn = [layer.attn for layer in layers]
+        self.kv_caches = [a.kv_cache for a in attn]
+        # held by C++ (decode_layers.h): a step passes one object, not every layer's tensors
+        self.native = torch.classes.mstar_quant.DecodeStack(
+            [*norms, final_norm.weight], [k for layer in layers for k in layer.linears.kinds],
+            [w for layer in layers for w in layer.linears.weights],
+            [n for layer in layers for n in layer.linears.in_features], self.kv_caches,
+            [a.sliding_window or 0 for a in attn],
+            [a.head_dim ** -0.5 if a.scale is None else a.scale for a in attn],
+            final_norm.eps, attn[0].num_heads, attn[0].num_kv_heads)
         self._first = layers[0]
 
     @staticmethod
@@ -72,7 +73,5 @@ def decode_layers(stack: DecodeStack, hidden: torch.Tensor, cos: torch.Tensor, s
     """Every layer on the decode rows ``hidden`` (updated in place, as the fused ops do) and the
     final norm: the model's output hidden states."""
     meta = attn_metadata
-    return torch.ops.mstar_quant.decode_layers(
-        hidden, stack.norms, stack.kinds, stack.weights, stack.in_features, stack.kv_caches,
-        stack.windows, stack.scales, stack.eps, cos, sin, meta.slot_mapping, meta.decode_tables,
-        meta.decode_lens, stack.num_heads, stack.num_kv_heads)
+    return torch.ops.mstar_quant.decode_stack(stack.native, hidden, cos, sin, meta.slot_mapping,
+                                              meta.decode_tables, meta.decode_lens)
