@@ -140,9 +140,10 @@ def decode_step_ms(llm, prompts: list[str], tokens: int) -> tuple[float, ...]:
 
 def switch_native(llm, enabled: bool, compare: str) -> None:
     """Turn on or off what ``compare`` names: ``all`` (the model's fused ops, the decoder layer
-    in one call included, and the attention backend's native cache write and decode attention),
-    ``decode`` (the paged decode attention and the one-call layer), ``attention`` (the paged
-    decode attention only) or ``layer`` (the one-call decoder layer only)."""
+    and the stack in one call included, and the attention backend's native cache write and decode
+    attention), ``decode`` (the paged decode attention, the one-call layer and stack),
+    ``attention`` (the paged decode attention only), ``layer`` (the one-call decoder layer and
+    stack) or ``stack`` (the stack in one call, against a call per layer)."""
     model = llm.engine.model_runner.model
     if compare == "all":
         fused_ops.use_native_ops(model, enabled)
@@ -151,6 +152,8 @@ def switch_native(llm, enabled: bool, compare: str) -> None:
     if compare in ("decode", "layer"):
         for layer in model.model.layers:
             layer.native_ops = enabled
+    if compare in ("decode", "layer", "stack"):
+        model.model.native_ops = enabled
 
 
 def bench_model(setting: str, concurrency: list[int], tokens: int, rounds: int,
@@ -188,11 +191,13 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="op timing sweeps; the best counts")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the model (with 1, the forward's CPU time is exact)")
-    p.add_argument("--compare", default="all", choices=["all", "decode", "attention", "layer"],
+    p.add_argument("--compare", default="all",
+                   choices=["all", "decode", "attention", "layer", "stack"],
                    help="what the off mode turns off: every fused op and the native attention; "
-                        "the paged decode attention and the one-call layer; only the attention "
-                        "(vs. mirror + SDPA); only the one-call decoder layer (vs. the "
-                        "module-by-module fused path)")
+                        "the paged decode attention and the one-call layer and stack; only the "
+                        "attention (vs. mirror + SDPA); only the one-call decoder layer and stack "
+                        "(vs. the module-by-module fused path); only the one-call stack (vs. a "
+                        "call per layer)")
     p.add_argument("--skip-ops", action="store_true")
     p.add_argument("--skip-model", action="store_true")
     args = p.parse_args()

@@ -10,13 +10,25 @@ positions and KV slots follow the block table; every live request keeps one stab
 
 from __future__ import annotations
 
+import torch
 from hypothesis import given
 from test_kv_properties import FAST, Sim, replay, scenarios
 
-from mstar.engine.runner.input_batch import InputBatch
+from mstar.engine.runner.input_batch import InputBatch, StepTensors
 from mstar.engine.schedule.scheduler_output import SchedulerOutput
 
 MAX_MODEL_LEN = 64
+
+
+def assert_same_step(got: StepTensors, expected: StepTensors) -> None:
+    """A decode-only step's shortcut (``InputBatch.decode_tensors``) gives the general gather's
+    values, dtypes and shapes."""
+    for name in StepTensors.__dataclass_fields__:
+        a, b = getattr(got, name), getattr(expected, name)
+        if isinstance(a, torch.Tensor):
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+        else:
+            assert a == b, name
 
 
 class BatchSim(Sim):
@@ -26,6 +38,7 @@ class BatchSim(Sim):
     def run(self, out: SchedulerOutput) -> None:
         self.batch.apply(out)
         step = self.batch.tensors(out)
+        assert_same_step(step, self.batch.gathered_tensors(out, self.batch.slots(out)))
         bs = self.bm.block_size
         ids, positions, slot_mapping = (step.input_ids.tolist(), step.positions.tolist(),
                                         step.slot_mapping.tolist())

@@ -19,6 +19,7 @@ from test_fused_ops import native  # noqa: F401 (autouse: builds the kernels, sk
 from mstar.engine.attention.inputs import AttentionInputs
 from mstar.engine.attention.torch_backend import TorchAttentionBackend
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.models.families import llama
 from mstar.models.layers import fused_ops
 
 BLOCK, BLOCKS = 16, 64
@@ -128,30 +129,43 @@ def test_backend_decode_rows_native_equal_the_torch_path(dtype, window):
 
 @pytest.mark.parametrize("setting", [{"quantization": "q4"}, {"quantization": "int8"},
                                      {"dtype": "bfloat16"}])
-def test_decode_layer_in_one_call_equals_the_layer_by_layer_path(setting, tiny_model_dir, make_engine,
-                                                                 run, monkeypatch, device):
-    """A tiny Llama's decode steps through ``fused_ops.decode_layer`` (one native call per layer)
-    generate what the module-by-module path generates."""
+def test_decode_stack_and_layer_in_one_call_equal_the_layer_by_layer_path(
+        setting, tiny_model_dir, make_engine, run, monkeypatch, device):
+    """A tiny Llama's decode steps through ``decode_stack.decode_layers`` (one native call for all
+    layers), then through ``fused_ops.decode_layer`` (one per layer), generate what the
+    module-by-module path generates."""
     if device != "cpu":
         pytest.skip("a CPU path")
     engine = make_engine(tiny_model_dir("llama"), num_kv_blocks=64, **setting)
-    layers = engine.model_runner.model.model.layers
+    stack_model = engine.model_runner.model.model
+    layers = stack_model.layers
     if layers[0].native_linears() is None:  # bf16 on a CPU with native bf16: oneDNN linears
         pytest.skip("the linears run no native kernel of decode_layer's on this CPU")
-    calls = []
+    calls = {"stack": 0, "layer": 0}
 
-    def counted(*args):
-        calls.append(1)
-        return decode_layer(*args)
+    def counted(module, name):
+        original = getattr(module, name)
 
-    decode_layer = fused_ops.decode_layer
-    monkeypatch.setattr(fused_ops, "decode_layer", counted)
+        def call(*args):
+            calls["stack" if name == "decode_layers" else "layer"] += 1
+            return original(*args)
+
+        monkeypatch.setattr(module, name, call)
+
+    counted(llama, "decode_layers")
+    counted(fused_ops, "decode_layer")
     prompts = [[5, 6, 7, 8, 9], [40, 41, 42], list(range(60, 90))]
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    fused = run(engine, {f"a{i}": (p, params) for i, p in enumerate(prompts)})
-    assert calls  # decode-only steps ran the fused layer
+
+    def generate(label: str) -> list[list[int]]:
+        got = run(engine, {f"{label}{i}": (p, params) for i, p in enumerate(prompts)})
+        return [got[f"{label}{i}"]["token_ids"] for i in range(len(prompts))]
+
+    stacked = generate("a")
+    assert calls["stack"] and not calls["layer"]  # decode-only steps ran the stack in one call
+    stack_model.native_ops = False
+    layered = generate("b")
+    assert calls["layer"] == calls["stack"] * len(layers)  # the same steps, a call per layer
     for layer in layers:
         layer.native_ops = False
-    plain = run(engine, {f"b{i}": (p, params) for i, p in enumerate(prompts)})
-    for i in range(len(prompts)):
-        assert fused[f"a{i}"]["token_ids"] == plain[f"b{i}"]["token_ids"]
+    assert stacked == layered == generate("c")

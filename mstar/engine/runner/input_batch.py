@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mstar.engine.schedule.scheduler_output import NewRequest, SchedulerOutput
@@ -42,6 +43,7 @@ class InputBatch:
         self.token_ids = torch.zeros(max_num_seqs, max_model_len + 1, dtype=torch.int64)
         self.block_table = torch.zeros(max_num_seqs, -(-(max_model_len + 1) // block_size),
                                        dtype=torch.int64)
+        self._token_ids_np, self._block_table_np = self.token_ids.numpy(), self.block_table.numpy()
         self.num_blocks = [0] * max_num_seqs
         self.requests: list[NewRequest | None] = [None] * max_num_seqs  # sampler inputs
         self.slot_of: dict[int, int] = {}
@@ -77,8 +79,37 @@ class InputBatch:
 
     def tensors(self, out: SchedulerOutput) -> StepTensors:
         """Gather the step's inputs from the persistent rows."""
-        bs = self.block_size
         slots = self.slots(out)
+        if all(row.num_tokens == 1 and row.num_samples == 1 for row in out.rows):
+            return self.decode_tensors(out, slots)
+        return self.gathered_tensors(out, slots)
+
+    def decode_tensors(self, out: SchedulerOutput, slots: list[int]) -> StepTensors:
+        """A decode-only step (one token per row, sampled): ``gathered_tensors``' values from the
+        rows' positions, gathered through numpy views of the persistent rows (a numpy index costs
+        about a microsecond, a torch op several)."""
+        bs = self.block_size
+        positions = np.array([row.start for row in out.rows], dtype=np.int64)
+        table = self._block_table_np
+        max_blocks = max(self.num_blocks[s] for s in slots)
+        ends = positions + 1
+        return StepTensors(
+            input_ids=torch.from_numpy(self._token_ids_np[slots, positions]),
+            positions=torch.from_numpy(positions),
+            slot_mapping=torch.from_numpy(table[slots, positions // bs] * bs + positions % bs),
+            block_tables=torch.from_numpy(table[slots, :max_blocks]),
+            context_lens=ends.tolist(),
+            query_lens=[1] * len(slots),
+            num_decodes=len(slots),
+            sample_indices=torch.arange(len(slots)),
+            sample_slots=tuple(slots),
+            sample_positions=tuple(ends.tolist()),
+        )
+
+    def gathered_tensors(self, out: SchedulerOutput, slots: list[int]) -> StepTensors:
+        """Any step: every token's position, slot and sampled row computed from the rows'
+        lengths with tensor ops."""
+        bs = self.block_size
         query_lens = [row.num_tokens for row in out.rows]
         n = torch.tensor(query_lens)
         row_of_token = torch.repeat_interleave(torch.arange(len(slots)), n)
@@ -114,5 +145,4 @@ class InputBatch:
         """The step's sampled tokens, each into its row (a continuation's input comes from
         here)."""
         if tokens:
-            self.token_ids[list(step.sample_slots), list(step.sample_positions)] = torch.tensor(
-                tokens, dtype=torch.int64)
+            self._token_ids_np[list(step.sample_slots), list(step.sample_positions)] = tokens

@@ -11,6 +11,7 @@ from torch import nn
 
 from mstar.models.layers import fused_ops
 from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope, rope_parameters
+from mstar.models.layers.decode_stack import DecodeStack, StackLayer, decode_layers
 
 
 class Attention(nn.Module):
@@ -134,6 +135,8 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    native_ops = False  # decode-only steps: every layer in one native call, where they can
+
     def __init__(self, config, qkv_bias: bool, o_bias: bool, qk_norm: bool,
                  layer_cls: type = DecoderLayer) -> None:
         super().__init__()
@@ -146,6 +149,29 @@ class LlamaModel(nn.Module):
         self.rotary_emb = RotaryEmbedding(
             head_dim, config.max_position_embeddings, rope_parameters(config)
         )
+        self._decode_stack: DecodeStack | bool | None = None  # None: not looked yet; False: none
+
+    def decode_stack(self, hidden: torch.Tensor, attn_metadata) -> DecodeStack | None:
+        """The layers for ``decode_layers`` (one native call for the whole stack) when this step
+        runs every layer's one-call path (``DecoderLayer.forward``) and the final norm is fused;
+        else None."""
+        layers = self.layers
+        if not (self.native_ops and getattr(attn_metadata, "native_decode_only", False)
+                and self.norm.native_ops and type(self.norm) is RMSNorm
+                and all(layer.native_ops for layer in layers)):
+            return None
+        stack = self._decode_stack
+        if stack is None or (stack and not stack.current()):
+            stack = self._decode_stack = self._gather_stack() or False
+        return stack if stack and stack.run(hidden) else None
+
+    def _gather_stack(self) -> DecodeStack | None:
+        parts = [StackLayer(layer.input_layernorm, layer.post_attention_layernorm,
+                            layer.native_linears(), layer.self_attn) for layer in self.layers
+                 if type(layer).forward is DecoderLayer.forward]
+        if len(parts) < len(self.layers) or any(p.linears is None for p in parts):
+            return None
+        return DecodeStack.of(parts, self.norm)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(input_ids)
@@ -154,6 +180,9 @@ class LlamaModel(nn.Module):
         """``inputs_embeds`` (e.g. text and image embeddings merged) replaces the token lookup."""
         hidden = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         cos, sin = self.rotary_emb(positions)
+        stack = self.decode_stack(hidden, attn_metadata)
+        if stack is not None:
+            return decode_layers(stack, hidden, cos, sin, attn_metadata)
         residual = None
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, cos, sin, attn_metadata)

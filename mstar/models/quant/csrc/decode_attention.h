@@ -19,7 +19,7 @@ namespace decode_attention_avx2 {
 using namespace fused_simd;
 
 constexpr int64_t kKeys = 8;  // keys scored together: one vector of scores
-constexpr int64_t kAcc = 4;   // output vectors (32 dims) accumulated in registers at a time
+constexpr int64_t kAcc = 8;   // output vectors (64 dims: a common head in one pass) accumulated in registers
 
 // [sum(v[0]), ..., sum(v[7])]: the eight horizontal sums in one vector.
 inline __m256 hsum8(const __m256* v) {
@@ -100,16 +100,14 @@ void weighted_sum(const float* probs, const Pages<T>& values, int64_t start, int
   }
 }
 
-// One kv head of one sequence: `group` query rows (float32 [group, dim]) over the keys
-// start .. end - 1 into out (float32 [group, dim]); scores is scratch of end - start floats.
+// One query row (float32 [dim]) over the keys start .. end - 1 of its kv head into out (float32
+// [dim]); scores is scratch of end - start floats.
 template <typename T>
-void attend_head(const float* q, int64_t group, const Pages<T>& keys, const Pages<T>& values, int64_t start,
-                 int64_t end, float scale, float* scores, float* out) {
-  for (int64_t g = 0; g < group; ++g) {
-    score(q + g * keys.dim, keys, start, end - start, scale, scores);
-    softmax(scores, end - start);
-    weighted_sum(scores, values, start, end - start, out + g * keys.dim);
-  }
+void attend_head(const float* q, const Pages<T>& keys, const Pages<T>& values, int64_t start, int64_t end,
+                 float scale, float* scores, float* out) {
+  score(q, keys, start, end - start, scale, scores);
+  softmax(scores, end - start);
+  weighted_sum(scores, values, start, end - start, out);
 }
 
 }  // namespace decode_attention_avx2
@@ -160,23 +158,23 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     const int64_t head_elems = num_blocks * block_size * dim, half = kv_heads * head_elems;
     T* op = static_cast<T*>(out.data_ptr());
     const T* qp = static_cast<const T*>(q.data_ptr());
-    // Work items: (sequence, kv head); small batches at short context stay on the calling thread.
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * group * dim, 1));
-    at::parallel_for(0, seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(group * dim), acc(group * dim), scores(longest);
+    // Work items: (sequence, query head), every head on its own (the same sums in the same order
+    // as a whole group at a time), so that two threads share even one sequence's nine heads; small
+    // batches at short context stay on the calling thread.
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim, 1));
+    at::parallel_for(0, seqs * q_heads, grain, [&](int64_t begin, int64_t end) {
+      std::vector<float> qf(dim), acc(dim), scores(longest);
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
+        const int64_t s = item / q_heads, head = item % q_heads, h = head / group, n = lens[s];
         const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
-        const T* q_rows = qp + s * q.stride(0) + h * group * q.stride(1);
-        for (int64_t g = 0; g < group; ++g)
-          for (int64_t i = 0; i < dim; ++i) qf[g * dim + i] = static_cast<float>(q_rows[g * q.stride(1) + i]);
+        const T* q_row = qp + s * q.stride(0) + head * q.stride(1);
+        for (int64_t i = 0; i < dim; ++i) qf[i] = static_cast<float>(q_row[i]);
         const int64_t* table = tables + s * block_tables.stride(0);
         const decode_attention_avx2::Pages<T> keys{cache + h * head_elems, table, block_size, dim};
         const decode_attention_avx2::Pages<T> values{cache + half + h * head_elems, table, block_size, dim};
-        decode_attention_avx2::attend_head(qf.data(), group, keys, values, start, n, scale_f, scores.data(),
-                                           acc.data());
-        T* o = op + (s * q_heads + h * group) * dim;
-        for (int64_t i = 0; i < group * dim; ++i) o[i] = static_cast<T>(acc[i]);
+        decode_attention_avx2::attend_head(qf.data(), keys, values, start, n, scale_f, scores.data(), acc.data());
+        T* o = op + (s * q_heads + head) * dim;
+        for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(acc[i]);
       }
     });
   });

@@ -80,7 +80,7 @@ int64_t best_level() { return cpu_level(); }
 
 }  // namespace
 
-#include "decode_layer.h"  // calls q4_linear and int8_linear above
+#include "decode_layers.h"  // decode_layer.h calls q4_linear and int8_linear above
 
 TORCH_LIBRARY(mstar_quant, m) {
   m.def("q4_linear(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
@@ -103,6 +103,11 @@ TORCH_LIBRARY(mstar_quant, m) {
         "float eps, int[] kinds, Tensor[] weights, int[] in_features, Tensor cos, Tensor sin, Tensor(c!) kv_cache, "
         "Tensor slot_mapping, Tensor block_tables, Tensor context_lens, int? window, float scale, int num_heads, "
         "int num_kv_heads) -> Tensor");
+  m.class_<DecodeStack>("DecodeStack")
+      .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, std::vector<int64_t>,
+                       std::vector<at::Tensor>, std::vector<int64_t>, std::vector<double>, double, int64_t, int64_t>());
+  m.def("decode_stack(__torch__.torch.classes.mstar_quant.DecodeStack stack, Tensor(a!) hidden, Tensor cos, "
+        "Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor context_lens) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
@@ -121,6 +126,7 @@ TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("int8_linear_wide", &int8_linear_wide);
   m.impl("paged_decode_attention", &paged_decode_attention);
   m.impl("decode_layer", &decode_layer);
+  m.impl("decode_stack", &decode_stack);
 }
 
 TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }
