@@ -50,20 +50,6 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int16_t* q, float* d, f
   }
 }
 
-inline float load_half(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);
-}
-
-// 32 nibbles of a Q4_1 block as int16 in weight order: w[0] weights 0..15 (the low nibbles), w[1] 16..31.
-inline void unpack_q4(const uint8_t* qs, __m256i* w) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i mask = _mm_set1_epi8(0x0F);
-  w[0] = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, mask));
-  w[1] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
-}
-
 inline void load_int8(const int8_t* p, __m256i* w) {
   w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
@@ -73,36 +59,57 @@ inline __m256i load_act(const int16_t* p, int h) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * h));
 }
 
-// MT rows of x times NT rows of Q4_1 W: out = sum over blocks of dw dx (qw . qx) + mw sx.
-template <int MT, int NT>
-void q4_tile(const Activations& a, int64_t i0, const uint8_t* w, int64_t row_bytes, float* out, int64_t ldo) {
+inline __m256i broadcast_pair(const int16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The first `rows` of 8 outputs to dst.
+inline void store_outputs(__m256 v, int rows, float* dst) {
+  if (rows == kGroupRows) return _mm256_storeu_ps(dst, v);
+  float tmp[kGroupRows];
+  _mm256_storeu_ps(tmp, v);
+  std::memcpy(dst, tmp, rows * sizeof(float));
+}
+
+// MT rows of x (from row i0) times one x8 group of Q4_1 W (q4_layout.h): 8 outputs per row, to
+// out[i][0..rows). Per block each chunk is unpacked once for all MT rows into two words (pairs j and
+// j + 8 of the 8 rows), each multiplied with the broadcast activation pair; then one convert and
+// two fmas per 8 outputs. One row keeps two int32 sums (low, high nibbles) for shorter add chains.
+template <int MT>
+void q4x8_tile(const Activations& a, int64_t i0, const uint8_t* group, int rows, float* out, int64_t ldo) {
+  constexpr int kSums = MT == 1 ? 2 : 1;
   const int64_t K = a.K, nb = K / kQ4Block;
-  __m256 acc[MT][NT];
-  float mins[MT][NT];
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps(), mins[i][j] = 0.f;
+  const __m256i mask = _mm256_set1_epi16(0x0F);
+  __m256 acc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[NT][2];
-    float wd[NT], wm[NT];
-    for (int j = 0; j < NT; ++j) {
-      const uint8_t* block = w + j * row_bytes + b * kQ4BlockBytes;
-      wd[j] = load_half(block), wm[j] = load_half(block + 2);
-      unpack_q4(block + 4, wq[j]);
-    }
-    for (int i = 0; i < MT; ++i) {
-      const int64_t row = i0 + i;
-      const int16_t* xb = a.q + row * K + b * kQ4Block;
-      const __m256i x0 = load_act(xb, 0), x1 = load_act(xb, 1);
-      const float dx = a.d[row * nb + b], sx = a.s[row * nb + b];
-      for (int j = 0; j < NT; ++j) {
-        const __m256 dot = _mm256_cvtepi32_ps(MSTAR_QDOT_DOT(wq[j][0], x0, wq[j][1], x1));
-        acc[i][j] = _mm256_fmadd_ps(dot, _mm256_set1_ps(wd[j] * dx), acc[i][j]);
-        mins[i][j] += wm[j] * sx;
+    const uint8_t* gb = group + b * kGroupBlockBytes;
+    const int16_t* xb = a.q + i0 * K + b * kQ4Block;
+    __m256i dot[kSums][MT];
+    for (int h = 0; h < kSums; ++h)
+      for (int i = 0; i < MT; ++i) dot[h][i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < kGroupChunks; ++j) {
+      const __m256i bytes =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kGroupNibbles + 16 * j)));
+      const __m256i wl = _mm256_and_si256(bytes, mask), wh = _mm256_srli_epi16(bytes, 4);
+      for (int i = 0; i < MT; ++i) {
+        dot[0][i] = MSTAR_QDOT_ACC(dot[0][i], wl, broadcast_pair(xb + i * K + 2 * j));
+        dot[kSums - 1][i] = MSTAR_QDOT_ACC(dot[kSums - 1][i], wh, broadcast_pair(xb + i * K + 2 * j + kQ4Block / 2));
       }
     }
+    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    const __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 2 * kGroupRows)));
+    for (int i = 0; i < MT; ++i) {
+      const int64_t r = (i0 + i) * nb + b;
+      const __m256i sum = kSums == 2 ? _mm256_add_epi32(dot[0][i], dot[kSums - 1][i]) : dot[0][i];
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(wd, _mm256_set1_ps(a.d[r])), acc[i]);
+      acc[i] = _mm256_fmadd_ps(wm, _mm256_set1_ps(a.s[r]), acc[i]);
+    }
   }
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = hsum_ps(acc[i][j]) + mins[i][j];
+  for (int i = 0; i < MT; ++i) store_outputs(acc[i], rows, out + (i0 + i) * ldo);
 }
 
 // The same for int8 W with a float scale per group of `group` weights (a multiple of 32).
@@ -136,28 +143,18 @@ void int8_tile(const Activations& a, int64_t i0, const int8_t* w, const float* s
     for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = hsum_ps(acc[i][j]);
 }
 
-// Every row of x times W rows [n_begin, n_end): tiles of kQdotMT x kQdotNT, then the tails.
-template <int NT, typename Tile>
-void rows_by_tiles(int64_t M, Tile tile) {
+// Every row of x in tiles of kQdotMT rows, then the tail: tile(std::integral_constant<int, MT>, i0).
+template <typename Tile>
+void row_tiles(int64_t M, Tile tile) {
   int64_t i = 0;
-  for (; i + kQdotMT <= M; i += kQdotMT) tile.template run<kQdotMT, NT>(i);
+  for (; i + kQdotMT <= M; i += kQdotMT) tile(std::integral_constant<int, kQdotMT>{}, i);
   switch (M - i) {
-    case 3: tile.template run<3, NT>(i); break;
-    case 2: tile.template run<2, NT>(i); break;
-    case 1: tile.template run<1, NT>(i); break;
+    case 3: tile(std::integral_constant<int, 3>{}, i); break;
+    case 2: tile(std::integral_constant<int, 2>{}, i); break;
+    case 1: tile(std::integral_constant<int, 1>{}, i); break;
     default: break;
   }
 }
-
-struct Q4Tile {
-  const Activations& a;
-  const uint8_t* w;
-  int64_t row_bytes;
-  float* out;
-  int64_t ldo;
-  template <int MT, int NT>
-  void run(int64_t i0) const { q4_tile<MT, NT>(a, i0, w, row_bytes, out, ldo); }
-};
 
 struct Int8Tile {
   const Activations& a;
@@ -170,6 +167,12 @@ struct Int8Tile {
   void run(int64_t i0) const { int8_tile<MT, NT>(a, i0, w, scales, groups, out, ldo); }
 };
 
+// Every row of x times the NT rows of W of `tile`.
+template <int NT, typename Tile>
+void rows_by_tiles(int64_t M, const Tile& tile) {
+  row_tiles(M, [&](auto mt, int64_t i) { tile.template run<decltype(mt)::value, NT>(i); });
+}
+
 // Output columns [n_begin, n_end) in groups of NT rows of W (then one at a time).
 template <int NT, typename MakeTile>
 void columns(int64_t M, int64_t n_begin, int64_t n_end, MakeTile make) {
@@ -180,17 +183,22 @@ void columns(int64_t M, int64_t n_begin, int64_t n_end, MakeTile make) {
 
 #include "qdot_panel.h"
 
+// Output rows [n_begin, n_end) (n_begin a multiple of 8) a group at a time: under kPanelRows rows of
+// x, tiles of up to kQdotMT rows multiply the group as stored; from kPanelRows rows, the group is
+// expanded to an int16 panel in L1 first, which every tile of kPanelMT rows then reuses.
 void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64_t n_end, float* out,
              int64_t N) {
-  const int64_t nb = a.K / kQ4Block, row_bytes = nb * kQ4BlockBytes;
-  const auto make = [&](int64_t n) { return Q4Tile{a, blocks + n * row_bytes, row_bytes, out + n, N}; };
-  if (a.M < kQdotMT) return columns<1>(a.M, n_begin, n_end, make);
-  if (a.M < kPanelRows) return columns<kQdotNT>(a.M, n_begin, n_end, make);
-  const Panel panel = panel_scratch(nb);
-  for (int64_t n = n_begin; n < n_end; n += kPanelCols) {
-    const int rows = static_cast<int>(std::min<int64_t>(kPanelCols, n_end - n));
-    q4_panel(blocks + n * row_bytes, row_bytes, rows, nb, panel);
-    panel_rows<true>(a, panel, rows, out + n, N);
+  const int64_t nb = a.K / kQ4Block;
+  const Panel panel = a.M < kPanelRows ? Panel{} : panel_scratch(nb);
+  for (int64_t n = n_begin; n < n_end; n += kGroupRows) {
+    int rows;
+    const uint8_t* group = group_at(blocks, n, N, nb, &rows);
+    if (a.M < kPanelRows) {
+      row_tiles(a.M, [&](auto mt, int64_t i) { q4x8_tile<decltype(mt)::value>(a, i, group, rows, out + n, N); });
+    } else {
+      q4_panel(group, nb, panel);
+      panel_rows<true>(a, panel, rows, out + n, N);
+    }
   }
 }
 
