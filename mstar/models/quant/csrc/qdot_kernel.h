@@ -97,7 +97,9 @@ void q4x8_tile(const Activations& a, int64_t i0, const uint8_t* group, int rows,
       const __m256i wl = _mm256_and_si256(bytes, mask), wh = _mm256_srli_epi16(bytes, 4);
       for (int i = 0; i < MT; ++i) {
         dot[0][i] = MSTAR_QDOT_ACC(dot[0][i], wl, broadcast_pair(xb + i * K + 2 * j));
+        asm("" : "+x"(dot[0][i]));  // a chain per sum, not a spilled tree (see panel_tile)
         dot[kSums - 1][i] = MSTAR_QDOT_ACC(dot[kSums - 1][i], wh, broadcast_pair(xb + i * K + 2 * j + kQ4Block / 2));
+        asm("" : "+x"(dot[kSums - 1][i]));
       }
     }
     const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
