@@ -73,45 +73,60 @@ inline void store_outputs(__m256 v, int rows, float* dst) {
   std::memcpy(dst, tmp, rows * sizeof(float));
 }
 
-// MT rows of x (from row i0) times one x8 group of Q4_1 W (q4_layout.h): 8 outputs per row, to
-// out[i][0..rows). Per block each chunk is unpacked once for all MT rows into two words (pairs j and
-// j + 8 of the 8 rows), each multiplied with the broadcast activation pair; then one convert and
-// two fmas per 8 outputs. One row keeps two int32 sums (low, high nibbles) for shorter add chains.
-template <int MT>
+// MT rows of x (from row i0) times NG consecutive x8 groups of Q4_1 W (q4_layout.h): 8 outputs per
+// row and group, to out[i][0..8 NG) (the last group's first `rows`). Per block each chunk is unpacked
+// once for all MT rows into two words (pairs j and j + 8 of the 8 rows), each multiplied with the
+// broadcast activation pair (shared by the NG groups); then one convert and two fmas per 8 outputs.
+// A lone row and group keeps two int32 sums (low, high nibbles) for shorter add chains.
+template <int MT, int NG>
 void q4x8_tile(const Activations& a, int64_t i0, const uint8_t* group, int rows, float* out, int64_t ldo) {
-  constexpr int kSums = MT == 1 ? 2 : 1;
+  constexpr int kSums = MT == 1 && NG == 1 ? 2 : 1;
   const int64_t K = a.K, nb = K / kQ4Block;
   const __m256i mask = _mm256_set1_epi16(0x0F);
-  __m256 acc[MT];
-  for (int i = 0; i < MT; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[NG][MT];
+  for (int g = 0; g < NG; ++g)
+    for (int i = 0; i < MT; ++i) acc[g][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* gb = group + b * kGroupBlockBytes;
     const int16_t* xb = a.q + i0 * K + b * kQ4Block;
-    __m256i dot[kSums][MT];
+    __m256i dot[kSums][NG][MT];
     for (int h = 0; h < kSums; ++h)
-      for (int i = 0; i < MT; ++i) dot[h][i] = _mm256_setzero_si256();
+      for (int g = 0; g < NG; ++g)
+        for (int i = 0; i < MT; ++i) dot[h][g][i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int j = 0; j < kGroupChunks; ++j) {
-      const __m256i bytes =
-          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kGroupNibbles + 16 * j)));
-      const __m256i wl = _mm256_and_si256(bytes, mask), wh = _mm256_srli_epi16(bytes, 4);
+      __m256i wl[NG], wh[NG];
+      for (int g = 0; g < NG; ++g) {
+        const uint8_t* chunk = group + (g * nb + b) * kGroupBlockBytes + kGroupNibbles + 16 * j;
+        const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)));
+        wl[g] = _mm256_and_si256(bytes, mask), wh[g] = _mm256_srli_epi16(bytes, 4);
+      }
       for (int i = 0; i < MT; ++i) {
-        dot[0][i] = MSTAR_QDOT_ACC(dot[0][i], wl, broadcast_pair(xb + i * K + 2 * j));
-        asm("" : "+x"(dot[0][i]));  // a chain per sum, not a spilled tree (see panel_tile)
-        dot[kSums - 1][i] = MSTAR_QDOT_ACC(dot[kSums - 1][i], wh, broadcast_pair(xb + i * K + 2 * j + kQ4Block / 2));
-        asm("" : "+x"(dot[kSums - 1][i]));
+        const __m256i xl = broadcast_pair(xb + i * K + 2 * j), xh = broadcast_pair(xb + i * K + 2 * j + kQ4Block / 2);
+        for (int g = 0; g < NG; ++g) {
+          __m256i& lo = dot[0][g][i];
+          __m256i& hi = dot[kSums - 1][g][i];
+          lo = MSTAR_QDOT_ACC(lo, wl[g], xl);
+          asm("" : "+x"(lo));  // a chain per sum, not a spilled tree (see panel_tile)
+          hi = MSTAR_QDOT_ACC(hi, wh[g], xh);
+          asm("" : "+x"(hi));
+        }
       }
     }
-    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    const __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 2 * kGroupRows)));
-    for (int i = 0; i < MT; ++i) {
-      const int64_t r = (i0 + i) * nb + b;
-      const __m256i sum = kSums == 2 ? _mm256_add_epi32(dot[0][i], dot[kSums - 1][i]) : dot[0][i];
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(wd, _mm256_set1_ps(a.d[r])), acc[i]);
-      acc[i] = _mm256_fmadd_ps(wm, _mm256_set1_ps(a.s[r]), acc[i]);
+    for (int g = 0; g < NG; ++g) {
+      const uint8_t* gb = group + (g * nb + b) * kGroupBlockBytes;
+      const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+      const __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 2 * kGroupRows)));
+      for (int i = 0; i < MT; ++i) {
+        const int64_t r = (i0 + i) * nb + b;
+        const __m256i sum = kSums == 2 ? _mm256_add_epi32(dot[0][g][i], dot[kSums - 1][g][i]) : dot[0][g][i];
+        acc[g][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(wd, _mm256_set1_ps(a.d[r])), acc[g][i]);
+        acc[g][i] = _mm256_fmadd_ps(wm, _mm256_set1_ps(a.s[r]), acc[g][i]);
+      }
     }
   }
-  for (int i = 0; i < MT; ++i) store_outputs(acc[i], rows, out + (i0 + i) * ldo);
+  for (int g = 0; g < NG; ++g)
+    for (int i = 0; i < MT; ++i)
+      store_outputs(acc[g][i], g == NG - 1 ? rows : kGroupRows, out + (i0 + i) * ldo + g * kGroupRows);
 }
 
 // The same for int8 W with a float scale per group of `group` weights (a multiple of 32).
@@ -145,15 +160,15 @@ void int8_tile(const Activations& a, int64_t i0, const int8_t* w, const float* s
     for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = hsum_ps(acc[i][j]);
 }
 
-// Every row of x in tiles of kQdotMT rows, then the tail: tile(std::integral_constant<int, MT>, i0).
-template <typename Tile>
-void row_tiles(int64_t M, Tile tile) {
+// Every row of x times W rows [n_begin, n_end): tiles of kQdotMT x kQdotNT, then the tails.
+template <int NT, typename Tile>
+void rows_by_tiles(int64_t M, Tile tile) {
   int64_t i = 0;
-  for (; i + kQdotMT <= M; i += kQdotMT) tile(std::integral_constant<int, kQdotMT>{}, i);
+  for (; i + kQdotMT <= M; i += kQdotMT) tile.template run<kQdotMT, NT>(i);
   switch (M - i) {
-    case 3: tile(std::integral_constant<int, 3>{}, i); break;
-    case 2: tile(std::integral_constant<int, 2>{}, i); break;
-    case 1: tile(std::integral_constant<int, 1>{}, i); break;
+    case 3: tile.template run<3, NT>(i); break;
+    case 2: tile.template run<2, NT>(i); break;
+    case 1: tile.template run<1, NT>(i); break;
     default: break;
   }
 }
@@ -169,12 +184,6 @@ struct Int8Tile {
   void run(int64_t i0) const { int8_tile<MT, NT>(a, i0, w, scales, groups, out, ldo); }
 };
 
-// Every row of x times the NT rows of W of `tile`.
-template <int NT, typename Tile>
-void rows_by_tiles(int64_t M, const Tile& tile) {
-  row_tiles(M, [&](auto mt, int64_t i) { tile.template run<decltype(mt)::value, NT>(i); });
-}
-
 // Output columns [n_begin, n_end) in groups of NT rows of W (then one at a time).
 template <int NT, typename MakeTile>
 void columns(int64_t M, int64_t n_begin, int64_t n_end, MakeTile make) {
@@ -185,18 +194,31 @@ void columns(int64_t M, int64_t n_begin, int64_t n_end, MakeTile make) {
 
 #include "qdot_panel.h"
 
-// Output rows [n_begin, n_end) (n_begin a multiple of 8) a group at a time: under kPanelRows rows of
-// x, tiles of up to kQdotMT rows multiply the group as stored; from kPanelRows rows, the group is
+// Every row of x times NG x8 groups, in tiles of kQ4TileRows rows (the groups re-read from L1).
+template <int NG>
+void q4x8_rows(const Activations& a, const uint8_t* groups, int rows, float* out, int64_t ldo) {
+  int64_t i = 0;
+  for (; i + kQ4TileRows <= a.M; i += kQ4TileRows) q4x8_tile<kQ4TileRows, NG>(a, i, groups, rows, out, ldo);
+  if (i < a.M) q4x8_tile<1, NG>(a, i, groups, rows, out, ldo);
+}
+
+// Output rows [n_begin, n_end) (n_begin a multiple of 8): under kPanelRows rows of x, two full x8
+// groups at a time as stored (then the last group alone); from kPanelRows rows, a group at a time
 // expanded to an int16 panel in L1 first, which every tile of kPanelMT rows then reuses.
 void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64_t n_end, float* out,
              int64_t N) {
   const int64_t nb = a.K / kQ4Block;
   const Panel panel = a.M < kPanelRows ? Panel{} : panel_scratch(nb);
   for (int64_t n = n_begin; n < n_end; n += kGroupRows) {
+    if (a.M < kPanelRows && n + 2 * kGroupRows <= std::min(n_end, N)) {
+      q4x8_rows<2>(a, blocks + n * nb * kQ4BlockBytes, kGroupRows, out + n, N);
+      n += kGroupRows;
+      continue;
+    }
     int rows;
     const uint8_t* group = group_at(blocks, n, N, nb, &rows);
     if (a.M < kPanelRows) {
-      row_tiles(a.M, [&](auto mt, int64_t i) { q4x8_tile<decltype(mt)::value>(a, i, group, rows, out + n, N); });
+      q4x8_rows<1>(a, group, rows, out + n, N);
     } else {
       q4_panel(group, nb, panel);
       panel_rows<true>(a, panel, rows, out + n, N);
