@@ -19,6 +19,7 @@ namespace {
 // multiplies: one int32 vector sums a block's products for 8 outputs, so converting and scaling
 // costs 3 instructions per 8 outputs and block, not per output.
 constexpr int kQdotMT = 4;
+constexpr int kPrefetchBlocks = 8;  // q4: x8 group blocks read ahead
 constexpr int kQ4TileRows = 2;  // q4 under kPanelRows rows: rows of x per tile of two x8 groups
 constexpr int kQdotNT = 2;
 constexpr int kPanelRows = 8;

@@ -88,6 +88,10 @@ void q4x8_tile(const Activations& a, int64_t i0, const uint8_t* group, int rows,
     for (int i = 0; i < MT; ++i) acc[g][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int16_t* xb = a.q + i0 * K + b * kQ4Block;
+    for (int g = 0; g < NG; ++g) {  // NG streams: the hardware prefetcher alone falls behind
+      const char* ahead = reinterpret_cast<const char*>(group + (g * nb + b + kPrefetchBlocks) * kGroupBlockBytes);
+      for (int line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+    }
     __m256i dot[kSums][NG][MT];
     for (int h = 0; h < kSums; ++h)
       for (int g = 0; g < NG; ++g)
