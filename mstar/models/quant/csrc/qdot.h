@@ -10,8 +10,8 @@
 
 namespace {
 
-// q4 weights come in x8 groups (q4_layout.h): under kPanelRows rows of x, tiles of up to kQdotMT
-// rows multiply a group as stored (one vpmaddwd per activation pair gives 8 outputs' products).
+// q4 weights come in x8 groups (q4_layout.h): under kPanelRows rows of x, tiles of kQ4TileRows rows
+// multiply two groups as stored (one vpmaddwd per activation pair gives 8 outputs' products).
 // int8 weights: batches under kQdotMT rows stream W one row at a time; up to kPanelRows rows, tiles
 // of kQdotMT rows of x times kQdotNT rows of W unpack each weight block once per tile. From
 // kPanelRows rows, 8 rows of W at a time are expanded into an int16 panel in L1 (a pair of adjacent
