@@ -206,15 +206,16 @@ void q4x8_rows(const Activations& a, const uint8_t* groups, int rows, float* out
   if (i < a.M) q4x8_tile<1, NG>(a, i, groups, rows, out, ldo);
 }
 
-// Output rows [n_begin, n_end) (n_begin a multiple of 8): under kPanelRows rows of x, two full x8
-// groups at a time as stored (then the last group alone); from kPanelRows rows, a group at a time
+// Output rows [n_begin, n_end) (n_begin a multiple of 8): one row of x, a group at a time as stored
+// (one weight stream: 1.1-1.5x faster than two with the weights in L3); 2 to kPanelRows - 1 rows, two
+// full x8 groups at a time as stored (then the last group alone); from kPanelRows rows, a group at a time
 // expanded to an int16 panel in L1 first, which every tile of kPanelMT rows then reuses.
 void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64_t n_end, float* out,
              int64_t N) {
   const int64_t nb = a.K / kQ4Block;
   const Panel panel = a.M < kPanelRows ? Panel{} : panel_scratch(nb);
   for (int64_t n = n_begin; n < n_end; n += kGroupRows) {
-    if (a.M < kPanelRows && n + 2 * kGroupRows <= std::min(n_end, N)) {
+    if (a.M > 1 && a.M < kPanelRows && n + 2 * kGroupRows <= std::min(n_end, N)) {
       q4x8_rows<2>(a, blocks + n * nb * kQ4BlockBytes, kGroupRows, out + n, N);
       n += kGroupRows;
       continue;
