@@ -12,7 +12,8 @@ microseconds per call; the machine is shared, so compare columns of one run and 
 With --threads 1 the time is the thread's CPU time (time.thread_time), which other processes on a
 busy machine do not inflate; with more threads it is wall time. ``--baseline REV`` also builds the
 kernels of git revision REV (under the op namespace ``mstar_quant_base``) and times them as
-``base_q4`` / ``base_int8`` / ``base_bf16`` interleaved with the current ones, for before/after tables.
+``base_q4`` / ``base_int8`` / ``base_bf16`` interleaved with the current ones (sweep by sweep), for
+before/after tables; ``--only mstar_q4`` then also times ``base_q4``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mstar.models.quant.formats import Q4Weight, dequantize_q4, quantize_int8, quantize_q4
+from mstar.models.quant.formats import Q4Weight, dequantize_q4, interleave_q4, quantize_int8, quantize_q4
 from mstar.models.quant.native import SOURCES, build_dir, native_kernels
 from mstar.settings import WorkerSettings
 
@@ -81,17 +82,18 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
             x, s[0], 32, s[1]), int4)
     q4 = quantize_q4(w)
     if native_kernels(WorkerSettings().cache_dir):
-        out["mstar_q4"] = (lambda x, s: torch.ops.mstar_quant.q4_linear(x, s, x.shape[1]), q4.blocks)
+        x8 = interleave_q4(q4).blocks  # the native kernels' layout
+        out["mstar_q4"] = (lambda x, s: torch.ops.mstar_quant.q4_linear(x, s, x.shape[1]), x8)
         out["mstar_int8"] = (lambda x, s: torch.ops.mstar_quant.int8_linear(x, s[0], s[1]),
                              (q8.weight, q8.scales))
         out["mstar_bf16"] = (lambda x, s: torch.ops.mstar_quant.bf16_linear(x, s, None, -1),
                              w.bfloat16())
         # the wide-batch path: dequantize a cache-sized tile, then a float32 GEMM (dequant_gemm.h)
-        out["q4_wide"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_wide(x, s, x.shape[1]), q4.blocks)
+        out["q4_wide"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_wide(x, s, x.shape[1]), x8)
         out["int8_wide"] = (lambda x, s: torch.ops.mstar_quant.int8_linear_wide(x, s[0], s[1]),
                             (q8.weight, q8.scales))
     if hasattr(torch.ops, BASELINE) and hasattr(getattr(torch.ops, BASELINE), "q4_linear"):
-        base = getattr(torch.ops, BASELINE)
+        base = getattr(torch.ops, BASELINE)  # a revision before the x8 layout takes Q4_1 rows
         out["base_q4"] = (lambda x, s: base.q4_linear(x, s, x.shape[1]), q4.blocks)
         out["base_int8"] = (lambda x, s: base.int8_linear(x, s[0], s[1]), (q8.weight, q8.scales))
         out["base_bf16"] = (lambda x, s: base.bf16_linear(x, s, None, -1), w.bfloat16())
@@ -118,17 +120,32 @@ def _int4_state(w: torch.Tensor):
     return packed, scales_zeros
 
 
-def time_candidate(fn: Callable, states: list, x: torch.Tensor, repeats: int) -> float:
+def time_sweep(fn: Callable, states: list, x: torch.Tensor) -> float:
+    """Seconds per call of one pass over every copy's state."""
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-    for s in states[:2]:
+    start = clock()
+    for s in states:
         fn(x, s)
-    best = float("inf")
-    for _ in range(repeats):
-        start = clock()
-        for s in states:
+    return (clock() - start) / len(states)
+
+
+def time_candidates(fns: dict[str, tuple[Callable, list]], x: torch.Tensor, repeats: int) -> list[float]:
+    """Microseconds per call of each candidate: the fastest of `repeats` sweeps, the candidates'
+    sweeps interleaved (A, B, A, B, ...) so that a busy machine slows them alike."""
+    for fn, states in fns.values():
+        for s in states[:2]:
             fn(x, s)
-        best = min(best, (clock() - start) / len(states))
-    return best * 1e6
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, (fn, states) in fns.items():
+            best[name] = min(best[name], time_sweep(fn, states, x))
+    return [best[name] * 1e6 for name in fns]
+
+
+def wanted(name: str, only: str | None) -> bool:
+    """--only names a candidate; a baseline's base_* twin comes with its mstar_* one."""
+    return not only or name in only.split(",") or \
+        name.startswith("base_") and "mstar_" + name.removeprefix("base_") in only.split(",")
 
 
 def main() -> None:
@@ -153,14 +170,18 @@ def main() -> None:
         copies = max(1, int(args.cold_mb * 2**20 // (n * k * 4)))
         weights = [torch.randn(n, k) * 0.02 for _ in range(copies)]
         built = [candidates(w, args.compile) for w in weights]
-        names = [name for name in built[0] if not args.only or name in args.only.split(",")]
+        names = [name for name in built[0] if wanted(name, args.only)]
         print(f"\n{shape_name} N={n} K={k} ({copies} copies)")
-        print(f"{'M':>4} " + " ".join(f"{name:>14}" for name in names))
+        pairs = [(name, "base_" + name.removeprefix("mstar_")) for name in names
+                 if name.startswith("mstar_") and "base_" + name.removeprefix("mstar_") in names]
+        print(f"{'M':>4} " + " ".join(f"{name:>14}" for name in names)
+              + "".join(f"{name + ' x base':>20}" for name, _ in pairs))
         for m in map(int, args.batches.split(",")):
             x = torch.randn(m, k)
-            times = [time_candidate(built[0][name][0], [b[name][1] for b in built], x, args.repeats)
-                     for name in names]
-            print(f"{m:>4} " + " ".join(f"{t:>14.0f}" for t in times))
+            fns = {name: (built[0][name][0], [b[name][1] for b in built]) for name in names}
+            times = dict(zip(names, time_candidates(fns, x, args.repeats), strict=True))
+            print(f"{m:>4} " + " ".join(f"{times[name]:>14.0f}" for name in names)
+                  + "".join(f"{times[base] / times[name]:>20.2f}" for name, base in pairs))
 
 
 if __name__ == "__main__":

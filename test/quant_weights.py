@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mstar.models.quant.formats import Int8Weight, QuantWeight, quantize_int8, quantize_q4
+from mstar.models.quant.formats import Int8Weight, QuantWeight, interleave_q4, quantize_int8, quantize_q4
 
 
 def random_weight(kind: str, n: int, k: int) -> QuantWeight:
@@ -32,8 +32,9 @@ def kernel_levels(levels: dict[int, str]):
 
 
 def quant_linear(w: QuantWeight, x: torch.Tensor, level: int, wide: bool = False) -> torch.Tensor:
-    """The native op of ``w``'s kind at ``level``: the integer-dot kernel, or the wide-batch path."""
+    """The native op of ``w``'s kind at ``level``: the integer-dot kernel, or the wide-batch path
+    (q4 in the kernels' interleaved layout)."""
     ops, suffix = torch.ops.mstar_quant, "_wide" if wide else ""
     if isinstance(w, Int8Weight):
         return getattr(ops, "int8_linear" + suffix)(x, w.weight, w.scales, level)
-    return getattr(ops, "q4_linear" + suffix)(x, w.blocks, w.in_features, level)
+    return getattr(ops, "q4_linear" + suffix)(x, interleave_q4(w).blocks, w.in_features, level)

@@ -17,16 +17,18 @@ from quant_weights import kernel_levels, quant_linear, random_weight
 from mstar.models.quant.formats import (
     ACTIVATION_MAX,
     dequantize,
+    interleave_q4,
     quantize_q4,
     round_activations,
 )
 from mstar.models.quant.linear import QuantLinear
 
 LEVELS = {0: "scalar", 1: "avx2", 2: "avx_vnni", 3: "avx512_vnni"}
-# (M, N, K): single rows, the x-row tiles of 4 and their tails, odd output counts; from 8 rows the
+# (M, N, K): single rows, the x-row tiles of 4 and their tails, output counts that are not a
+# multiple of 8 (q4's last rows stay Q4_1 rows, repacked when a kernel runs); from 8 rows the
 # 8-output panels, a partial last panel included (21, 70 outputs: 16-column work items, 8-wide panels)
-SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (7, 33, 128), (8, 21, 64), (13, 40, 576),
-          (35, 70, 96)]
+SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (5, 27, 64), (7, 33, 128), (8, 21, 64),
+          (13, 40, 576), (33, 70, 96)]
 # Relative error (output norm) that int16 activations add over float32 ones on Gaussian inputs.
 ROUNDING_TOLERANCE = 1e-4
 
@@ -81,3 +83,12 @@ def test_native_layer_equals_its_torch_reference(best_level, m, n, blocks, kind,
     assert got.shape == want.shape == (2, m, n)
     magnitude = x.abs() @ dequantize(w).abs().T + bias.abs()
     assert ((got - want).abs() <= 1e-5 * magnitude).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 20), blocks=st.integers(1, 3))
+def test_the_kernels_layout_holds_the_same_weights_in_the_same_bytes(n, blocks):
+    w = random_weight("q4", n, 32 * blocks)
+    packed = interleave_q4(w)
+    assert packed.blocks.shape == w.blocks.shape
+    assert torch.equal(dequantize(packed), dequantize(w))

@@ -6,11 +6,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mstar.models.quant.formats import Q4Weight, QuantWeight, dequantize, round_activations, select_rows
+from mstar.models.quant.formats import (
+    Q4Weight,
+    QuantWeight,
+    dequantize,
+    interleave_q4,
+    round_activations,
+    select_rows,
+)
 
-# How a QuantLinear computes: the C++ integer-dot kernels; the same arithmetic in torch (where
-# the kernels cannot build); or float32 activations times the dequantized weights (tests use it
-# to compare the weights with transformers' exactly).
+# How a QuantLinear computes: the C++ integer-dot kernels (q4 weights repacked once into their
+# interleaved layout, which replaces the Q4_1 rows); the same arithmetic in torch (where the
+# kernels cannot build); or float32 activations times the dequantized weights (tests use it to
+# compare the weights with transformers' exactly).
 MODES = ("native", "reference", "exact")
 # Batch rows from which the weight is dequantized a cache-sized tile at a time and multiplied with
 # the float32 activations by a float32 GEMM (csrc/dequant_gemm.h; the reference mode then skips
@@ -27,6 +35,8 @@ class QuantLinear(nn.Module):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"unknown QuantLinear mode {mode!r}; expected one of {MODES}")
+        if isinstance(weight, Q4Weight) and mode == "native":
+            weight = interleave_q4(weight)
         self.qweight = weight
         self.mode = mode
         if isinstance(weight, Q4Weight):

@@ -4,10 +4,12 @@
 // plus a float scale per block) fall behind a float32 GEMM. So W is dequantized, a tile of rows at a time,
 // into a float32 scratch buffer small enough to stay in cache, and an aten GEMM (MKL / oneDNN)
 // multiplies x with that tile. Dequantizing is ~N*K work against the GEMM's 2*M*N*K flops. The
-// activations stay float32 (no int16 rounding), so this path is the more accurate one. Python
+// activations stay float32 (no int16 rounding), so this path is the more accurate one. q4 weights
+// come in x8 groups (q4_layout.h), put back to Q4_1 rows a group at a time before dequantizing. Python
 // (quant/linear.py) chooses it from the batch size.
 #pragma once
 #include "cpu_level.h"
+#include "q4_layout.h"
 #include "weight_checks.h"
 
 namespace {
@@ -107,15 +109,35 @@ at::Tensor dequant_gemm(const at::Tensor& x_in, int64_t N, int64_t K, Dequant de
   return out;
 }
 
+// Rows [begin, end) of x8 q4 groups (q4_layout.h) as float32 into dst: each group's rows back to
+// Q4_1 rows in a scratch first (the tail rows are Q4_1 already), then `q4_rows` dequantizes them.
+template <typename Q4Rows>
+void x8_rows(const uint8_t* blocks, int64_t N, int64_t K, int64_t begin, int64_t end, float* dst, Q4Rows q4_rows) {
+  const int64_t nb = K / kQ4Block, row_bytes = nb * kQ4BlockBytes;
+  thread_local std::vector<uint8_t> rows;
+  rows.resize(kGroupRows * row_bytes);
+  for (int64_t n = begin; n < end;) {
+    const int64_t first = n / kGroupRows * kGroupRows, stop = std::min(end, first + kGroupRows);
+    const uint8_t* src = blocks + first * row_bytes;
+    if (first + kGroupRows <= N) {
+      deinterleave_group(src, nb, rows.data());
+      src = rows.data();
+    }
+    q4_rows(src, K, n - first, stop - first, dst + (n - begin) * K);
+    n = stop;
+  }
+}
+
 at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t K, int64_t level) {
   check_q4(blocks, K);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  const int64_t N = blocks.size(0);
   const bool simd = resolve_level(level) >= kAvx2;
-  return dequant_gemm(x, blocks.size(0), K, [&](int64_t begin, int64_t end, float* dst) {
+  return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
 #ifdef MSTAR_X86
-    if (simd) return dequant_avx2::q4_rows(bp, K, begin, end, dst);
+    if (simd) return x8_rows(bp, N, K, begin, end, dst, dequant_avx2::q4_rows);
 #endif
-    dequant_scalar::q4_rows(bp, K, begin, end, dst);
+    x8_rows(bp, N, K, begin, end, dst, dequant_scalar::q4_rows);
   });
 }
 

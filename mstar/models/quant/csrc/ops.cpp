@@ -8,7 +8,8 @@
 //
 // q4: GGUF Q4_1 blocks of 20 bytes per 32 weights: fp16 scale d, fp16 minimum m, 16 bytes of
 //     nibbles (byte j holds weight j in its low nibble and weight j + 16 in its high nibble);
-//     weight = q * d + m.
+//     weight = q * d + m; repacked at load so that 8 output rows are interleaved per block
+//     (q4_layout.h): every q4 op here takes that layout, [N, K / 32 * 20] bytes as before.
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
 #include "activation_ops.h"
 #include "common.h"
@@ -24,6 +25,7 @@
 namespace {
 
 constexpr int64_t kRowGrain = 16;  // output rows per parallel work item, at least
+static_assert(kRowGrain % kGroupRows == 0, "work items start at a q4 group");
 
 
 // x quantized per block of 32: (q int16 [M, K], d [M, K / 32], s [M, K / 32]).

@@ -6,16 +6,21 @@
 // level is plain C++ with the same arithmetic, for CPUs without AVX2.
 #pragma once
 #include "cpu_level.h"
+#include "q4_layout.h"
 
 namespace {
 
-// Batches under kQdotMT rows stream W one row at a time (one weight stream at a time reads memory
-// fastest); up to kPanelRows rows, tiles of kQdotMT rows of x times kQdotNT rows of W unpack
-// each weight block once per tile. From kPanelRows rows, 8 rows of W at a time are repacked into
-// an int16 panel in L1 (a pair of adjacent weights of each of the 8 rows per 256-bit word) that
-// every tile of kPanelMT rows of x then multiplies: one int32 vector sums a block's products for
-// 8 outputs, so converting and scaling costs 3 instructions per 8 outputs and block, not per output.
+// q4 weights come in x8 groups (q4_layout.h): under kPanelRows rows of x, tiles of kQ4TileRows rows
+// multiply two groups as stored (one vpmaddwd per activation pair gives 8 outputs' products).
+// int8 weights: batches under kQdotMT rows stream W one row at a time; up to kPanelRows rows, tiles
+// of kQdotMT rows of x times kQdotNT rows of W unpack each weight block once per tile. From
+// kPanelRows rows, 8 rows of W at a time are expanded into an int16 panel in L1 (a pair of adjacent
+// weights of each of the 8 rows per 256-bit word) that every tile of kPanelMT rows of x then
+// multiplies: one int32 vector sums a block's products for 8 outputs, so converting and scaling
+// costs 3 instructions per 8 outputs and block, not per output.
 constexpr int kQdotMT = 4;
+constexpr int kPrefetchBlocks = 8;  // q4: x8 group blocks read ahead
+constexpr int kQ4TileRows = 2;  // q4 under kPanelRows rows: rows of x per tile of two x8 groups
 constexpr int kQdotNT = 2;
 constexpr int kPanelRows = 8;
 constexpr int kPanelMT = 4;    // rows of x per panel tile
@@ -53,19 +58,27 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int16_t* q, float* d, f
 void q4_rows(const Activations& a, const uint8_t* blocks, int64_t n_begin, int64_t n_end, float* out,
              int64_t N) {
   const int64_t nb = a.K / kQ4Block;
-  for (int64_t n = n_begin; n < n_end; ++n)
-    for (int64_t i = 0; i < a.M; ++i) {
-      float total = 0.f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* block = blocks + (n * nb + b) * kQ4BlockBytes;
-        const int16_t* xq = a.q + i * a.K + b * kQ4Block;
-        int dot = 0;
-        for (int j = 0; j < 16; ++j) dot += (block[4 + j] & 0x0F) * xq[j] + (block[4 + j] >> 4) * xq[j + 16];
-        total += half_to_float(block) * a.d[i * nb + b] * static_cast<float>(dot) +
-                 half_to_float(block + 2) * a.s[i * nb + b];
+  for (int64_t n = n_begin; n < n_end; n += kGroupRows) {
+    int rows;
+    const uint8_t* group = group_at(blocks, n, N, nb, &rows);
+    for (int c = 0; c < rows; ++c)
+      for (int64_t i = 0; i < a.M; ++i) {
+        float total = 0.f;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* gb = group + b * kGroupBlockBytes;
+          const int16_t* xq = a.q + i * a.K + b * kQ4Block;
+          int dot = 0;
+          for (int j = 0; j < kGroupChunks; ++j)
+            for (int e = 0; e < 2; ++e) {
+              const int byte = gb[kGroupNibbles + 16 * j + 2 * c + e];
+              dot += (byte & 0x0F) * xq[2 * j + e] + (byte >> 4) * xq[2 * j + e + kQ4Block / 2];
+            }
+          total += half_to_float(gb + 2 * c) * a.d[i * nb + b] * static_cast<float>(dot) +
+                   half_to_float(gb + 2 * kGroupRows + 2 * c) * a.s[i * nb + b];
+        }
+        out[i * N + n + c] = total;
       }
-      out[i * N + n] = total;
-    }
+  }
 }
 
 void int8_rows(const Activations& a, const int8_t* weight, const float* scales, int64_t groups,

@@ -29,27 +29,21 @@ inline void transpose8x8_epi16(const __m128i* r, __m128i* t) {
   }
 }
 
-// Q4_1: byte j of a block holds weights j (low nibble) and j + 16 (high nibble), so the 16-bit word
-// p (bytes 2p, 2p + 1) of each row gives pair p from its low nibbles and pair p + 8 from its high
-// ones: the bytes are transposed as 16-bit words first, then widened (cheaper than widening first).
-void q4_panel(const uint8_t* w, int64_t row_bytes, int rows, int64_t nb, Panel panel) {
-  const __m128i mask = _mm_set1_epi8(0x0F);
+// q4: an x8 group (q4_layout.h) is a panel already, but for its nibbles: chunk j widens to pairs j
+// (low nibbles) and j + 8 (high ones) of the 8 rows.
+void q4_panel(const uint8_t* group, int64_t nb, Panel panel) {
+  const __m256i mask = _mm256_set1_epi16(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    __m128i r[kPanelCols], t[kPanelCols];
-    for (int c = 0; c < kPanelCols; ++c) {
-      const bool real = c < rows;
-      const uint8_t* block = w + c * row_bytes + b * kQ4BlockBytes;
-      r[c] = real ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4)) : _mm_setzero_si128();
-      panel.d[b * kPanelCols + c] = real ? load_half(block) : 0.f;
-      panel.m[b * kPanelCols + c] = real ? load_half(block + 2) : 0.f;
-    }
-    transpose8x8_epi16(r, t);
+    const uint8_t* gb = group + b * kGroupBlockBytes;
+    _mm256_storeu_ps(panel.d + b * kPanelCols, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb))));
+    _mm256_storeu_ps(panel.m + b * kPanelCols,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 2 * kGroupRows))));
     int32_t* dst = panel.w + b * kPairsPerBlock * kPanelCols;
-    for (int p = 0; p < 8; ++p) {
-      const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(t[p], mask));
-      const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(t[p], 4), mask));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p * kPanelCols), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (p + 8) * kPanelCols), hi);
+    for (int j = 0; j < kGroupChunks; ++j) {
+      const __m256i bytes =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kGroupNibbles + 16 * j)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j * kPanelCols), _mm256_and_si256(bytes, mask));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (j + 8) * kPanelCols), _mm256_srli_epi16(bytes, 4));
     }
   }
 }
@@ -71,12 +65,6 @@ void int8_panel(const int8_t* w, const float* scales, int64_t groups, int64_t K,
     for (int c = 0; c < kPanelCols; ++c)
       panel.d[b * kPanelCols + c] = c < rows ? scales[c * groups + b / per_group] : 0.f;
   }
-}
-
-inline __m256i broadcast_pair(const int16_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
 }
 
 // MT rows of x (from row i0) times a panel: 8 outputs per row, to out[i][0..rows).
@@ -107,16 +95,7 @@ void panel_tile(const Activations& a, int64_t i0, const Panel& panel, int rows, 
       if (kMinimum) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(panel.m + b * kPanelCols), _mm256_set1_ps(a.s[r]), acc[i]);
     }
   }
-  for (int i = 0; i < MT; ++i) {
-    float* dst = out + (i0 + i) * ldo;
-    if (rows == kPanelCols) {
-      _mm256_storeu_ps(dst, acc[i]);
-    } else {
-      float tmp[kPanelCols];
-      _mm256_storeu_ps(tmp, acc[i]);
-      std::memcpy(dst, tmp, rows * sizeof(float));
-    }
-  }
+  for (int i = 0; i < MT; ++i) store_outputs(acc[i], rows, out + (i0 + i) * ldo);
 }
 
 // Every row of x times one panel, in tiles of kPanelMT rows, then the tail.
