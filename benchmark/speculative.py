@@ -2,10 +2,11 @@
 
 Workloads: input-grounded (repeat a passage with one change, edit code given in the prompt),
 where prompt lookup finds the continuation in the prompt, and open-ended chat, where it mostly
-does not (the acceptance floor then turns speculation off for the request). Output tokens per
-second at concurrency 1 (requests one after another) and 8 (all at once), greedy, and whether
-the outputs are identical token for token. The engines take turns request group by request
-group, in alternating order, so a shared machine's changing load hits them alike. ``draft`` uses
+does not (the verify gate then holds drafts back where they do not pay, and the acceptance floor
+turns speculation off for the request). Output tokens per second at concurrency 1 (requests one
+after another) and 8 (all at once), greedy, the drafts the gate held back, and whether the
+outputs are identical token for token. The engines take turns request group by request group,
+in alternating order, so a shared machine's changing load hits them alike. ``draft`` uses
 ``--draft-model`` (default: the built-in model itself, which checks correctness and acceptance
 but cannot be faster than the target; pass a smaller same-tokenizer model for speed, or a larger
 ``--model`` target).
@@ -116,15 +117,16 @@ def main() -> None:
               "speculative_draft_model": args.draft_model}
     engines = {method: LLMEngine(WorkerSettings(speculative_method=method, **common))
                for method in ["none", *args.methods]}
-    print("| workload | c | method | tok/s | none tok/s | speed-up | acceptance | identical |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | c | method | tok/s | none tok/s | speed-up | acceptance | held back "
+          "| identical |")
+    print("|---|---|---|---|---|---|---|---|---|")
     workloads = {"grounded": ("input-grounded", GROUNDED), "chat": ("open-ended chat", CHAT)}
     chosen = workloads.values() if args.workload == "all" else [workloads[args.workload]]
     for name, texts in chosen:
         for concurrency in args.concurrency:
             batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
             stats = {m: engines[m].speculation.stats for m in args.methods}
-            before = {m: (s.proposed, s.accepted) for m, s in stats.items()}
+            before = {m: (s.proposed, s.accepted, s.held) for m, s in stats.items()}
             results = compare(engines, batch, args.max_tokens, concurrency)
             base, want = results["none"]
             for method in args.methods:
@@ -132,8 +134,9 @@ def main() -> None:
                 proposed = stats[method].proposed - before[method][0]
                 accepted = stats[method].accepted - before[method][1]
                 rate = accepted / proposed if proposed else 0.0
+                held = stats[method].held - before[method][2]
                 print(f"| {name} | {concurrency} | {method} | {fast:.1f} | {base:.1f} | "
-                      f"{fast / base:.2f}x | {rate:.0%} of {proposed} | {got == want} |",
+                      f"{fast / base:.2f}x | {rate:.0%} of {proposed} | {held} | {got == want} |",
                       flush=True)
     for engine in engines.values():
         engine.shutdown()

@@ -7,7 +7,8 @@ immutable ``SchedulerOutput`` to ``ModelRunner.execute``, which returns a ``Runn
 - **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``, and ``auto`` on CPU or with speculative
   decoding on): schedule -> execute -> postprocess, all on the calling thread. Speculative
   decoding (``mstar.engine.speculative``) runs only here: a forward that verifies draft tokens
-  is timed as the "verify" phase, the proposals as "propose".
+  is timed as the "verify" phase, the proposals as "propose", and each step's duration (without
+  the proposals) goes to the speculation's verify gate, which learns from it what a token costs.
 - **Overlapped**: the forward of step N runs on a forward thread. ``step()`` returns with a step in
   flight, so the caller (a worker taking messages, say) works while the model runs. The next
   ``step()`` schedules N+1 from values while N runs (``schedule(after=N)``), waits for N, launches
@@ -121,6 +122,9 @@ class StepLoop:
             spec.stats.verify_s += time.perf_counter() - forward_start
         with self.timer.phase("postprocess"):
             outputs = self.postprocess(out, result)
+        if spec is not None:  # the verify gate learns what a step of this many tokens costs
+            spec.gate.observe_step(out.num_tokens, time.perf_counter() - start
+                                   - (spec.stats.propose_s - proposing))
         self.policy.launched(continuation=False)
         self._end_iteration(start, len(out))
         return outputs

@@ -11,6 +11,7 @@ import pytest
 
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 
+pytestmark = pytest.mark.usefixtures("every_draft_verified")  # the gate: test_speculative_gate.py
 NGRAM = {"speculative_method": "ngram", "num_speculative_tokens": 4,
          "speculative_min_acceptance": 0.0, "kv_block_size": 4, "num_kv_blocks": 256}
 TEXTS = ["one two three four five six seven. one two three four five six seven. one two three",

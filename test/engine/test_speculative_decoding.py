@@ -16,6 +16,7 @@ from mstar.engine.speculative.ngram import NgramIndex
 from mstar.engine.speculative.speculation import Speculation
 from mstar.engine.speculative.verify import accept
 
+pytestmark = pytest.mark.usefixtures("every_draft_verified")  # the gate: test_speculative_gate.py
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3", "phi3_longrope", "olmo2",
             "smollm3", "qwen3_moe")  # and qwen3_5: test_hybrid_model_rolls_back_its_state
 MAX_NEW = 24

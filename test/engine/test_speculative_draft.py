@@ -17,6 +17,7 @@ from mstar.engine.request.sampling_params import SamplingParams
 from mstar.settings import WorkerSettings
 from mstar.settings.checks.speculative_checks import speculation_off_reason
 
+pytestmark = pytest.mark.usefixtures("every_draft_verified")  # the gate: test_speculative_gate.py
 BLOCKS = 64
 
 

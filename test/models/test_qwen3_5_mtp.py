@@ -13,6 +13,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+pytestmark = pytest.mark.usefixtures("every_draft_verified")  # the gate: test_speculative_gate.py
+
 
 @pytest.fixture(scope="module")
 def mtp_model_dir(tiny_model_dir, tmp_path_factory):

@@ -123,15 +123,32 @@ class Scheduler:
             n = image_run_cut(seq, start, n)
         return encoder_cut(seq, start, n, encoder, encoder == self.max_encoder_tokens)
 
-    def _drafts(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
-        """Draft tokens for a decoding row (one token to compute) when speculative decoding is
-        on (serial loop only: a continuation step assumes one token per row), trimmed to the
-        budget and free blocks. A hybrid model's row that recomputes after a rejection has more
-        tokens and proposes none, so its state catches up before the next verify."""
-        spec = self.speculation
-        if not self._speculating() or n != 1:
-            return ()
-        drafts = spec.propose(seq)[: budget - n]
+    def _planned_drafts(self) -> dict[int, tuple[int, ...]]:
+        """The step's draft tokens by request, when speculative decoding is on (serial loop
+        only: a continuation step assumes one token per row): proposed for the running requests
+        that decode (one token to compute) and gated for a step of the running requests' tokens.
+        A hybrid model's row that recomputes after a rejection has more tokens and proposes
+        none, so its state catches up before the next verify."""
+        if not self._speculating():
+            return {}
+        budget, tokens, outputs = self.max_num_batched_tokens, 0, 0
+        decoding = []
+        for seq in self.running:
+            left = len(seq) - seq.num_computed_tokens
+            n = min(left, budget - tokens)
+            if n <= 0:
+                break
+            tokens += n
+            outputs += n == left
+            if left == 1:
+                decoding.append(seq)
+        return self.speculation.plan(decoding, tokens, outputs)
+
+    def _drafts(self, seq: Sequence, n: int, budget: int,
+                planned: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+        """A decoding row's planned drafts, trimmed to the budget; none when its blocks do not
+        fit them."""
+        drafts = planned.get(seq.seq_no, ())[: budget - n] if n == 1 else ()
         if drafts and not self.block_manager.can_grow_to(seq.seq_no, len(seq) + len(drafts)):
             return ()
         return drafts
@@ -143,8 +160,7 @@ class Scheduler:
     def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest]]:
         assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
         bm = self.block_manager
-        if self._speculating():  # a draft model proposes for every decoding request at once
-            self.speculation.prepare(s for s in self.running if len(s) - s.num_computed_tokens == 1)
+        planned = self._planned_drafts()
         rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
         encoder = self.max_encoder_tokens
@@ -167,7 +183,7 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                drafts = self._drafts(seq, n, budget)
+                drafts = self._drafts(seq, n, budget, planned)
                 rows.append(self._row(seq, n, bm.grow_to(seq.seq_no, total + len(drafts)),
                                       drafts))
                 budget -= n + len(drafts)

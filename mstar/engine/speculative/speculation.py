@@ -14,17 +14,20 @@ as without speculation:
 - a verify that accepts nothing pauses the request's proposals for 1, 3, 7, ... steps (doubling
   with each consecutive miss, at most ``MAX_PAUSE``), reset by an accepted draft;
 - a request stops speculating for good when its accepted share of its drafts falls below
-  ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE`` (after ``FLOOR_AFTER_ROUNDS * k`` proposed).
+  ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE`` (after ``FLOOR_AFTER_ROUNDS * k`` proposed);
+- each step, the verify gate (``gate``) keeps only the drafts whose expected tokens pay for the
+  positions they add at this step's size on this machine: the floor that weighs the batch size.
+  A request's chance of a draft being accepted is its history's (``_Tally.acceptance``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mstar.engine.request.sequence import Sequence
+from mstar.engine.speculative.gate import VerifyGate, worth
 from mstar.engine.speculative.ngram import NgramIndex
 from mstar.settings import WorkerSettings
 
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 
 FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
 MAX_PAUSE = 31  # the most steps a request skips proposing after consecutive misses
+PRIOR_ACCEPTANCE = 0.8  # a request's chance of a draft being accepted before it has history...
+PRIOR_WEIGHT = 2.0  # ...counted as this many drafts (hopeful: a new request gets to try)
 
 
 @dataclass
@@ -45,6 +50,7 @@ class SpeculationStats:
     accepted: int = 0
     steps: int = 0  # rows that verified drafts
     stopped: int = 0  # requests turned off by the acceptance floor
+    held: int = 0  # drafts the verify gate did not verify (or have drafted)
     propose_s: float = 0.0  # proposing drafts
     verify_s: float = 0.0  # the forwards (and sampling) of steps that verified drafts
 
@@ -61,6 +67,7 @@ class _Tally:
     length: int  # drafts to propose next (at most k)
     proposed: int = 0
     accepted: int = 0
+    rejected: int = 0  # verifies that rejected a draft
     misses: int = 0  # consecutive verifies that accepted nothing
     pause: int = 0  # steps left without proposals
     off: bool = False
@@ -68,9 +75,17 @@ class _Tally:
     def verified(self, proposed: int, accepted: int, k: int) -> None:
         self.proposed += proposed
         self.accepted += accepted
+        self.rejected += accepted < proposed
         self.length = min(k, 2 * self.length if accepted == proposed else accepted + 1)
         self.misses = 0 if accepted else self.misses + 1
         self.pause = min(MAX_PAUSE, 2**self.misses - 1)
+
+    def acceptance(self) -> float:
+        """The chance that a draft is accepted given the ones before it were: of the drafts
+        verified after accepted ones (each verify's accepted run plus its first rejected draft),
+        the accepted share, with the prior added."""
+        return ((self.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT)
+                / (self.accepted + self.rejected + PRIOR_WEIGHT))
 
 
 @dataclass
@@ -84,8 +99,8 @@ class Speculation:
     draft: DraftModel | None = None  # the draft proposer's model
     mtp: MtpProposer | None = None  # the MTP proposer (neither: n-gram)
     stats: SpeculationStats = field(init=False)
+    gate: VerifyGate = field(default_factory=VerifyGate)
     tallies: dict[int, _Tally] = field(default_factory=dict)
-    pending: dict[int, tuple[int, ...]] = field(default_factory=dict)  # prepared drafts
 
     def __post_init__(self) -> None:
         self.stats = SpeculationStats(self.method)
@@ -105,34 +120,71 @@ class Speculation:
         return 0 if tally.off else min(tally.length,
                                        seq.params.max_tokens - seq.num_output_tokens - 1)
 
-    def prepare(self, seqs: Iterable[Sequence]) -> None:
-        """The draft proposer: run the draft model once for the step's decoding requests (a
-        batch), so ``propose`` hands each its share. A request with images gets none (the
-        draft model is text-only)."""
-        if self.draft is None:
-            return
-        wants = [(seq, room) for seq in seqs
-                 if not seq.images and not (tally := self._tally(seq.seq_no)).pause
-                 and (room := self._room(seq, tally)) > 0]
-        start = time.perf_counter()
-        self.pending = self.draft.propose(wants) if wants else {}
-        self.stats.propose_s += time.perf_counter() - start
+    def plan(self, seqs: list[Sequence], step_tokens: int, step_outputs: int
+             ) -> dict[int, tuple[int, ...]]:
+        """Drafts for the step's decoding requests ``seqs`` (one token left to compute each), as
+        many as the gate admits for a step that without drafts computes ``step_tokens`` tokens
+        and samples ``step_outputs``; by request number, none for a request without drafts.
+        The draft model drafts only what the gate admits (one batched run; nothing for a
+        request with images: the draft model is text-only); the other proposers propose first."""
+        if self.draft is not None:
+            wants = [(seq, room) for seq in seqs if not seq.images and (room := self._wants(seq))]
+            lengths = self._gate([seq for seq, _ in wants], [room for _, room in wants],
+                                 step_tokens, step_outputs)
+            wants = [(seq, n) for (seq, _), n in zip(wants, lengths, strict=True) if n]
+            start = time.perf_counter()
+            drafts = self.draft.propose(wants) if wants else {}
+            took = time.perf_counter() - start
+            self.stats.propose_s += took
+            self.gate.observe_drafts(sum(map(len, drafts.values())), took)
+            return drafts
+        proposals = [(seq, drafts) for seq in seqs if (drafts := self.propose(seq))]
+        lengths = self._gate([seq for seq, _ in proposals], [len(d) for _, d in proposals],
+                             step_tokens, step_outputs)
+        return {seq.seq_no: drafts[:n]
+                for (seq, drafts), n in zip(proposals, lengths, strict=True) if n}
 
-    def propose(self, seq: Sequence) -> tuple[int, ...]:
-        """Draft tokens for ``seq``'s next step (it decodes: one token left to compute)."""
+    def _gate(self, seqs: list[Sequence], most: list[int], step_tokens: int,
+              step_outputs: int) -> list[int]:
+        """The gate's draft lengths for ``seqs`` (at most ``most``). A seeded sampled request
+        verifies all of its drafts, in the step's tokens before the gate weighs the others: its
+        generator draws once per verified position, so what it emits must not depend on the
+        gate's timings (it is reproducible run to run)."""
+        lengths = list(most)
+        acceptance = [self._tally(seq.seq_no).acceptance() for seq in seqs]
+        gated = [i for i, seq in enumerate(seqs) if seq.generator is None or seq.params.greedy]
+        pinned = [i for i, seq in enumerate(seqs) if i not in gated]
+        chosen = self.gate.lengths([acceptance[i] for i in gated], [most[i] for i in gated],
+                                   step_tokens + sum(most[i] for i in pinned),
+                                   step_outputs + sum(worth(acceptance[i], most[i])
+                                                      for i in pinned))
+        for i, n in zip(gated, chosen, strict=True):
+            lengths[i] = n
+        self.stats.held += sum(most) - sum(lengths)
+        return lengths
+
+    def _wants(self, seq: Sequence) -> int:
+        """How many drafts ``seq`` may verify this step: its room, 0 while paused (a step of
+        the pause passes)."""
         tally = self._tally(seq.seq_no)
         room = self._room(seq, tally)
         if room <= 0:
-            return ()
+            return 0
         if tally.pause:
             tally.pause -= 1
+            return 0
+        return room
+
+    def propose(self, seq: Sequence) -> tuple[int, ...]:
+        """The n-gram or MTP proposer's drafts for ``seq``'s next step (it decodes: one token
+        left to compute)."""
+        room = self._wants(seq)
+        if not room:
             return ()
-        if self.draft is not None:
-            return self.pending.pop(seq.seq_no, ())[:room]
         if self.mtp is not None:  # made by the last forward: one draft
             return self.mtp.propose(seq)
         start = time.perf_counter()
-        drafts = tally.index.propose(seq.token_ids, room)
+        drafts = self._tally(seq.seq_no).index.propose(seq.token_ids, room)
         self.stats.propose_s += time.perf_counter() - start
         return tuple(drafts)
 

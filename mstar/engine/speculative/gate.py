@@ -1,0 +1,78 @@
+"""The verify gate: which rows of a step verify their drafts, and how many, so that speculation
+never lowers a step's expected output tokens per second (the acceptance floor that weighs the
+batch size).
+
+A draft position is worth its chance of being emitted: the row's ``j``-th draft counts only when
+drafts ``1 .. j`` are all accepted, ``p ** j`` for a row whose drafts are each accepted with
+probability ``p`` (its history, ``Speculation``). It costs what one more token adds to the step
+(``StepCost``, measured on this machine at this step's size) plus, for a draft model, what
+drafting one token costs. The gate admits positions best first while each one's worth per second
+is above the step's expected rate so far: every admitted position raises the rate, so the chosen
+set never runs slower than decoding without drafts. At one stream a position is nearly free
+beside a step's fixed cost, so nearly every draft passes; in a CPU batch a position costs about
+what a row does, and drafts that are accepted half the time do not.
+
+Owned by the scheduler's thread: the step loop reports each serial step's duration with
+``observe_step`` (the speculation's own thread; the overlapped loop never speculates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mstar.engine.speculative.step_cost import StepCost
+
+DRAFT_COST_MEMORY = 16  # proposals after which the draft cost is an exponential average
+
+
+def worth(acceptance: float, drafts: int) -> float:
+    """The tokens ``drafts`` drafts are expected to add, each accepted with probability
+    ``acceptance`` (after the ones before it)."""
+    return sum(acceptance**j for j in range(1, drafts + 1))
+
+
+def admit(acceptance: Sequence[float], most: Sequence[int], outputs: float, seconds: float,
+          per_position: float) -> list[int]:
+    """How many drafts each row verifies (at most ``most[i]``; row ``i``'s drafts are each
+    accepted with probability ``acceptance[i]``) in a step that without drafts emits ``outputs``
+    tokens in ``seconds``, where each draft position adds ``per_position`` seconds."""
+    positions = sorted(((p**j, i, j) for i, (p, m) in enumerate(zip(acceptance, most, strict=True))
+                        for j in range(1, m + 1)), key=lambda g: (-g[0], g[1], g[2]))
+    lengths = [0] * len(most)
+    for gain, i, _ in positions:  # each row's positions in order: the gain falls with j
+        if gain * seconds <= outputs * per_position:  # gain/cost <= rate: later ones too
+            break
+        lengths[i] += 1
+        outputs += gain
+        seconds += per_position
+    return lengths
+
+
+class VerifyGate:
+    def __init__(self) -> None:
+        self.cost = StepCost()
+        self.draft_s = 0.0  # seconds to draft one token (the draft model), 0 until measured
+        self.draft_runs = 0
+
+    def observe_step(self, tokens: int, seconds: float) -> None:
+        """A serial step computed ``tokens`` tokens (drafts included) in ``seconds`` (proposing
+        excluded)."""
+        self.cost.observe(tokens, seconds)
+
+    def observe_drafts(self, drafts: int, seconds: float) -> None:
+        """The draft model drafted ``drafts`` tokens in ``seconds``."""
+        if drafts:
+            self.draft_runs += 1
+            self.draft_s += (seconds / drafts - self.draft_s) / min(self.draft_runs,
+                                                                    DRAFT_COST_MEMORY)
+
+    def lengths(self, acceptance: Sequence[float], most: Sequence[int], step_tokens: int,
+                step_outputs: float) -> list[int]:
+        """Drafts each candidate row verifies in a step that, without drafts, computes
+        ``step_tokens`` tokens and emits ``step_outputs`` tokens (expected). Before two step sizes were
+        measured, all of them (the steps that follow measure the cost)."""
+        line = self.cost.near(step_tokens)
+        if line is None:
+            return list(most)
+        return admit(acceptance, most, step_outputs, line.seconds,
+                     line.per_token + self.draft_s)
