@@ -158,7 +158,7 @@ class LlamaModel(nn.Module):
         layers = self.layers
         if not (self.native_ops and getattr(attn_metadata, "native_decode_only", False)
                 and self.norm.native_ops and type(self.norm) is RMSNorm
-                and all(layer.native_ops for layer in layers)):
+                and all(isinstance(layer, DecoderLayer) and layer.native_ops for layer in layers)):
             return None
         stack = self._decode_stack
         if stack is None or (stack and not stack.current()):
