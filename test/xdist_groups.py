@@ -6,6 +6,10 @@ test/conftest.py) run on the same worker, so that server starts once too. Those 
 longest, so they are queued first. xdist's own ``--dist loadgroup`` cannot do this on pytest 9
 (it renames node ids, which pytest 9 no longer allows), and its controller sees node ids only:
 a module's group is read from its source (a test that uses a fixture names it).
+
+After the groups, the queue is test/cpu-core.txt's order: the modules longest first (as measured
+by ``--durations=0`` on a full run), so the two workers run out of work at about the same time.
+A new module goes where its duration puts it.
 """
 
 from __future__ import annotations

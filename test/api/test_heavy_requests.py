@@ -5,7 +5,7 @@ idle latency, or within ``FLOOR_S`` of it: an absolute floor, so that a CI machi
 are shared with other jobs does not fail the test on scheduling noise (a stalled event loop costs
 seconds, far above it; and a probe slower than its bound is tried again, up to 3 times, since a
 stall repeats and noise does not). Then the heavy request gets its answer: a 4xx naming the field
-(the 40 MB /tokenize prompt: a 413 from MSTAR_MAX_PROMPT_CHARS, before any tokenizing). An 8 MB
+(the 40 MB /tokenize prompt: a 413 from MSTAR_MAX_PROMPT_CHARS, before any tokenizing). A 4 MB
 /tokenize prompt, within the bound, gets its 200 with every token string, and stalls no one either:
 its token strings and JSON encoding run off the event loop.
 
@@ -76,7 +76,7 @@ HEAVY = {  # name: (path, body, the field the 4xx names; None: a 200)
     "stop-200k": ("/v1/chat/completions", _chat_body(stop=[f"s{i}" for i in range(200_000)]),
                   "stop"),
     "tokenize-40mb": ("/tokenize", _tokenize_body(40), "prompt"),  # over MSTAR_MAX_PROMPT_CHARS
-    "tokenize-8mb": ("/tokenize", _tokenize_body(8), None),  # within it: a 200
+    "tokenize-4mb": ("/tokenize", _tokenize_body(4), None),  # within it: a 200
 }
 
 

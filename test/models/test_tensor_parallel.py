@@ -19,21 +19,18 @@ from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 from mstar.models.families.parallel import check_divisible
 from mstar.settings import WorkerSettings
-from mstar.settings.schema import BUILTIN_MODEL
 
 MAX_NEW = 24
 RANK_TIMEOUT_S = 240
 PROMPTS = ["The quick brown fox", "Paris is the capital of", "def add(a, b):"]
 
 
-def _requests(tokenizer, constrained: bool) -> dict:
+def _requests(tokenizer) -> dict:
     greedy = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     sampled = SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=MAX_NEW,
                              ignore_eos=True)
     reqs = {f"greedy{i}": (tokenizer.encode(p), greedy) for i, p in enumerate(PROMPTS)}
     reqs["sampled"] = (tokenizer.encode(PROMPTS[0]), sampled)
-    if not constrained:
-        return reqs
     # Every rank must mask and penalise alike: a grammar and penalties, sampled.
     reqs["constrained"] = (tokenizer.encode(PROMPTS[1]), SamplingParams(
         temperature=0.8, seed=3, max_tokens=MAX_NEW, presence_penalty=0.5, frequency_penalty=0.3,
@@ -54,9 +51,7 @@ def _generate(settings: WorkerSettings, parallel=None) -> dict:
         return out
 
     model.compute_logits = recording
-    # The tiny models also run a constrained request. The built-in model's batch stays as it was:
-    # with one more row its worst logit difference, TP=3 against one process, is 1.3e-4.
-    requests = _requests(engine.tokenizer, constrained=settings.model != BUILTIN_MODEL)
+    requests = _requests(engine.tokenizer)
     tokens = {rid: [] for rid in requests}
     for rid, (ids, params) in requests.items():
         engine.add_request(rid, ids, params)
@@ -106,8 +101,7 @@ def _assert_group_matches_single(settings: WorkerSettings, tmp_path: Path) -> No
     assert ranks[0]["tokens"] == single["tokens"]
     # The constrained request may end early: its grammar allows EOS once it matched.
     assert all(len(t) == MAX_NEW for rid, t in single["tokens"].items() if rid != "constrained")
-    if "constrained" in single["tokens"]:
-        assert single["tokens"]["constrained"]
+    assert single["tokens"]["constrained"]
     assert len(ranks[0]["logits"]) == len(single["logits"])
     # float32 rounding only: the ranks' partial sums are all-reduced in another order than one
     # process adds them; over the built-in model's 30 layers that reaches ~1e-4 near zero logits.
@@ -125,10 +119,21 @@ def test_tp2_matches_tp1_on_tiny_models(tiny_model_dir, family, tmp_path):
     _assert_group_matches_single(_settings(tiny_model_dir(family), 2), tmp_path)
 
 
-def test_tp3_matches_tp1_on_builtin_model(builtin_cache_dir, tmp_path):
-    """9 attention heads and 3 KV heads: 3 ranks of 3 heads, one KV head each."""
-    settings = _settings(BUILTIN_MODEL, 3, cache_dir=builtin_cache_dir)
-    _assert_group_matches_single(settings, tmp_path)
+def test_tp3_matches_tp1_on_the_builtin_models_head_layout(tiny_tokenizer, tmp_path):
+    """The built-in model's 9 attention heads and 3 KV heads (tied embeddings): 3 ranks of 3
+    heads, one KV head each; a tiny random model of that layout, so the 3 ranks load in seconds."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(9)
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=72, intermediate_size=96,
+                         num_hidden_layers=3, num_attention_heads=9, num_key_value_heads=3,
+                         max_position_embeddings=512, tie_word_embeddings=True,
+                         eos_token_id=tiny_tokenizer.eos_token_id, initializer_range=0.1,
+                         bos_token_id=tiny_tokenizer.bos_token_id)
+    model_dir = tmp_path / "model"
+    LlamaForCausalLM(config).save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    _assert_group_matches_single(_settings(model_dir, 3), tmp_path)
 
 
 def test_size_that_does_not_divide_the_heads_names_the_numbers():
