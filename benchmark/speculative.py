@@ -12,7 +12,8 @@ but cannot be faster than the target; pass a smaller same-tokenizer model for sp
 ``--model`` target).
 
     python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
-        [--concurrency 1 8] [--methods ngram draft] [--model builtin] [--draft-model builtin]
+        [--concurrency 1 8] [--rounds 1] [--methods ngram draft] [--model builtin]
+        [--draft-model builtin]
 """
 
 from __future__ import annotations
@@ -82,13 +83,15 @@ def run_group(engine: LLMEngine, batch: list[list[int]], ids: range, max_tokens:
 
 
 def compare(engines: dict[str, LLMEngine], batch: list[list[int]], max_tokens: int,
-            concurrency: int) -> dict[str, tuple[float, list[list[int]]]]:
-    """Per engine: output tokens per second and each request's tokens. The engines take turns
-    group by group, the order flipped every group, so a machine's drift hits both alike."""
+            concurrency: int, rounds: int) -> dict[str, tuple[float, list[list[int]]]]:
+    """Per engine: output tokens per second over ``rounds`` runs of the batch, and each request's
+    tokens. The engines take turns group by group, the order flipped every group, so a machine's
+    drift hits both alike."""
     seconds = dict.fromkeys(engines, 0.0)
     tokens: dict[str, dict[int, list[int]]] = {name: {} for name in engines}
-    for g, first in enumerate(range(0, len(batch), concurrency)):
-        ids = range(first, min(first + concurrency, len(batch)))
+    groups = [range(first, min(first + concurrency, len(batch)))
+              for first in range(0, len(batch), concurrency)] * rounds
+    for g, ids in enumerate(groups):
         for name in (list(engines) if g % 2 == 0 else list(engines)[::-1]):
             took, got = run_group(engines[name], batch, ids, max_tokens)
             seconds[name] += took
@@ -96,7 +99,7 @@ def compare(engines: dict[str, LLMEngine], batch: list[list[int]], max_tokens: i
     out = {}
     for name in engines:
         ordered = [tokens[name][i] for i in range(len(batch))]
-        out[name] = (sum(map(len, ordered)) / seconds[name], ordered)
+        out[name] = (rounds * sum(map(len, ordered)) / seconds[name], ordered)
     return out
 
 
@@ -106,6 +109,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--workload", choices=["all", "grounded", "chat"], default="all")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each batch per engine, summed (a c=8 batch is one group)")
     parser.add_argument("--methods", nargs="+", choices=["ngram", "draft"],
                         default=["ngram", "draft"])
     parser.add_argument("--model", default=BUILTIN_MODEL, help="the target model")
@@ -127,7 +132,7 @@ def main() -> None:
             batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
             stats = {m: engines[m].speculation.stats for m in args.methods}
             before = {m: (s.proposed, s.accepted, s.held) for m, s in stats.items()}
-            results = compare(engines, batch, args.max_tokens, concurrency)
+            results = compare(engines, batch, args.max_tokens, concurrency, args.rounds)
             base, want = results["none"]
             for method in args.methods:
                 fast, got = results[method]

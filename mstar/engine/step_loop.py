@@ -124,7 +124,7 @@ class StepLoop:
             outputs = self.postprocess(out, result)
         if spec is not None:  # the verify gate learns what a step of this many tokens costs
             spec.gate.observe_step(out.num_tokens, time.perf_counter() - start
-                                   - (spec.stats.propose_s - proposing))
+                                   - (spec.stats.propose_s - proposing), verifies)
         self.policy.launched(continuation=False)
         self._end_iteration(start, len(out))
         return outputs

@@ -50,6 +50,23 @@ def test_one_stream_verifies_what_a_batch_holds_back():
     assert gate.lengths([0.6] * 8, [4] * 8, step_tokens=8, step_outputs=8) == [0] * 8
 
 
+def test_verify_steps_dearer_than_plain_ones_hold_the_drafts_back():
+    """Nearly free positions, but a step that verifies costs twice what a plain one of as many
+    tokens (on CPU the plain decode step takes the one-call decoder stack): chat drafts at 8
+    rows do not pay; at one stream grounded drafts still do."""
+    gate = VerifyGate()
+    for tokens in range(1, 41):
+        gate.observe_step(tokens, 0.070 + 0.0005 * tokens)
+        gate.observe_step(tokens, 2 * (0.070 + 0.0005 * tokens), verified=True)
+    assert gate.lengths(CHAT, [4] * 8, step_tokens=8, step_outputs=8) == [0] * 8
+    assert gate.lengths([0.85], [4], step_tokens=1, step_outputs=1) == [4]
+    same = VerifyGate()
+    for tokens in range(1, 41):
+        same.observe_step(tokens, 0.070 + 0.0005 * tokens)
+        same.observe_step(tokens, 0.070 + 0.0005 * tokens, verified=True)
+    assert min(same.lengths(CHAT, [4] * 8, step_tokens=8, step_outputs=8)) >= 3
+
+
 def test_a_draft_models_cost_counts():
     gate = _gate(lambda tokens: 0.070 + 0.0005 * tokens)
     gate.observe_drafts(2, 0.4)  # 0.2 s a draft: more than a step

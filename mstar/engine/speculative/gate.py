@@ -12,6 +12,11 @@ set never runs slower than decoding without drafts. At one stream a position is 
 beside a step's fixed cost, so nearly every draft passes; in a CPU batch a position costs about
 what a row does, and drafts that are accepted half the time do not.
 
+A step that verifies drafts may also cost more than a plain step of as many tokens: on CPU a
+decode-only step runs the whole decoder stack in one native call, a verify step the general path.
+So the gate also times the two kinds apart (``plain``, ``verifying``) and drops a step's drafts
+when their expected rate, at the verify steps' cost, is not above the plain step's rate.
+
 Owned by the scheduler's thread: the step loop reports each serial step's duration with
 ``observe_step`` (the speculation's own thread; the overlapped loop never speculates).
 """
@@ -50,14 +55,17 @@ def admit(acceptance: Sequence[float], most: Sequence[int], outputs: float, seco
 
 class VerifyGate:
     def __init__(self) -> None:
-        self.cost = StepCost()
+        self.cost = StepCost()  # every step: the cost of one more position
+        self.plain = StepCost()  # steps that verified no draft
+        self.verifying = StepCost()  # steps that verified drafts
         self.draft_s = 0.0  # seconds to draft one token (the draft model), 0 until measured
         self.draft_runs = 0
 
-    def observe_step(self, tokens: int, seconds: float) -> None:
+    def observe_step(self, tokens: int, seconds: float, verified: bool = False) -> None:
         """A serial step computed ``tokens`` tokens (drafts included) in ``seconds`` (proposing
-        excluded)."""
+        excluded); ``verified``: it verified drafts."""
         self.cost.observe(tokens, seconds)
+        (self.verifying if verified else self.plain).observe(tokens, seconds)
 
     def observe_drafts(self, drafts: int, seconds: float) -> None:
         """The draft model drafted ``drafts`` tokens in ``seconds``."""
@@ -74,5 +82,20 @@ class VerifyGate:
         line = self.cost.near(step_tokens)
         if line is None:
             return list(most)
-        return admit(acceptance, most, step_outputs, line.seconds,
-                     line.per_token + self.draft_s)
+        lengths = admit(acceptance, most, step_outputs, line.seconds,
+                        line.per_token + self.draft_s)
+        return lengths if self._pays(acceptance, lengths, step_tokens, step_outputs) \
+            else [0] * len(most)
+
+    def _pays(self, acceptance: Sequence[float], lengths: list[int], step_tokens: int,
+              step_outputs: float) -> bool:
+        """The admitted drafts' expected rate at the verify steps' measured cost is above the
+        plain step's (True while either kind is unmeasured near this size)."""
+        drafts = sum(lengths)
+        plain = self.plain.near(step_tokens)
+        verifying = self.verifying.near(step_tokens + drafts)
+        if not drafts or plain is None or verifying is None:
+            return True
+        gain = sum(map(worth, acceptance, lengths))
+        with_drafts = verifying.seconds + self.draft_s * drafts
+        return (step_outputs + gain) / with_drafts > step_outputs / plain.seconds
