@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from test_fused_ops import native  # noqa: F401 (autouse: builds the kernels, skips without AVX2)
 
 from mstar.engine.attention.inputs import AttentionInputs
-from mstar.engine.attention.torch_backend import TorchAttentionBackend
+from mstar.engine.attention.torch_backend import TOKEN_ROWS_MAX_QUERY, TorchAttentionBackend
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.families import llama
 from mstar.models.layers import fused_ops
@@ -93,36 +93,49 @@ def test_op_reads_odd_head_dims(dim):
                                **TOLERANCE[torch.float32])
 
 
-def backend_attend(use_native: bool, q, k, v, cache, tables, contexts, prefill: int, dtype, window):
-    """The backend's attend over decode rows (contexts) plus one fresh prefill chunk."""
+def backend_attend(use_native: bool, q, k, v, cache, tables, contexts, chunks, dtype, window):
+    """The backend's attend over decode rows (contexts) plus chunks (query len, context len):
+    the last ``query len`` positions of a context of ``context len``, the rest already cached."""
     backend = TorchAttentionBackend()
     backend.use_native = use_native
     backend.kv_cache_shape(BLOCKS, BLOCK, cache.shape[1], DIM)
     nd = len(contexts)
-    slots = [int(tables[s, (n - 1) // BLOCK]) * BLOCK + (n - 1) % BLOCK for s, n in enumerate(contexts)]
-    prefill_table = tables[-1:]
-    slots += [int(prefill_table[0, i // BLOCK]) * BLOCK + i % BLOCK for i in range(prefill)]
+    rows = [(1, n) for n in contexts] + chunks
+    slots = [int(tables[s, p // BLOCK]) * BLOCK + p % BLOCK
+             for s, (q_len, ctx) in enumerate(rows) for p in range(ctx - q_len, ctx)]
+    ctxs = [ctx for _, ctx in rows]
     inputs = AttentionInputs(
-        slot_mapping=torch.tensor(slots), block_tables=tables,
-        context_lens=torch.tensor([*contexts, prefill]),
-        query_lens=[1] * nd + [prefill], context_lens_list=[*contexts, prefill], num_decodes=nd,
-        block_size=BLOCK, dtype=dtype, seq_keys=list(range(nd + 1)))
+        slot_mapping=torch.tensor(slots), block_tables=tables, context_lens=torch.tensor(ctxs),
+        query_lens=[q_len for q_len, _ in rows], context_lens_list=ctxs, num_decodes=nd,
+        block_size=BLOCK, dtype=dtype, seq_keys=list(range(len(rows))))
     meta = backend.build(inputs)
     meta.begin_forward()
     cache = cache.clone()
-    return meta.attend(q, k, v, cache, window, None), cache
+    return meta.attend(q, k, v, cache, window, None), cache, meta
+
+
+# Chunks (query len, context len): a fresh prompt, speculative verify rows (the last token and
+# its drafts over a cached context, one of them across a block boundary), and a chunk too long
+# to attend as decode rows next to one short enough.
+CHUNKS = [[(7, 7)], [(5, 2 * BLOCK + 3), (3, BLOCK + 1)],
+          [(TOKEN_ROWS_MAX_QUERY + 1, 3 * BLOCK), (2, 9)]]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", [None, BLOCK])
-def test_backend_decode_rows_native_equal_the_torch_path(dtype, window):
-    contexts, prefill = [BLOCK, 2 * BLOCK + 1, 5, 4 * BLOCK - 1], 7
-    cache, tables = paged([*contexts, prefill], 3, dtype, seed=1)
-    tokens = len(contexts) + prefill
+@pytest.mark.parametrize("chunks", CHUNKS)
+def test_backend_decode_rows_native_equal_the_torch_path(dtype, window, chunks):
+    """Natively, short chunks attend as decode rows (the step stays decode-only, so a model may
+    run its whole stack in one call); the torch path attends them by SDPA over their pages."""
+    contexts = [BLOCK, 2 * BLOCK + 1, 5, 4 * BLOCK - 1]
+    cache, tables = paged([*contexts, *(ctx for _, ctx in chunks)], 3, dtype, seed=1)
+    tokens = len(contexts) + sum(q_len for q_len, _ in chunks)
     q, k, v = (torch.randn(tokens, h, DIM).to(dtype) for h in (9, 3, 3))
-    got, got_cache = backend_attend(True, q, k, v, cache, tables, contexts, prefill, dtype, window)
-    expected, expected_cache = backend_attend(False, q, k, v, cache, tables, contexts, prefill,
-                                              dtype, window)
+    got, got_cache, meta = backend_attend(True, q, k, v, cache, tables, contexts, chunks, dtype,
+                                          window)
+    expected, expected_cache, _ = backend_attend(False, q, k, v, cache, tables, contexts, chunks,
+                                                 dtype, window)
+    assert meta.native_decode_only == all(q_len <= TOKEN_ROWS_MAX_QUERY for q_len, _ in chunks)
     assert torch.equal(got_cache, expected_cache)  # the same K/V written to the same slots
     torch.testing.assert_close(got.float(), expected.float(), **TOLERANCE[dtype])
 
@@ -136,7 +149,10 @@ def test_decode_stack_and_layer_in_one_call_equal_the_layer_by_layer_path(
     module-by-module path generates."""
     if device != "cpu":
         pytest.skip("a CPU path")
-    engine = make_engine(tiny_model_dir("llama"), num_kv_blocks=64, **setting)
+    # no prefix caching: a cached prompt's short rest would attend as decode rows (one more
+    # stacked step in the second run than in the first)
+    engine = make_engine(tiny_model_dir("llama"), num_kv_blocks=64, enable_prefix_caching=False,
+                         **setting)
     stack_model = engine.model_runner.model.model
     layers = stack_model.layers
     if layers[0].native_linears() is None:  # bf16 on a CPU with native bf16: oneDNN linears

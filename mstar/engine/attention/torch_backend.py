@@ -14,6 +14,12 @@ from mstar.models.layers.fused_ops import (
     write_kv_cache_,
 )
 
+# Natively, a chunk of at most this many new tokens (a speculative verify row: the last token
+# and its drafts) attends as that many decode rows, token j of a chunk over context c reading the
+# first c - q_len + j + 1 cached positions (its own K/V written first, as for a decode row). The
+# step then stays decode-only, so the model may run its whole stack in one native call.
+TOKEN_ROWS_MAX_QUERY = 16
+
 
 class TorchAttentionBackend:
     """Per-layer cache layout [2 (k/v), kv_heads, num_blocks, block_size, head_dim].
@@ -100,9 +106,12 @@ class TorchAttentionMetadata:
             q_len, ctx = inputs.query_lens[i], inputs.context_lens_list[i]
             self.prefills.append((start, q_len, ctx, inputs.block_tables[i, : -(-ctx // bs)]))
             start += q_len
+        if self.prefills and self.native_decode and _as_token_rows(inputs):
+            self.prefills = []
+            self.decode_tables, self.decode_lens = _token_rows(inputs)
         # Only decode rows, attended natively: a layer may run whole in one native call
         # (fused_ops.decode_layer) with slot_mapping, decode_tables and decode_lens.
-        self.native_decode_only = self.native_decode and nd > 0 and not self.prefills
+        self.native_decode_only = self.native_decode and bool(inputs.query_lens) and not self.prefills
         spans = inputs.bidirectional_spans or [()] * len(inputs.query_lens)
         self.prefill_masks = MasksByWindow(lambda w: [
             prefill_mask(q_len, ctx, w, device, spans[nd + i])
@@ -187,3 +196,22 @@ class TorchAttentionMetadata:
         shape = (2, num_kv_heads, self.decode_blocks.numel(), block_size, head_dim)
         return torch.index_select(kv_cache, 2, self.decode_blocks,
                                   out=self.backend.workspace(shape, kv_cache))
+
+
+def _as_token_rows(inputs: AttentionInputs) -> bool:
+    """Every chunk is short enough to attend as decode rows (TOKEN_ROWS_MAX_QUERY) and none has
+    tokens attending both ways."""
+    nd, spans = inputs.num_decodes, inputs.bidirectional_spans
+    return (max(inputs.query_lens[nd:]) <= TOKEN_ROWS_MAX_QUERY
+            and not (spans and any(spans[nd:])))
+
+
+def _token_rows(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode row per new token: its sequence's block table and the context it sees."""
+    q_lens = inputs.query_lens
+    lens = [ctx - q + j + 1 for q, ctx in zip(q_lens, inputs.context_lens_list, strict=True)
+            for j in range(q)]
+    tables = inputs.block_tables
+    repeats = torch.tensor(q_lens, device=tables.device)
+    return (tables.repeat_interleave(repeats, dim=0),
+            torch.tensor(lens, dtype=torch.int64).to(tables.device))
