@@ -67,33 +67,46 @@ def prompts(engine: LLMEngine, texts: list[str], count: int) -> list[list[int]]:
     return [tok.encode(t, add_special_tokens=False) for t in texts]
 
 
-def run_group(engine: LLMEngine, batch: list[list[int]], ids: range, max_tokens: int
-              ) -> tuple[float, dict[int, list[int]]]:
-    """Run ``batch[i]`` for ``i`` in ``ids`` at once: (seconds, each request's tokens)."""
+def run_clients(engine: LLMEngine, batch: list[list[int]], ids: range, max_tokens: int,
+                clients: int) -> tuple[float, dict[int, list[int]]]:
+    """``clients`` clients send the requests ``batch[i]`` for ``i`` in ``ids``, each its next one
+    as soon as its last one finished: (seconds, each request's tokens)."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    waiting = list(ids)
     outputs: dict[str, list[int]] = {}
-    start = time.perf_counter()
-    for i in ids:
+
+    def send() -> None:
+        i = waiting.pop(0)
         engine.add_request(str(i), batch[i], params)
         outputs[str(i)] = []
+
+    start = time.perf_counter()
+    for _ in range(min(clients, len(waiting))):
+        send()
     while engine.has_unfinished_requests():
         for out in engine.step():
             outputs[out.request_id] += out.new_token_ids
+            if out.finished and waiting:
+                send()
     return time.perf_counter() - start, {int(i): t for i, t in outputs.items()}
 
 
 def compare(engines: dict[str, LLMEngine], batch: list[list[int]], max_tokens: int,
-            concurrency: int, rounds: int) -> dict[str, tuple[float, list[list[int]]]]:
+            concurrency: int, rounds: int, clients: bool
+            ) -> dict[str, tuple[float, list[list[int]]]]:
     """Per engine: output tokens per second over ``rounds`` runs of the batch, and each request's
-    tokens. The engines take turns group by group, the order flipped every group, so a machine's
-    drift hits both alike."""
+    tokens. A run is groups of ``concurrency`` requests sent at once, one group after another,
+    or with ``clients``, the whole batch sent by ``concurrency`` clients. The engines take turns
+    run by run (group by group), the order flipped every time, so a machine's drift hits both
+    alike."""
     seconds = dict.fromkeys(engines, 0.0)
     tokens: dict[str, dict[int, list[int]]] = {name: {} for name in engines}
-    groups = [range(first, min(first + concurrency, len(batch)))
-              for first in range(0, len(batch), concurrency)] * rounds
+    width = len(batch) if clients else concurrency
+    groups = [range(first, min(first + width, len(batch)))
+              for first in range(0, len(batch), width)] * rounds
     for g, ids in enumerate(groups):
         for name in (list(engines) if g % 2 == 0 else list(engines)[::-1]):
-            took, got = run_group(engines[name], batch, ids, max_tokens)
+            took, got = run_clients(engines[name], batch, ids, max_tokens, concurrency)
             seconds[name] += took
             tokens[name].update(got)
     out = {}
@@ -111,6 +124,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of each batch per engine, summed (a c=8 batch is one group)")
+    parser.add_argument("--clients", action="store_true",
+                        help="c > 1: c clients send 3c requests, each its next one when its last "
+                        "finished (default: c requests at once, to the last one's end)")
     parser.add_argument("--methods", nargs="+", choices=["ngram", "draft"],
                         default=["ngram", "draft"])
     parser.add_argument("--model", default=BUILTIN_MODEL, help="the target model")
@@ -129,10 +145,12 @@ def main() -> None:
     chosen = workloads.values() if args.workload == "all" else [workloads[args.workload]]
     for name, texts in chosen:
         for concurrency in args.concurrency:
-            batch = prompts(engines["none"], texts, 4 if concurrency == 1 else 8)
+            count = 4 if concurrency == 1 else 3 * concurrency if args.clients else concurrency
+            batch = prompts(engines["none"], texts, count)
             stats = {m: engines[m].speculation.stats for m in args.methods}
             before = {m: (s.proposed, s.accepted, s.held) for m, s in stats.items()}
-            results = compare(engines, batch, args.max_tokens, concurrency, args.rounds)
+            results = compare(engines, batch, args.max_tokens, concurrency, args.rounds,
+                              args.clients and concurrency > 1)
             base, want = results["none"]
             for method in args.methods:
                 fast, got = results[method]

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.engine.speculative.gate import VerifyGate, admit, worth
+from mstar.engine.speculative.gate import VerifyGate, admit, gains, together, worth
 from mstar.engine.speculative.step_cost import Line, StepCost
 
 CHAT = [0.47] * 8  # open-ended chat: about half the drafts accepted
@@ -91,22 +91,47 @@ def test_step_cost_is_local_and_follows_the_machine():
     assert cost.near(16).seconds > 0.2
 
 
-positions = st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(0, 4)), min_size=1, max_size=4)
+positions = st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(0, 4), st.floats(0.0, 1.0)),
+                     min_size=1, max_size=4)
 
 
 @given(rows=positions, outputs=st.integers(1, 8), seconds=st.floats(0.01, 1.0),
-       per_position=st.floats(0.0, 0.5))
+       per_position=st.floats(0.0, 0.5), share=st.floats(0.0, 1.0))
 def test_the_gate_admits_the_fastest_drafts_never_slower_than_none(rows, outputs, seconds,
-                                                                  per_position):
+                                                                  per_position, share):
     """The admitted drafts' expected tokens per second are at least decoding's without drafts,
-    and at least those of any other choice of draft lengths (each row a prefix of its drafts)."""
-    acceptance, most = [p for p, _ in rows], [m for _, m in rows]
-    lengths = admit(acceptance, most, outputs, seconds, per_position)
+    and at least those of any other choice of draft lengths (each row a prefix of its drafts),
+    whatever share of a token's cost a draft saves only when its rows advance together."""
+    acceptance, most = [p for p, _, _ in rows], [m for _, m, _ in rows]
+    ends = [[t**j for j in range(1, m + 1)] for _, m, t in rows]
+    row_gains = gains(acceptance, most, share, ends)
+    lengths = admit(row_gains, outputs, seconds, per_position)
     assert all(0 <= n <= m for n, m in zip(lengths, most, strict=True))
-    rate = _rate(acceptance, lengths, outputs, seconds, per_position)
-    assert rate >= outputs / seconds * (1 - 1e-9)
+
+    def rate(choice) -> float:
+        gain = sum(sum(row[:n]) for row, n in zip(row_gains, choice, strict=True))
+        return (outputs + gain) / (seconds + per_position * sum(choice))
+
+    assert rate(lengths) >= outputs / seconds * (1 - 1e-9)
     for other in itertools.product(*(range(m + 1) for m in most)):
-        assert rate >= _rate(acceptance, other, outputs, seconds, per_position) * (1 - 1e-9)
+        assert rate(lengths) >= rate(other) * (1 - 1e-9)
+
+
+def test_rows_that_end_together_pay_only_when_they_all_advance():
+    """Eight rows of one budget (a batch sent at once, cut at max_tokens): the batch ends a
+    step sooner only if all eight advance, so chat drafts on three of them save a row's cost,
+    not the step's; where every row drafts grounded text, the first drafts still pay. Rows of
+    different budgets (requests that came one by one) keep the whole saving."""
+    gate = _gate(lambda tokens: 0.050 + 0.003 * tokens)  # a fixed cost, then a row's
+    budgets, idle = [40] * 3, {40: 5}
+    ends = together([0.6] * 3, [4] * 3, budgets, idle)
+    assert ends == [[0.0] * 4] * 3
+    assert gate.lengths([0.6] * 3, [4] * 3, step_tokens=8, step_outputs=8, together=ends) == [0] * 3
+    apart = together([0.6] * 3, [4] * 3, [40, 41, 42], {40: 0, 41: 0, 42: 0})
+    assert min(gate.lengths([0.6] * 3, [4] * 3, 8, 8, together=apart)) >= 1
+    grounded = together([0.9] * 8, [4] * 8, [40] * 8, {40: 0})
+    assert grounded[0][0] == pytest.approx(0.9**7)
+    assert min(gate.lengths([0.9] * 8, [4] * 8, 8, 8, together=grounded)) >= 1
 
 
 class _Cost:

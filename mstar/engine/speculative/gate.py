@@ -12,6 +12,15 @@ set never runs slower than decoding without drafts. At one stream a position is 
 beside a step's fixed cost, so nearly every draft passes; in a CPU batch a position costs about
 what a row does, and drafts that are accepted half the time do not.
 
+What an accepted draft saves depends on who is waiting for the row. The step's rate counts each
+token at the step's cost per output: a share of its fixed cost plus one row's cost (``c``). That
+holds where a row that ends sooner lets another in (a queue, clients that send again), and for
+the row that ends its batch last. Rows that will end together (started together with one
+budget: a batch of requests cut at ``max_tokens``) shorten the batch only if they all advance, so
+a row's draft saves its share of the fixed cost only with the chance that the rows of its remaining
+budget advance as far (``together``; 0 when one of them has no drafts this step), and else only
+``c``: a batch of open-ended chat, where few rows have drafts, does not pay for them.
+
 A step that verifies drafts may also cost more than a plain step of as many tokens: on CPU a
 decode-only step runs the whole decoder stack in one native call, a verify step the general path.
 So the gate also times the two kinds apart (``plain``, ``verifying``) and drops a step's drafts
@@ -36,14 +45,41 @@ def worth(acceptance: float, drafts: int) -> float:
     return sum(acceptance**j for j in range(1, drafts + 1))
 
 
-def admit(acceptance: Sequence[float], most: Sequence[int], outputs: float, seconds: float,
+def gains(acceptance: Sequence[float], most: Sequence[int], share: float,
+          together: Sequence[Sequence[float]] | None = None) -> list[list[float]]:
+    """Per row, the tokens' worth of each of its ``most`` drafts: the ``j``-th is emitted with
+    chance ``acceptance ** j`` and then saves a row (``1 - share`` of a token's cost) plus, with
+    chance ``together[i][j - 1]`` (default 1), its share of the fixed cost (``share``)."""
+    return [[p**j * (1.0 - share + share * (1.0 if together is None else together[i][j - 1]))
+             for j in range(1, m + 1)] for i, (p, m) in enumerate(zip(acceptance, most, strict=True))]
+
+
+def together(acceptance: Sequence[float], most: Sequence[int], budgets: Sequence[int],
+             idle: dict[int, int]) -> list[list[float]]:
+    """Per row ``i`` and draft ``j``: the chance that every other row of row ``i``'s remaining
+    budget advances ``j`` too this step; ``idle[b]``: rows of budget ``b`` without drafts."""
+    out = []
+    for i, (budget, m) in enumerate(zip(budgets, most, strict=True)):
+        others = [(p, n) for k, (p, n, b) in enumerate(zip(acceptance, most, budgets, strict=True))
+                  if k != i and b == budget]
+        chances = []
+        for j in range(1, m + 1):
+            chance = 0.0 if idle.get(budget) else 1.0
+            for p, n in others:
+                chance *= p**j if n >= j else 0.0
+            chances.append(chance)
+        out.append(chances)
+    return out
+
+
+def admit(row_gains: Sequence[Sequence[float]], outputs: float, seconds: float,
           per_position: float) -> list[int]:
-    """How many drafts each row verifies (at most ``most[i]``; row ``i``'s drafts are each
-    accepted with probability ``acceptance[i]``) in a step that without drafts emits ``outputs``
-    tokens in ``seconds``, where each draft position adds ``per_position`` seconds."""
-    positions = sorted(((p**j, i, j) for i, (p, m) in enumerate(zip(acceptance, most, strict=True))
-                        for j in range(1, m + 1)), key=lambda g: (-g[0], g[1], g[2]))
-    lengths = [0] * len(most)
+    """How many drafts each row verifies (a prefix of its drafts, whose worth ``row_gains[i]``
+    falls with ``j``) in a step that without drafts emits ``outputs`` tokens in ``seconds``,
+    where each draft position adds ``per_position`` seconds."""
+    positions = sorted(((gain, i, j) for i, row in enumerate(row_gains)
+                        for j, gain in enumerate(row)), key=lambda g: (-g[0], g[1], g[2]))
+    lengths = [0] * len(row_gains)
     for gain, i, _ in positions:  # each row's positions in order: the gain falls with j
         if gain * seconds <= outputs * per_position:  # gain/cost <= rate: later ones too
             break
@@ -75,27 +111,31 @@ class VerifyGate:
                                                                     DRAFT_COST_MEMORY)
 
     def lengths(self, acceptance: Sequence[float], most: Sequence[int], step_tokens: int,
-                step_outputs: float) -> list[int]:
+                step_outputs: float, together: Sequence[Sequence[float]] | None = None
+                ) -> list[int]:
         """Drafts each candidate row verifies in a step that, without drafts, computes
-        ``step_tokens`` tokens and emits ``step_outputs`` tokens (expected). Before two step sizes were
-        measured, all of them (the steps that follow measure the cost)."""
+        ``step_tokens`` tokens and emits ``step_outputs`` tokens (expected); ``together``: see
+        ``gains`` (None: every row's draft saves its whole cost per output). Before two step
+        sizes were measured, all of them (the steps that follow measure the cost)."""
         line = self.cost.near(step_tokens)
         if line is None:
             return list(most)
-        lengths = admit(acceptance, most, step_outputs, line.seconds,
-                        line.per_token + self.draft_s)
-        return lengths if self._pays(acceptance, lengths, step_tokens, step_outputs) \
+        # a token's cost per output: a share of the fixed cost plus a row's (per_token)
+        spent = line.seconds
+        share = 1.0 - min(1.0, line.per_token * step_outputs / spent) if spent > 0 else 0.0
+        row_gains = gains(acceptance, most, share, together)
+        lengths = admit(row_gains, step_outputs, line.seconds, line.per_token + self.draft_s)
+        gain = sum(sum(row[:n]) for row, n in zip(row_gains, lengths, strict=True))
+        return lengths if self._pays(gain, sum(lengths), step_tokens, step_outputs) \
             else [0] * len(most)
 
-    def _pays(self, acceptance: Sequence[float], lengths: list[int], step_tokens: int,
-              step_outputs: float) -> bool:
-        """The admitted drafts' expected rate at the verify steps' measured cost is above the
-        plain step's (True while either kind is unmeasured near this size)."""
-        drafts = sum(lengths)
+    def _pays(self, gain: float, drafts: int, step_tokens: int, step_outputs: float) -> bool:
+        """``drafts`` admitted drafts worth ``gain`` tokens run faster, at the verify steps'
+        measured cost, than the plain step (True while either kind is unmeasured near this
+        size)."""
         plain = self.plain.near(step_tokens)
         verifying = self.verifying.near(step_tokens + drafts)
         if not drafts or plain is None or verifying is None:
             return True
-        gain = sum(map(worth, acceptance, lengths))
         with_drafts = verifying.seconds + self.draft_s * drafts
         return (step_outputs + gain) / with_drafts > step_outputs / plain.seconds

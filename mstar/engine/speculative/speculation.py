@@ -17,17 +17,20 @@ as without speculation:
   ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE`` (after ``FLOOR_AFTER_ROUNDS * k`` proposed);
 - each step, the verify gate (``gate``) keeps only the drafts whose expected tokens pay for the
   positions they add at this step's size on this machine: the floor that weighs the batch size.
-  A request's chance of a draft being accepted is its history's (``_Tally.acceptance``).
+  A request's chance of a draft being accepted is its history's (``_Tally.acceptance``), which
+  starts from the recent requests' (``RecentAcceptance``): a chat request among chat requests is
+  not expected to accept like a copy task.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mstar.engine.request.sequence import Sequence
-from mstar.engine.speculative.gate import VerifyGate, worth
+from mstar.engine.speculative.gate import VerifyGate, together, worth
 from mstar.engine.speculative.ngram import NgramIndex
 from mstar.settings import WorkerSettings
 
@@ -37,8 +40,9 @@ if TYPE_CHECKING:
 
 FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
 MAX_PAUSE = 31  # the most steps a request skips proposing after consecutive misses
-PRIOR_ACCEPTANCE = 0.8  # a request's chance of a draft being accepted before it has history...
+PRIOR_ACCEPTANCE = 0.8  # the chance of a draft being accepted before any history...
 PRIOR_WEIGHT = 2.0  # ...counted as this many drafts (hopeful: a new request gets to try)
+RECENT_MEMORY = 64  # verifies after which the recent acceptance is an exponential average
 
 
 @dataclass
@@ -80,12 +84,38 @@ class _Tally:
         self.misses = 0 if accepted else self.misses + 1
         self.pause = min(MAX_PAUSE, 2**self.misses - 1)
 
-    def acceptance(self) -> float:
+    def acceptance(self, prior: float) -> float:
         """The chance that a draft is accepted given the ones before it were: of the drafts
         verified after accepted ones (each verify's accepted run plus its first rejected draft),
-        the accepted share, with the prior added."""
-        return ((self.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT)
+        the accepted share, with ``prior`` added as ``PRIOR_WEIGHT`` drafts."""
+        return ((self.accepted + prior * PRIOR_WEIGHT)
                 / (self.accepted + self.rejected + PRIOR_WEIGHT))
+
+
+@dataclass
+class RecentAcceptance:
+    """The engine's recent chance of a draft being accepted (``_Tally.acceptance``'s measure over
+    all requests' verifies, an exponential average after ``RECENT_MEMORY``): a new request's
+    prior. ``PRIOR_ACCEPTANCE`` until the first verify."""
+
+    accepted: float = 0.0
+    tried: float = 0.0  # accepted runs plus their first rejected draft
+    verifies: int = 0
+
+    def add(self, accepted: int, rejected: bool) -> None:
+        self.verifies += 1
+        keep = 1.0 - 1.0 / RECENT_MEMORY if self.verifies > RECENT_MEMORY else 1.0
+        self.accepted = keep * self.accepted + accepted
+        self.tried = keep * self.tried + accepted + rejected
+
+    def prior(self) -> float:
+        return ((self.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT)
+                / (self.tried + PRIOR_WEIGHT))
+
+
+def _budget(seq: Sequence) -> int:
+    """The output tokens ``seq`` may still emit."""
+    return seq.params.max_tokens - seq.num_output_tokens
 
 
 @dataclass
@@ -101,6 +131,7 @@ class Speculation:
     stats: SpeculationStats = field(init=False)
     gate: VerifyGate = field(default_factory=VerifyGate)
     tallies: dict[int, _Tally] = field(default_factory=dict)
+    recent: RecentAcceptance = field(default_factory=RecentAcceptance)
 
     def __post_init__(self) -> None:
         self.stats = SpeculationStats(self.method)
@@ -130,7 +161,7 @@ class Speculation:
         if self.draft is not None:
             wants = [(seq, room) for seq in seqs if not seq.images and (room := self._wants(seq))]
             lengths = self._gate([seq for seq, _ in wants], [room for _, room in wants],
-                                 step_tokens, step_outputs)
+                                 step_tokens, step_outputs, seqs)
             wants = [(seq, n) for (seq, _), n in zip(wants, lengths, strict=True) if n]
             start = time.perf_counter()
             drafts = self.draft.propose(wants) if wants else {}
@@ -140,24 +171,33 @@ class Speculation:
             return drafts
         proposals = [(seq, drafts) for seq in seqs if (drafts := self.propose(seq))]
         lengths = self._gate([seq for seq, _ in proposals], [len(d) for _, d in proposals],
-                             step_tokens, step_outputs)
+                             step_tokens, step_outputs, seqs)
         return {seq.seq_no: drafts[:n]
                 for (seq, drafts), n in zip(proposals, lengths, strict=True) if n}
 
     def _gate(self, seqs: list[Sequence], most: list[int], step_tokens: int,
-              step_outputs: int) -> list[int]:
-        """The gate's draft lengths for ``seqs`` (at most ``most``). A seeded sampled request
-        verifies all of its drafts, in the step's tokens before the gate weighs the others: its
-        generator draws once per verified position, so what it emits must not depend on the
-        gate's timings (it is reproducible run to run)."""
+              step_outputs: int, decoding: list[Sequence]) -> list[int]:
+        """The gate's draft lengths for ``seqs`` (at most ``most``), of the step's ``decoding``
+        rows (the rows of a remaining budget end together: ``gate.together``). A seeded sampled
+        request verifies all of its drafts, in the step's tokens before the gate weighs the
+        others: its generator draws once per verified position, so what it emits must not depend
+        on the gate's timings (it is reproducible run to run)."""
+        if not seqs:
+            return []
         lengths = list(most)
-        acceptance = [self._tally(seq.seq_no).acceptance() for seq in seqs]
+        prior = self.recent.prior()
+        acceptance = [self._tally(seq.seq_no).acceptance(prior) for seq in seqs]
+        budgets = [_budget(seq) for seq in seqs]
+        idle = Counter(_budget(seq) for seq in decoding)
+        idle.subtract(budgets)
+        ends = together(acceptance, most, budgets, idle)
         gated = [i for i, seq in enumerate(seqs) if seq.generator is None or seq.params.greedy]
         pinned = [i for i, seq in enumerate(seqs) if i not in gated]
         chosen = self.gate.lengths([acceptance[i] for i in gated], [most[i] for i in gated],
                                    step_tokens + sum(most[i] for i in pinned),
                                    step_outputs + sum(worth(acceptance[i], most[i])
-                                                      for i in pinned))
+                                                      for i in pinned),
+                                   [ends[i] for i in gated])
         for i, n in zip(gated, chosen, strict=True):
             lengths[i] = n
         self.stats.held += sum(most) - sum(lengths)
@@ -203,6 +243,7 @@ class Speculation:
         s.steps += 1
         tally = self._tally(seq_no)
         tally.verified(proposed, accepted, self.num_tokens)
+        self.recent.add(accepted, accepted < proposed)
         if (not tally.off and tally.proposed >= FLOOR_AFTER_ROUNDS * self.num_tokens
                 and tally.accepted < self.min_acceptance * tally.proposed):
             tally.off = True

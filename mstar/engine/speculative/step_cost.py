@@ -14,9 +14,8 @@ recent steps alone loses its slope once every step computes the same number of t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-
-import numpy as np
 
 MEMORY = 16  # steps after which a bin's mean becomes an exponential average (1 / MEMORY)
 MIN_WIDTH = 2.0  # tokens: the least width of the weights' bell
@@ -56,22 +55,22 @@ class StepCost:
         widths of it: those of ``tokens`` and more (where the positions a step adds go) when
         there are two, else those on both sides; None when fewer than two are near. The slope
         is at least 0 and the step's time at least the fastest bin's (noise could say
-        otherwise)."""
-        counts = np.array(list(self.bins), dtype=np.float64)
+        otherwise). Plain Python: a few dozen bins, asked a few times a step."""
         width = max(MIN_WIDTH, tokens / 2)
-        near = np.abs(counts - tokens) <= REACH * width
-        above = near & (counts >= tokens)
-        use = above if above.sum() >= 2 else near
-        if use.sum() < 2:
+        near = [(n, b) for n, b in self.bins.items() if abs(n - tokens) <= REACH * width]
+        above = [(n, b) for n, b in near if n >= tokens]
+        use = above if len(above) >= 2 else near
+        if len(use) < 2:
             return None
-        bins = [b for b, used in zip(self.bins.values(), use, strict=True) if used]
-        counts = counts[use]
-        seconds = np.array([b.seconds for b in bins])
-        seen = np.array([min(b.count, MEMORY) for b in bins], dtype=np.float64)
-        weights = seen * np.exp(-0.5 * ((counts - tokens) / width) ** 2)
-        slope, _ = np.polyfit(counts, seconds, 1, w=np.sqrt(weights))
-        slope = max(0.0, float(slope))
-        mean_at = float(np.average(counts, weights=weights))
-        mean_s = float(np.average(seconds, weights=weights))
+        weights = [min(b.count, MEMORY) * math.exp(-0.5 * ((n - tokens) / width) ** 2)
+                   for n, b in use]
+        total = sum(weights)
+        mean_at = sum(w * n for w, (n, _) in zip(weights, use, strict=True)) / total
+        mean_s = sum(w * b.seconds for w, (_, b) in zip(weights, use, strict=True)) / total
+        spread = sum(w * (n - mean_at) ** 2 for w, (n, _) in zip(weights, use, strict=True))
+        slope = sum(w * (n - mean_at) * (b.seconds - mean_s)
+                    for w, (n, b) in zip(weights, use, strict=True)) / spread if spread else 0.0
+        slope = max(0.0, slope)
         at = mean_s + slope * (tokens - mean_at)  # the fitted line passes the weighted mean
-        return Line(max(at, float(seconds.min())), slope)  # no step is faster than the fastest
+        fastest = min(b.seconds for _, b in use)
+        return Line(max(at, fastest), slope)  # no step is faster than the fastest
