@@ -4,7 +4,8 @@ Workloads: input-grounded (repeat a passage with one change, edit code given in 
 where prompt lookup finds the continuation in the prompt, and open-ended chat, where it mostly
 does not (the verify gate then holds drafts back where they do not pay, and the acceptance floor
 turns speculation off for the request). Output tokens per second at concurrency 1 (requests one
-after another) and 8 (all at once), greedy, the drafts the gate held back, and whether the
+after another) and 8 (all at once; with ``--clients``, 8 clients that send 24 requests, each its
+next one when its last one finished), greedy, the drafts the gate held back, and whether the
 outputs are identical token for token. The engines take turns request group by request group,
 in alternating order, so a shared machine's changing load hits them alike. ``draft`` uses
 ``--draft-model`` (default: the built-in model itself, which checks correctness and acceptance
@@ -12,7 +13,7 @@ but cannot be faster than the target; pass a smaller same-tokenizer model for sp
 ``--model`` target).
 
     python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
-        [--concurrency 1 8] [--rounds 1] [--methods ngram draft] [--model builtin]
+        [--concurrency 1 8] [--rounds 1] [--clients] [--methods ngram draft] [--model builtin]
         [--draft-model builtin]
 """
 

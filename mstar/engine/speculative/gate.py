@@ -17,14 +17,14 @@ token at the step's cost per output: a share of its fixed cost plus one row's co
 holds where a row that ends sooner lets another in (a queue, clients that send again), and for
 the row that ends its batch last. Rows that will end together (started together with one
 budget: a batch of requests cut at ``max_tokens``) shorten the batch only if they all advance, so
-a row's draft saves its share of the fixed cost only with the chance that the rows of its remaining
-budget advance as far (``together``; 0 when one of them has no drafts this step), and else only
-``c``: a batch of open-ended chat, where few rows have drafts, does not pay for them.
+a row's draft saves its share of the fixed cost only with the chance that the rows of its
+remaining budget advance as far (``together``; 0 when one of them has no drafts this step), and
+else only ``c``: in a batch of open-ended chat, where few rows have drafts, drafts do not pay.
 
-A step that verifies drafts may also cost more than a plain step of as many tokens: on CPU a
-decode-only step runs the whole decoder stack in one native call, a verify step the general path.
-So the gate also times the two kinds apart (``plain``, ``verifying``) and drops a step's drafts
-when their expected rate, at the verify steps' cost, is not above the plain step's rate.
+A step that verifies drafts may also cost more than a plain step of as many tokens (its rows
+attend several positions each). So the gate also times the two kinds apart (``plain``,
+``verifying``) and drops a step's drafts when their expected rate, at the verify steps' cost, is
+not above the plain step's rate.
 
 Owned by the scheduler's thread: the step loop reports each serial step's duration with
 ``observe_step`` (the speculation's own thread; the overlapped loop never speculates).
