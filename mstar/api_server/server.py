@@ -79,8 +79,6 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     if problem is not None:
         log.error("preflight_failed", reason=problem)
         return 1
-    tokenizer = load_tokenizer(model_dir)
-    media = model_media(model_dir)
     socket_dir = create_socket_dir(settings)
     try:
         try:
@@ -94,6 +92,11 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
         conductor = start_child(conductor_main, (withhold_secrets(settings), endpoints),
                                 "mstar-conductor")
         try:
+            try:  # after the start: the workers import and load the model meanwhile
+                tokenizer, media = load_tokenizer(model_dir), model_media(model_dir)
+            except BaseException:
+                conductor.kill()  # its workers die with it
+                raise
             # uvloop: the event loop's own overhead is a share of every streamed token.
             return uvloop.run(_serve(loaded, tokenizer, media, endpoints, conductor, sock,
                                      deferred))

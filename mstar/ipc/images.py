@@ -3,10 +3,12 @@ dtype and shape, the content hash and the placeholder positions."""
 
 from __future__ import annotations
 
-import msgspec
-import torch
+from typing import TYPE_CHECKING
 
-from mstar.models.vision.inputs import ImageInput
+import msgspec
+
+if TYPE_CHECKING:  # torch loads with the first image: the API server starts without it
+    from mstar.models.vision.inputs import ImageInput
 
 
 class WireTensor(msgspec.Struct, array_like=True):
@@ -22,6 +24,8 @@ class WireImage(msgspec.Struct, array_like=True):
 
 
 def to_wire(image: ImageInput) -> WireImage:
+    import torch
+
     tensors = {}
     for name, t in image.tensors.items():
         t = t.contiguous()
@@ -31,6 +35,10 @@ def to_wire(image: ImageInput) -> WireImage:
 
 
 def from_wire(wire: WireImage) -> ImageInput:
+    import torch
+
+    from mstar.models.vision.inputs import ImageInput
+
     tensors = {}
     for name, t in wire.tensors.items():
         dtype = getattr(torch, t.dtype)

@@ -12,8 +12,10 @@ import base64
 import hashlib
 import io
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch loads with the first image: the API server starts without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ def image_token_id(processor) -> int:
 
 
 def content_hash(tensors: dict[str, torch.Tensor]) -> str:
+    import torch
+
     digest = hashlib.blake2b(digest_size=16)
     for name in sorted(tensors):
         t = tensors[name].contiguous()
@@ -79,6 +83,8 @@ def content_hash(tensors: dict[str, torch.Tensor]) -> str:
 def _image_alone(processor, image) -> tuple[dict[str, torch.Tensor], int]:
     """One image through the processor on its own: its tensors (as the processor batches them)
     and its placeholder count (the image tokens of a prompt holding only its marker)."""
+    import torch
+
     out = processor(text=[processor.image_token], images=[[image]], return_tensors="pt",
                     add_special_tokens=False)
     token = image_token_id(processor)
