@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
 import gguf
 import numpy as np
 import pytest
@@ -57,6 +60,46 @@ def test_gguf_blocks_load_into_layouts_exactly(kind):
     want = torch.from_numpy(gguf.quants.dequantize(blocks, qtype).astype(np.float32))
     assert torch.equal(dequantize(weight), want)
     assert isinstance(weight, Int8Weight) == (kind == "Q8_0")
+
+
+def test_gguf_tensors_are_read_once_then_from_the_cache(tmp_path, monkeypatch):
+    """Opening a GGUF parses its whole vocabulary (seconds for the built-in model), so its
+    tensors are kept after the first read: the next read never opens the file and returns the
+    same tensors; a changed file is read again."""
+    types = gguf.GGMLQuantizationType
+    path = tmp_path / "m.gguf"
+    values = _weights(64, 64).numpy()
+    writer = gguf.GGUFWriter(path, "llama")
+    for name, kind in (("blk.0.attn_q.weight", types.Q4_1), ("blk.0.ffn_down.weight", types.Q8_0),
+                       ("blk.0.ffn_up.weight", types.Q5_0)):  # Q5_0: loaded dense
+        writer.add_tensor(name, gguf.quants.quantize(values, kind), raw_dtype=kind)
+    writer.add_tensor("blk.0.attn_norm.weight", np.linspace(0.5, 1.5, 64, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    config = SimpleNamespace(num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                             hidden_size=64, head_dim=16)
+    names = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight",
+             "model.layers.0.mlp.up_proj.weight", "model.layers.0.input_layernorm.weight"}
+    cache = tmp_path / "cache"
+    dense, quant = gguf_loader.read_gguf(path, names, config, cache)
+
+    def unopened(*args, **kwargs):
+        raise AssertionError("the GGUF was opened again")
+
+    monkeypatch.setattr(gguf, "GGUFReader", unopened)
+    again_dense, again_quant = gguf_loader.read_gguf(path, names, config, cache)
+    assert dense.keys() == again_dense.keys() == {"model.layers.0.mlp.up_proj.weight",
+                                                  "model.layers.0.input_layernorm.weight"}
+    assert all(torch.equal(dense[n], again_dense[n]) for n in dense)
+    assert quant.keys() == again_quant.keys()
+    for name, weight in quant.items():
+        assert type(again_quant[name]) is type(weight)
+        assert torch.equal(dequantize(again_quant[name]), dequantize(weight))
+    os.utime(path, ns=(0, 0))  # a changed file: read again
+    with pytest.raises(AssertionError, match="opened again"):
+        gguf_loader.read_gguf(path, names, config, cache)
 
 
 def test_unreadable_gguf_model_is_a_model_error(tmp_path):

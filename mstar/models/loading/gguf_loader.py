@@ -21,6 +21,7 @@ import numpy as np
 import structlog
 import torch
 
+from mstar.models.loading import gguf_tensor_cache
 from mstar.models.loading.resolve import ModelError
 from mstar.models.quant.formats import Int8Weight, Q4Weight, QuantWeight, q4_from_parts, select_rows
 
@@ -74,9 +75,30 @@ def gguf_source(model_dir: Path, quantization: str) -> Path | None:
     return None
 
 
-def read_gguf(path: Path, names: set[str], config) -> tuple[dict[str, torch.Tensor],
-                                                             dict[str, QuantWeight]]:
-    """The checkpoint tensors ``names`` (HF names): dense ones as float32, Q4/Q8 weights quantized."""
+def read_gguf(path: Path, names: set[str], config, cache_dir: Path | None = None
+              ) -> tuple[dict[str, torch.Tensor], dict[str, QuantWeight]]:
+    """The checkpoint tensors ``names`` (HF names): dense ones as float32, Q4/Q8 weights
+    quantized. With ``cache_dir``, read from the file once and then from the cache
+    (``gguf_tensor_cache``: opening a GGUF parses its whole vocabulary)."""
+    file = None if cache_dir is None else gguf_tensor_cache.cache_file(path, names, cache_dir)
+    found = None if file is None else gguf_tensor_cache.load(file)
+    if found is None:
+        found = _read_file(path, names, config)
+        if file is not None:
+            try:
+                gguf_tensor_cache.save(file, found)
+            except OSError as error:  # a read-only or full cache: the next load reads the file
+                log.warning("gguf_tensor_cache_not_written", path=str(file), error=str(error))
+    dense, quant, dequantized = found
+    if dequantized:
+        log.warning("gguf_tensors_dequantized", path=str(path), types=dequantized)
+    missing = names - dense.keys() - quant.keys()
+    if missing:
+        raise ModelError(f"GGUF {str(path)!r} lacks tensors for: {sorted(missing)[:5]}")
+    return dense, quant
+
+
+def _read_file(path: Path, names: set[str], config) -> gguf_tensor_cache.Tensors:
     import gguf
 
     reader = gguf.GGUFReader(path)
@@ -103,12 +125,7 @@ def read_gguf(path: Path, names: set[str], config) -> tuple[dict[str, torch.Tens
         values = torch.from_numpy(np.array(gguf.quants.dequantize(tensor.data, kind), np.float32))
         values = values.reshape(tuple(reversed(tensor.shape.tolist())))
         dense[name] = values if order is None else values[order]
-    if dequantized:
-        log.warning("gguf_tensors_dequantized", path=str(path), types=sorted(dequantized))
-    missing = names - dense.keys() - quant.keys()
-    if missing:
-        raise ModelError(f"GGUF {str(path)!r} lacks tensors for: {sorted(missing)[:5]}")
-    return dense, quant
+    return dense, quant, sorted(dequantized)
 
 
 def _shipped(data: np.ndarray, kind: str) -> QuantWeight:

@@ -36,7 +36,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     ``prepack`` repacks linear weights for oneDNN on CPU, or, for bf16 on a CPU without native
     bf16, runs them on the native bf16-weight kernel; torch.compile cannot lower either.
     ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
-    keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build.
+    keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build and a GGUF's
+    tensors after their first read.
     ``parallel`` (tensor parallelism over more than one rank) builds this rank's shard and loads
     only its slices (``mstar.models.families.parallel``).
     """
@@ -58,7 +59,7 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     if source is None:
         load_weights(model, model_dir)
     else:
-        quantized = load_gguf_weights(model, source)
+        quantized = load_gguf_weights(model, source, cache_dir)
     if quantization != "none":
         quantized |= quantize_dense(model, quantization, skip=set(quantized))
     # Computed in float32, stored in the model dtype, as transformers does.
@@ -120,13 +121,15 @@ def load_weights(model, model_dir: Path) -> None:
         raise ValueError(f"checkpoint in {model_dir} lacks weights for: {sorted(missing)[:5]}")
 
 
-def load_gguf_weights(model, path: Path) -> dict[str, QuantWeight]:
-    """Dense tensors into the parameters; Q4/Q8 linears (fused shards stacked) returned by module."""
+def load_gguf_weights(model, path: Path, cache_dir: Path | None = None
+                      ) -> dict[str, QuantWeight]:
+    """Dense tensors into the parameters; Q4/Q8 linears (fused shards stacked) returned by module.
+    ``cache_dir``: where the file's tensors are kept after the first read (``read_gguf``)."""
     params = dict(model.named_parameters(remove_duplicate=False))
     names = _expected_checkpoint_names(model, params)
     if model.tie_word_embeddings:
         names.discard("lm_head.weight")
-    dense, quant = read_gguf(path, names, model.config)
+    dense, quant = read_gguf(path, names, model.config, cache_dir)
     for name, tensor in dense.items():
         _copy(model, params, name, tensor)
     embed = quant.pop("model.embed_tokens.weight", None)
