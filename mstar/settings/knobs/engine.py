@@ -18,7 +18,8 @@ class EngineKnobs(BaseModel):
         BUILTIN_MODEL, f"Model to serve: '{BUILTIN_MODEL}' (the built-in model) or a local "
         "HF-format directory (config.json, *.safetensors, tokenizer files) or a .gguf file.")
     cache_dir: Path = _engine(
-        Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to.")
+        Path("~/.cache/mstar").expanduser(), "Where the built-in model is converted to, the "
+        "native kernels are built and a GGUF's tensors are kept after their first read.")
     verify_cache: bool = _engine(
         False, "At start, hash the converted built-in model and compare it with the hashes "
         "recorded at conversion (file sizes are always checked; hashes also after an unfinished "
