@@ -17,14 +17,16 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-import torch
-import torch.distributed as dist
 
-from mstar.models.families.parallel import TensorParallel
 from mstar.settings import WorkerSettings
+
+if TYPE_CHECKING:  # torch loads where a group is joined: the conductor plans without it
+    import torch
+
+    from mstar.models.families.parallel import TensorParallel
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +80,10 @@ def check_deterministic_loop(settings: WorkerSettings) -> None:
 
 def join_group(rendezvous: Rendezvous, device: torch.device, timeout_s: float) -> RankGroup:
     """Join the group (blocks until every rank has arrived, at most ``timeout_s``)."""
+    import torch.distributed as dist
+
+    from mstar.models.families.parallel import TensorParallel
+
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(backend, init_method=rendezvous.init_method, rank=rendezvous.rank,
@@ -89,12 +95,16 @@ def join_group(rendezvous: Rendezvous, device: torch.device, timeout_s: float) -
 
 
 def leave_group() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
 def broadcast_inputs(group: RankGroup, inputs: list | None) -> list:
     """Rank 0's ``inputs`` on every rank (the others pass None)."""
+    import torch.distributed as dist
+
     box = [inputs]
     dist.broadcast_object_list(box, src=0, group=group.control)
     return box[0]
