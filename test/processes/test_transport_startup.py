@@ -141,3 +141,13 @@ def test_sighup_during_start_up_is_deferred(capsys):
     assert deferred.pending
     captured = capsys.readouterr()  # once: a second call finds nothing left
     assert "settings_reload_deferred" in captured.out + captured.err
+
+
+def test_the_conductor_and_the_api_server_start_without_torch():
+    """`mstar serve` spawns the conductor, which spawns the workers: torch (seconds to import)
+    loads in the workers, and in the API server only with its tokenizer, after the spawn."""
+    code = ("import sys, mstar.conductor.process, mstar.api_server.server; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
