@@ -146,7 +146,7 @@ def test_sighup_during_start_up_is_deferred(capsys):
 def test_the_conductor_and_the_api_server_start_without_torch():
     """`mstar serve` spawns the conductor, which spawns the workers: torch (seconds to import)
     loads in the workers, and in the API server only with its tokenizer, after the spawn."""
-    code = ("import sys, mstar.conductor.process, mstar.api_server.server; "
+    code = ("import sys, mstar.conductor.conductor, mstar.api_server.server; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
