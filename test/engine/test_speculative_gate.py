@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.speculative.gate import VerifyGate, admit, gains, together, worth
+from mstar.engine.speculative.ngram import NgramIndex
+from mstar.engine.speculative.speculation import PRIOR_ACCEPTANCE, RecentAcceptance, _Tally
 from mstar.engine.speculative.step_cost import Line, StepCost
 
 CHAT = [0.47] * 8  # open-ended chat: about half the drafts accepted
@@ -171,3 +173,18 @@ def test_the_engine_holds_back_drafts_that_do_not_pay(tiny_model_dir, make_engin
     assert outputs[0] == outputs[1]
     assert stats[0].held > 0 and stats[1].held == 0
     assert 0 < stats[0].proposed < stats[1].proposed  # the seeded request's drafts
+
+
+def test_a_new_requests_prior_is_the_recent_acceptance():
+    """Before its own history, a request is expected to accept like the recent requests (all
+    of them, an exponential average), not like a fixed hope: chat among chat requests."""
+    recent = RecentAcceptance()
+    assert recent.prior() == PRIOR_ACCEPTANCE
+    for _ in range(200):
+        recent.add(accepted=1, rejected=True)  # one accepted of two tried
+    assert recent.prior() == pytest.approx(0.5, abs=0.01)
+    for _ in range(300):
+        recent.add(accepted=4, rejected=False)
+    assert recent.prior() > 0.99  # the older requests are forgotten
+    tally = _Tally(NgramIndex(2, 4), 4)
+    assert tally.acceptance(recent.prior()) == pytest.approx(recent.prior())
