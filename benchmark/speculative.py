@@ -13,7 +13,8 @@ but cannot be faster than the target; pass a smaller same-tokenizer model for sp
 ``--model`` target).
 
     python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
-        [--concurrency 1 8] [--rounds 1] [--clients] [--methods ngram draft] [--model builtin]
+        [--concurrency 1 8] [--rounds 1] [--clients] [--methods ngram draft]
+        [--quantization none|int8|q4] [--model builtin]
         [--draft-model builtin]
 """
 
@@ -130,11 +131,14 @@ def main() -> None:
                         "finished (default: c requests at once, to the last one's end)")
     parser.add_argument("--methods", nargs="+", choices=["ngram", "draft"],
                         default=["ngram", "draft"])
+    parser.add_argument("--quantization", choices=["none", "int8", "q4"], default="none",
+                        help="every engine's (the draft model's too)")
     parser.add_argument("--model", default=BUILTIN_MODEL, help="the target model")
     parser.add_argument("--draft-model", default=BUILTIN_MODEL,
                         help="the draft method's model (the target's tokenizer)")
     args = parser.parse_args()
-    common = {"model": args.model, "dtype": "float32", "max_model_len": 2048,
+    common = {"model": args.model, "dtype": "float32", "quantization": args.quantization,
+              "max_model_len": 2048,
               "num_kv_blocks": 512, "torch_num_threads": args.threads, "log_level": "warning",
               "speculative_draft_model": args.draft_model}
     engines = {method: LLMEngine(WorkerSettings(speculative_method=method, **common))
