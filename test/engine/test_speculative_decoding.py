@@ -63,6 +63,29 @@ def test_greedy_output_is_identical_and_drafts_are_accepted(family, tiny_model_d
     assert engine.num_free_blocks() == 256
 
 
+@pytest.mark.parametrize("quantization", ["q4", "int8"])
+def test_verify_steps_run_the_one_call_decoder_stack(quantization, tiny_model_dir, make_engine,
+                                                     run, prompts, monkeypatch):
+    """With native linears, a verify step's rows (the last token and its drafts) attend as
+    decode rows, so the step runs the whole decoder stack in one call, and the output is still
+    what it is without speculation."""
+    from mstar.models.families import llama
+
+    stacked = []
+    original = llama.decode_layers
+
+    def counted(stack, hidden, cos, sin, attn_metadata):
+        stacked.append(hidden.shape[0] - attn_metadata.num_decodes)  # verify rows' tokens
+        return original(stack, hidden, cos, sin, attn_metadata)
+
+    monkeypatch.setattr(llama, "decode_layers", counted)
+    plain, spec, engine = _both(make_engine, run, tiny_model_dir("llama"), _requests(prompts),
+                                quantization=quantization, num_kv_blocks=256)
+    assert _tokens(spec) == _tokens(plain)
+    assert engine.speculation.stats.accepted > 0
+    assert any(stacked)  # steps that verified drafts ran the stack
+
+
 def _oracle(engine, truth: dict, k: int):
     """A proposer that knows the plain output: the next ``k`` tokens, the third one wrong on
     every other step (two accepted, the rest rejected), all right otherwise."""
