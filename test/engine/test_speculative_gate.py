@@ -129,6 +129,7 @@ def test_rows_that_end_together_pay_only_when_they_all_advance():
     ends = together([0.6] * 3, [4] * 3, budgets, idle)
     assert ends == [[0.0] * 4] * 3
     assert gate.lengths([0.6] * 3, [4] * 3, step_tokens=8, step_outputs=8, together=ends) == [0] * 3
+    assert VerifyGate().lengths([0.6] * 3, [4] * 3, 8, 8, together=ends) == [0] * 3  # unmeasured
     apart = together([0.6] * 3, [4] * 3, [40, 41, 42], {40: 0, 41: 0, 42: 0})
     assert min(gate.lengths([0.6] * 3, [4] * 3, 8, 8, together=apart)) >= 1
     grounded = together([0.9] * 8, [4] * 8, [40] * 8, {40: 0})

@@ -117,6 +117,8 @@ class VerifyGate:
         ``step_tokens`` tokens and emits ``step_outputs`` tokens (expected); ``together``: see
         ``gains`` (None: every row's draft saves its whole cost per output). Before two step
         sizes were measured, all of them (the steps that follow measure the cost)."""
+        if together is not None and not any(row and row[0] for row in together):
+            return [0] * len(most)  # each draft saves at most a row's cost, which it adds
         line = self.cost.near(step_tokens)
         if line is None:
             return list(most)
