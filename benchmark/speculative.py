@@ -13,7 +13,7 @@ but cannot be faster than the target; pass a smaller same-tokenizer model for sp
 ``--model`` target).
 
     python -m benchmark.speculative [--max-tokens 128] [--threads 0] [--workload grounded|chat]
-        [--concurrency 1 8] [--rounds 1] [--clients] [--methods ngram draft]
+        [--concurrency 1 8] [--rounds 1] [--clients] [--control] [--methods ngram draft]
         [--quantization none|int8|q4] [--model builtin]
         [--draft-model builtin]
 """
@@ -27,6 +27,8 @@ from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.settings import WorkerSettings
 from mstar.settings.schema import BUILTIN_MODEL
+
+CONTROL = "none (control)"  # --control: a second engine without speculation
 
 PASSAGE = (
     "The paged KV cache stores the keys and values of every request in fixed-size blocks. A "
@@ -131,6 +133,9 @@ def main() -> None:
                         "finished (default: c requests at once, to the last one's end)")
     parser.add_argument("--methods", nargs="+", choices=["ngram", "draft"],
                         default=["ngram", "draft"])
+    parser.add_argument("--control", action="store_true",
+                        help="a second none engine, against the first: the ratio two like engines "
+                        "give on this machine (the spread between engines, which stays with each)")
     parser.add_argument("--quantization", choices=["none", "int8", "q4"], default="none",
                         help="every engine's (the draft model's too)")
     parser.add_argument("--model", default=BUILTIN_MODEL, help="the target model")
@@ -143,6 +148,8 @@ def main() -> None:
               "speculative_draft_model": args.draft_model}
     engines = {method: LLMEngine(WorkerSettings(speculative_method=method, **common))
                for method in ["none", *args.methods]}
+    if args.control:
+        engines[CONTROL] = LLMEngine(WorkerSettings(speculative_method="none", **common))
     print("| workload | c | method | tok/s | none tok/s | speed-up | acceptance | held back "
           "| identical |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -166,6 +173,10 @@ def main() -> None:
                 print(f"| {name} | {concurrency} | {method} | {fast:.1f} | {base:.1f} | "
                       f"{fast / base:.2f}x | {rate:.0%} of {proposed} | {held} | {got == want} |",
                       flush=True)
+            if args.control:
+                same, got = results[CONTROL]
+                print(f"| {name} | {concurrency} | {CONTROL} | {same:.1f} | {base:.1f} | "
+                      f"{same / base:.2f}x | - | - | {got == want} |", flush=True)
     for engine in engines.values():
         engine.shutdown()
 
