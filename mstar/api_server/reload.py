@@ -12,6 +12,7 @@ from __future__ import annotations
 import structlog
 
 from mstar.api_server.state import ServerState
+from mstar.engine.rendezvous import check_deterministic_loop
 from mstar.ipc import messages as m
 from mstar.logging_setup import configure_logging, log_problems
 from mstar.settings import SettingsError, SettingsUsageError
@@ -52,8 +53,6 @@ def reload_server_settings(state: ServerState) -> None:
         return
     log_problems(fresh.problems)
     plan = plan_reload(running, fresh)
-    from mstar.engine.distributed import check_deterministic_loop  # torch: not at start-up
-
     try:  # the start-up rules that span knobs hold for the running settings too
         check_deterministic_loop(plan.running.settings)
     except ValueError as exc:

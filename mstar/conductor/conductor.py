@@ -18,7 +18,7 @@ import structlog
 import zmq
 
 from mstar.conductor.replica import RankProcess, WorkerHandle, describe_exit
-from mstar.engine.distributed import check_deterministic_loop, group_rendezvous
+from mstar.engine.rendezvous import check_deterministic_loop, group_rendezvous
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import start_child

@@ -11,7 +11,7 @@ from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.lifecycle import enter_child, exit_now
 
 if TYPE_CHECKING:
-    from mstar.engine.distributed import Rendezvous
+    from mstar.engine.rendezvous import Rendezvous
     from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)

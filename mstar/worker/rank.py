@@ -12,14 +12,9 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from mstar.engine.distributed import (
-    RankGroup,
-    Rendezvous,
-    broadcast_inputs,
-    check_deterministic_loop,
-    join_group,
-)
+from mstar.engine.distributed import RankGroup, broadcast_inputs, join_group
 from mstar.engine.placement import place_rank, resolve_device_dtype
+from mstar.engine.rendezvous import Rendezvous, check_deterministic_loop
 from mstar.ipc import messages as m
 from mstar.ipc.sockets import push_socket, send
 from mstar.worker.channel import WorkerChannel

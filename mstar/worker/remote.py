@@ -14,7 +14,7 @@ from multiprocessing.connection import wait
 import structlog
 import zmq
 
-from mstar.engine.distributed import Rendezvous, free_port
+from mstar.engine.rendezvous import Rendezvous, free_port
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import remote_endpoints
 from mstar.ipc.lifecycle import start_child

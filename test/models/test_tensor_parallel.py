@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mstar.engine.distributed import Rendezvous, free_port, join_group, leave_group
+from mstar.engine.distributed import join_group, leave_group
 from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.rendezvous import Rendezvous, free_port
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 from mstar.models.families.parallel import check_divisible
 from mstar.settings import WorkerSettings

@@ -63,6 +63,11 @@ class SpeculationStats:
         return self.accepted / self.proposed if self.proposed else 0.0
 
 
+def smoothed(accepted: float, tried: float, prior: float) -> float:
+    """The accepted share of ``tried`` drafts, with ``prior`` counted as ``PRIOR_WEIGHT``."""
+    return (accepted + prior * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+
+
 @dataclass
 class _Tally:
     """One request's proposer state and counts."""
@@ -88,8 +93,7 @@ class _Tally:
         """The chance that a draft is accepted given the ones before it were: of the drafts
         verified after accepted ones (each verify's accepted run plus its first rejected draft),
         the accepted share, with ``prior`` added as ``PRIOR_WEIGHT`` drafts."""
-        return ((self.accepted + prior * PRIOR_WEIGHT)
-                / (self.accepted + self.rejected + PRIOR_WEIGHT))
+        return smoothed(self.accepted, self.accepted + self.rejected, prior)
 
 
 @dataclass
@@ -109,8 +113,7 @@ class RecentAcceptance:
         self.tried = keep * self.tried + accepted + rejected
 
     def prior(self) -> float:
-        return ((self.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT)
-                / (self.tried + PRIOR_WEIGHT))
+        return smoothed(self.accepted, self.tried, PRIOR_ACCEPTANCE)
 
 
 def _budget(seq: Sequence) -> int:
@@ -148,8 +151,7 @@ class Speculation:
     def _room(self, seq: Sequence, tally: _Tally) -> int:
         """Drafts ``seq`` may get: its draft length, at most one token fewer than its remaining
         output (so a row never runs past max_tokens); 0 once the floor turned it off."""
-        return 0 if tally.off else min(tally.length,
-                                       seq.params.max_tokens - seq.num_output_tokens - 1)
+        return 0 if tally.off else min(tally.length, _budget(seq) - 1)
 
     def plan(self, seqs: list[Sequence], step_tokens: int, step_outputs: int
              ) -> dict[int, tuple[int, ...]]:

@@ -32,14 +32,20 @@ SOURCE_FILE = "gguf_source.json"
 _PERMUTED_QK = ("llama",)
 
 
+def file_key(path: Path) -> str:
+    """Names one version of a file in the cache: its resolved path, size and modification time
+    (a changed file gets another key, so it is read again)."""
+    path = path.expanduser().resolve()
+    stat = path.stat()
+    return hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
 def gguf_model_dir(path: Path, cache_dir: Path) -> Path:
     """A directory with the GGUF's config and tokenizer (weights stay in the GGUF), made once."""
     path = path.expanduser().resolve()
     if not path.is_file():
         raise ModelError(f"GGUF model {str(path)!r} does not exist or is not a file")
-    stat = path.stat()
-    key = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = Path(cache_dir).expanduser() / "gguf" / f"{path.stem}-{key}"
+    target = Path(cache_dir).expanduser() / "gguf" / f"{path.stem}-{file_key(path)}"
     if (target / SOURCE_FILE).is_file():
         return target
     from transformers import AutoConfig, AutoTokenizer
@@ -80,7 +86,8 @@ def read_gguf(path: Path, names: set[str], config, cache_dir: Path | None = None
     """The checkpoint tensors ``names`` (HF names): dense ones as float32, Q4/Q8 weights
     quantized. With ``cache_dir``, read from the file once and then from the cache
     (``gguf_tensor_cache``: opening a GGUF parses its whole vocabulary)."""
-    file = None if cache_dir is None else gguf_tensor_cache.cache_file(path, names, cache_dir)
+    file = None if cache_dir is None else gguf_tensor_cache.cache_file(
+        cache_dir, f"{path.stem}-{file_key(path)}", names)
     found = None if file is None else gguf_tensor_cache.load(file)
     if found is None:
         found = _read_file(path, names, config)

@@ -4,8 +4,8 @@ gguf's reader parses every metadata field when it opens a file, the tokenizer's 
 merges included: some 5 s for the built-in model's 100k strings, on every load. The tensors read
 from it (dense ones as float32, Q4/Q8 linears in the engine's layouts, q/k rows already in the
 model's order) are the same every time for one file and one set of names, so the first load
-writes them to one safetensors file and the next loads map it. The key is the file's path, size
-and modification time and the names asked for, so a changed file is read again.
+writes them to one safetensors file and the next loads map it. The key is the file's (its path,
+size and modification time: a changed file is read again) and the names asked for.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ FORMAT = 1  # bump when the stored layout changes: older files are then not foun
 Tensors = tuple[dict[str, torch.Tensor], dict[str, QuantWeight], list[str]]  # + types dequantized
 
 
-def cache_file(path: Path, names: set[str], cache_dir: Path) -> Path:
-    stat = path.stat()
-    key = hashlib.sha256(json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns,
-                                     sorted(names), FORMAT]).encode()).hexdigest()[:16]
-    return Path(cache_dir).expanduser() / "gguf-tensors" / f"{path.stem}-{key}.safetensors"
+def cache_file(cache_dir: Path, file_name: str, names: set[str]) -> Path:
+    """Where the tensors ``names`` of the file named ``file_name`` (its stem and key,
+    ``gguf_loader.file_key``) are kept."""
+    key = hashlib.sha256(json.dumps([sorted(names), FORMAT]).encode()).hexdigest()[:8]
+    return Path(cache_dir).expanduser() / "gguf-tensors" / f"{file_name}-{key}.safetensors"
 
 
 def load(file: Path) -> Tensors | None:
