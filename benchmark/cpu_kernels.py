@@ -11,7 +11,7 @@ weight to exceed --cold-mb of float32 data. Reported: the fastest of --repeats s
 microseconds per call; the machine is shared, so compare columns of one run and prefer the minimum.
 With --threads 1 the time is the thread's CPU time (time.thread_time), which other processes on a
 busy machine do not inflate; with more threads it is wall time. ``--baseline REV`` also builds the
-kernels of git revision REV (under the op namespace ``mstar_quant_base``) and times them as
+kernels of git revision REV (under the op namespace ``mstar_cpu_base``) and times them as
 ``base_q4`` / ``base_int8`` / ``base_bf16`` interleaved with the current ones (sweep by sweep), for
 before/after tables; ``--only mstar_q4`` then also times ``base_q4``.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from mstar.kernels.cpu.build import SOURCES, build_dir, native_kernels
 from mstar.models.quant.formats import Q4Weight, dequantize_q4, interleave_q4, quantize_int8, quantize_q4
-from mstar.models.quant.native import SOURCES, build_dir, native_kernels
 from mstar.settings import WorkerSettings
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
@@ -37,21 +37,27 @@ SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (5
 BATCHES = (1, 2, 4, 8, 16, 32)
 
 
-BASELINE = "mstar_quant_base"
+BASELINE = "mstar_cpu_base"
 
 
 def build_baseline(rev: str) -> None:
-    """Builds revision `rev`'s kernels as torch.ops.mstar_quant_base (cached like the current ones)."""
+    """Builds revision `rev`'s kernels as torch.ops.mstar_cpu_base (cached like the current ones)."""
     from torch.utils.cpp_extension import load
 
     root = Path(subprocess.check_output(["git", "rev-parse", "--show-toplevel"], text=True).strip())
     csrc = SOURCES.relative_to(root)
+    if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{rev}:{csrc}"]).returncode:
+        csrc = Path("mstar/models/quant/csrc")  # revisions before the move to mstar/kernels/cpu
     work = Path(tempfile.mkdtemp(prefix="mstar_base_"))
     archive = subprocess.check_output(["git", "-C", str(root), "archive", rev, str(csrc)])
     subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
     ops = work / csrc / "ops.cpp"
-    ops.write_text(ops.read_text().replace("TORCH_LIBRARY(mstar_quant,", f"TORCH_LIBRARY({BASELINE},")
-                   .replace("TORCH_LIBRARY_IMPL(mstar_quant,", f"TORCH_LIBRARY_IMPL({BASELINE},"))
+    text = ops.read_text()
+    for library in ("mstar_cpu", "mstar_quant"):  # the op library's name then and now
+        text = text.replace(f"TORCH_LIBRARY({library},", f"TORCH_LIBRARY({BASELINE},")
+        text = text.replace(f"TORCH_LIBRARY_IMPL({library},", f"TORCH_LIBRARY_IMPL({BASELINE},")
+        text = text.replace(f"classes.{library}.", f"classes.{BASELINE}.")
+    ops.write_text(text)
     directory = build_dir(WorkerSettings().cache_dir).with_name(f"base-{rev.replace('/', '_')}")
     directory.mkdir(parents=True, exist_ok=True)
     load(f"{BASELINE}_kernels", [str(ops)], extra_cflags=["-O3", "-fopenmp"],
@@ -83,14 +89,14 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
     q4 = quantize_q4(w)
     if native_kernels(WorkerSettings().cache_dir):
         x8 = interleave_q4(q4).blocks  # the native kernels' layout
-        out["mstar_q4"] = (lambda x, s: torch.ops.mstar_quant.q4_linear(x, s, x.shape[1]), x8)
-        out["mstar_int8"] = (lambda x, s: torch.ops.mstar_quant.int8_linear(x, s[0], s[1]),
+        out["mstar_q4"] = (lambda x, s: torch.ops.mstar_cpu.q4_linear(x, s, x.shape[1]), x8)
+        out["mstar_int8"] = (lambda x, s: torch.ops.mstar_cpu.int8_linear(x, s[0], s[1]),
                              (q8.weight, q8.scales))
-        out["mstar_bf16"] = (lambda x, s: torch.ops.mstar_quant.bf16_linear(x, s, None, -1),
+        out["mstar_bf16"] = (lambda x, s: torch.ops.mstar_cpu.bf16_linear(x, s, None, -1),
                              w.bfloat16())
         # the wide-batch path: dequantize a cache-sized tile, then a float32 GEMM (dequant_gemm.h)
-        out["q4_wide"] = (lambda x, s: torch.ops.mstar_quant.q4_linear_wide(x, s, x.shape[1]), x8)
-        out["int8_wide"] = (lambda x, s: torch.ops.mstar_quant.int8_linear_wide(x, s[0], s[1]),
+        out["q4_wide"] = (lambda x, s: torch.ops.mstar_cpu.q4_linear_wide(x, s, x.shape[1]), x8)
+        out["int8_wide"] = (lambda x, s: torch.ops.mstar_cpu.int8_linear_wide(x, s[0], s[1]),
                             (q8.weight, q8.scales))
     if hasattr(torch.ops, BASELINE) and hasattr(getattr(torch.ops, BASELINE), "q4_linear"):
         base = getattr(torch.ops, BASELINE)  # a revision before the x8 layout takes Q4_1 rows

@@ -30,9 +30,9 @@ from collections.abc import Callable
 
 import torch
 
+from mstar.kernels.cpu.build import native_kernels
 from mstar.models.layers import fused_ops
 from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope
-from mstar.models.quant.native import native_kernels
 from mstar.settings import WorkerSettings
 
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 576, 1536, 9, 3, 64

@@ -316,14 +316,24 @@ def run_engine(engine, requests: dict, max_steps: int = 10_000) -> dict:
 
 @pytest.fixture(scope="session")
 def best_level(builtin_cache_dir) -> int:
-    """The best SIMD level of the native CPU kernels on this machine (builds them once)."""
+    """The SIMD level the native CPU kernels run at on this machine (builds them once)."""
     import torch
 
-    from mstar.models.quant.native import native_kernels
+    from mstar.kernels.cpu.build import native_kernels
 
     if not native_kernels(builtin_cache_dir):
         pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
-    return torch.ops.mstar_quant.cpu_level()
+    return torch.ops.mstar_cpu.cpu_level()
+
+
+@pytest.fixture(scope="session")
+def cpu_features(best_level):
+    """The instruction-set features the native CPU kernels found on this CPU (a ``Feature`` set)."""
+    import torch
+
+    from mstar.kernels.cpu.levels import Feature
+
+    return Feature(torch.ops.mstar_cpu.cpu_features())
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mstar.kernels.cpu.levels import LEVELS, missing_features
 from mstar.models.quant.formats import Int8Weight, QuantWeight, interleave_q4, quantize_int8, quantize_q4
 
 
@@ -19,13 +20,16 @@ def random_weight(kind: str, n: int, k: int) -> QuantWeight:
     return Int8Weight(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n, k // 32))
 
 
-def kernel_levels(levels: dict[int, str]):
-    """A ``level`` fixture over ``levels`` (number -> name); the ones above this CPU's skip."""
+def kernel_levels(levels: list[int]):
+    """A ``level`` fixture over ``levels`` (numbers of ``mstar.kernels.cpu.levels.LEVELS``); a level
+    needing a feature this CPU lacks skips, naming the feature. Levels are sets of features, not an
+    order: a CPU may have AVX-512 VNNI without AVX-VNNI."""
 
-    @pytest.fixture(params=list(levels), ids=list(levels.values()))
-    def level(request, best_level) -> int:
-        if request.param > best_level:
-            pytest.skip(f"this CPU lacks {levels[request.param]} (best level: {levels[best_level]})")
+    @pytest.fixture(params=levels, ids=[LEVELS[n].name for n in levels])
+    def level(request, cpu_features) -> int:
+        missing = missing_features(request.param, cpu_features)
+        if missing:
+            pytest.skip(f"this CPU lacks {', '.join(missing)} (kernel level {LEVELS[request.param].name})")
         return request.param
 
     return level
@@ -34,7 +38,7 @@ def kernel_levels(levels: dict[int, str]):
 def quant_linear(w: QuantWeight, x: torch.Tensor, level: int, wide: bool = False) -> torch.Tensor:
     """The native op of ``w``'s kind at ``level``: the integer-dot kernel, or the wide-batch path
     (q4 in the kernels' interleaved layout)."""
-    ops, suffix = torch.ops.mstar_quant, "_wide" if wide else ""
+    ops, suffix = torch.ops.mstar_cpu, "_wide" if wide else ""
     if isinstance(w, Int8Weight):
         return getattr(ops, "int8_linear" + suffix)(x, w.weight, w.scales, level)
     return getattr(ops, "q4_linear" + suffix)(x, interleave_q4(w).blocks, w.in_features, level)

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from quant_weights import kernel_levels
-from test_cpu_qdot import LEVELS
 
-from mstar.models.layers.cpu_bf16_linear import Bf16Linear, native_bf16, use_bf16_kernel
+from mstar.models.layers.cpu_bf16_linear import Bf16Linear, native_bf16
+from mstar.models.layers.cpu_linear import PackedLinear
 
 # (M, N, K): one row (the streaming path), the tiles of 5 rows and their tails, K not a multiple
 # of the 16 features per weight load, odd N, the built-in model's shapes.
@@ -20,7 +20,7 @@ SHAPES = [(1, 19, 64), (1, 7, 5), (2, 8, 96), (3, 9, 17), (5, 16, 32), (7, 33, 1
           (13, 40, 576), (32, 131, 576), (40, 3, 1536)]
 
 
-level = kernel_levels(LEVELS)
+level = kernel_levels([0, 1, 2, 3])  # every level with AVX2 runs the AVX2 kernel
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -43,7 +43,7 @@ def test_kernel_matches_float32_math_on_the_bf16_weights(level, m, n, k):
     torch.manual_seed(m * 10_000 + n * 100 + k)
     w = (torch.randn(n, k) * torch.rand(n, 1)).bfloat16()  # rows of different magnitude
     x, bias = torch.randn(m, k), torch.randn(n)
-    got = torch.ops.mstar_quant.bf16_linear(x, w, bias, level)
+    got = torch.ops.mstar_cpu.bf16_linear(x, w, bias, level)
     assert got.dtype == torch.float32 and got.shape == (m, n)
     assert ((got.double() - _reference(x, w, bias)).abs() <= _tolerance(x, w, bias)).all()
 
@@ -51,7 +51,7 @@ def test_kernel_matches_float32_math_on_the_bf16_weights(level, m, n, k):
 def test_bf16_activations_give_the_rounded_float32_result(level):
     torch.manual_seed(0)
     w, x = torch.randn(37, 100).bfloat16(), torch.randn(6, 100).bfloat16()
-    got = torch.ops.mstar_quant.bf16_linear(x, w, None, level)
+    got = torch.ops.mstar_cpu.bf16_linear(x, w, None, level)
     assert got.dtype == torch.bfloat16
     exact = _reference(x, w, None)
     # One bf16 rounding of the float32 sums: within half a bf16 ulp (2^-8 relative) plus float32 error.
@@ -60,9 +60,9 @@ def test_bf16_activations_give_the_rounded_float32_result(level):
 
 def test_a_bad_weight_is_refused(best_level):
     with pytest.raises(RuntimeError, match="bfloat16"):
-        torch.ops.mstar_quant.bf16_linear(torch.randn(1, 8), torch.randn(4, 8), None, -1)
+        torch.ops.mstar_cpu.bf16_linear(torch.randn(1, 8), torch.randn(4, 8), None, -1)
     with pytest.raises(RuntimeError, match="features"):
-        torch.ops.mstar_quant.bf16_linear(torch.randn(1, 9), torch.randn(4, 8).bfloat16(), None, -1)
+        torch.ops.mstar_cpu.bf16_linear(torch.randn(1, 9), torch.randn(4, 8).bfloat16(), None, -1)
 
 
 @settings(max_examples=40, deadline=None)
@@ -83,40 +83,61 @@ def test_layer_equals_float32_math_on_its_bf16_weights(best_level, m, n, k, scal
 class _TorchBf16Linear(torch.nn.Module):
     """The reference: torch's float32 product with the same bf16 weights, rounded to bf16."""
 
-    def __init__(self, linear: Bf16Linear) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.weight, self.bias = linear.weight, linear.bias
+        self.weight, self.bias = weight, bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.float()
         return F.linear(x.float(), self.weight.float(), bias).to(x.dtype)
 
 
+def _bf16_weight(linear: torch.nn.Module) -> torch.Tensor:
+    """The bf16 weight a CPU linear multiplies with (oneDNN's packed layout read back)."""
+    if isinstance(linear, PackedLinear):
+        return linear.packed_weight.to_dense()
+    return linear.weight
+
+
+def _cpu_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's linears as the loader left them, after checking that every one runs the bf16
+    path of this CPU: oneDNN-packed where bf16 is native, else the bf16-weight kernel."""
+    kind = PackedLinear if native_bf16() else Bf16Linear
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    layers = [m for m in model.modules() if isinstance(m, kind)]
+    assert model.lm_head in layers and _bf16_weight(model.lm_head).dtype == torch.bfloat16
+    if kind is Bf16Linear:  # the kernel reads the tied embedding's rows; oneDNN packs a copy
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+    return layers
+
+
+def _use_torch_math(model: torch.nn.Module) -> None:
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, (Bf16Linear, PackedLinear)):
+                setattr(parent, child_name, _TorchBf16Linear(_bf16_weight(child), child.bias))
+
+
 def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
         tiny_model_dir, make_engine, greedy, best_level):
-    """A bf16 model on this kind of CPU (AVX2, no native bf16) runs every linear, the tied LM head
-    included, on the kernel; at each level it decodes what torch does with the same weights."""
+    """A bf16 model runs every linear, the tied LM head included, on this CPU's bf16 path: oneDNN's
+    packed bf16 where bf16 is native (avx512_bf16 or AMX), else the bf16-weight kernel at the best
+    level and the scalar one. Each decodes what torch does in float32 with the same weights."""
     model_dir = tiny_model_dir("qwen2")  # tied embeddings, q/k/v biases
     prompts = [[1, 5, 9, 13, 2], [3, 4], list(range(20, 60))]
+    runs = ["onednn"] if native_bf16() else ["best", "scalar"]
     tokens = {}
-    for name in ["torch", "best", "scalar"]:
+    for name in ["torch", *runs]:
         engine = make_engine(model_dir, dtype="bfloat16", enable_prefix_caching=False)
         model = engine.model_runner.model
-        layers = [m for m in model.modules() if isinstance(m, Bf16Linear)]
-        if not layers:  # a CPU with native bf16 packs its linears for oneDNN instead
-            assert use_bf16_kernel(model) > 0
-            layers = [m for m in model.modules() if isinstance(m, Bf16Linear)]
-        assert model.lm_head in layers and model.lm_head.weight is model.model.embed_tokens.weight
-        for layer in layers:
-            layer.level = 0 if name == "scalar" else -1
+        for layer in _cpu_linears(model):
+            if name == "scalar":
+                layer.level = 0
         if name == "torch":
-            for parent in list(model.modules()):
-                for child_name, child in list(parent.named_children()):
-                    if isinstance(child, Bf16Linear):
-                        setattr(parent, child_name, _TorchBf16Linear(child))
+            _use_torch_math(model)
         tokens[name] = greedy(engine, prompts, 12, ignore_eos=True)
-    assert tokens["best"] == tokens["torch"]
-    assert tokens["scalar"] == tokens["torch"]
+    for name in runs:
+        assert tokens[name] == tokens["torch"], name
 
 
 @pytest.mark.parametrize("quantization", ["int8", "q4"])

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from quant_weights import kernel_levels, quant_linear, random_weight
 
+from mstar.kernels.cpu.levels import LEVELS, missing_features
 from mstar.models.quant.formats import (
     ACTIVATION_MAX,
     dequantize,
@@ -23,7 +24,6 @@ from mstar.models.quant.formats import (
 )
 from mstar.models.quant.linear import QuantLinear
 
-LEVELS = {0: "scalar", 1: "avx2", 2: "avx_vnni", 3: "avx512_vnni"}
 # (M, N, K): single rows, the x-row tiles of 4 and their tails, output counts that are not a
 # multiple of 8 (q4's last rows stay Q4_1 rows, repacked when a kernel runs); from 8 rows the
 # 8-output panels, a partial last panel included (21, 70 outputs: 16-column work items, 8-wide panels)
@@ -33,7 +33,7 @@ SHAPES = [(1, 19, 64), (2, 8, 96), (3, 9, 32), (4, 16, 32), (5, 27, 64), (7, 33,
 ROUNDING_TOLERANCE = 1e-4
 
 
-level = kernel_levels(LEVELS)
+level = kernel_levels(list(LEVELS))  # the integer-dot kernels have every level
 
 
 @pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
@@ -52,7 +52,7 @@ def test_kernel_matches_the_dequantize_then_fp32_reference(level, kind, m, n, k)
 
 def test_activation_bytes_are_the_torch_rounding(level):
     x = torch.randn(5, 96) * torch.logspace(-3, 3, 5).unsqueeze(1)
-    q, d, s = torch.ops.mstar_quant.quantize_activations(x, level)
+    q, d, s = torch.ops.mstar_cpu.quantize_activations(x, level)
     blocks = x.view(5, 3, 32)
     amax = blocks.abs().amax(-1)
     assert torch.equal(d, amax / ACTIVATION_MAX)
@@ -61,12 +61,27 @@ def test_activation_bytes_are_the_torch_rounding(level):
     assert q.dtype == torch.int16 and q.abs().max() == ACTIVATION_MAX
 
 
-def test_a_level_the_cpu_lacks_is_refused(best_level):
-    if best_level == max(LEVELS):
-        pytest.skip("this CPU has every level")
+def test_the_torch_rounding_picks_the_kernels_integer_in_every_block(level):
+    """Tens of thousands of blocks: x * 32767 / max|x| near .5 rounds to the same integer in torch
+    (the reference's round_activations) as in the kernel (a reciprocal-then-multiply in torch moved
+    about one block in a thousand)."""
+    torch.manual_seed(1)
+    x = torch.randn(4096, 320) * torch.logspace(-3, 3, 4096).unsqueeze(1)
+    q, d, _ = torch.ops.mstar_cpu.quantize_activations(x, level)
+    kernel = q.view(4096, 10, 32).float() * d.unsqueeze(-1)
+    assert torch.equal(kernel, round_activations(x).view(4096, 10, 32))
+
+
+@pytest.mark.parametrize("lacking", list(LEVELS), ids=[level.name for level in LEVELS.values()])
+def test_a_level_the_cpu_lacks_is_refused(cpu_features, lacking):
+    """Forcing a level refuses, naming the missing features, wherever the CPU lacks any of them
+    (e.g. AVX-VNNI on an AVX-512 CPU); it never runs an instruction the CPU lacks."""
+    missing = missing_features(lacking, cpu_features)
+    if not missing:
+        pytest.skip(f"this CPU has every feature of kernel level {LEVELS[lacking].name}")
     w = quantize_q4(torch.randn(4, 32))
-    with pytest.raises(RuntimeError, match="not supported by this CPU"):
-        torch.ops.mstar_quant.q4_linear(torch.randn(1, 32), w.blocks, 32, best_level + 1)
+    with pytest.raises(RuntimeError, match=f"not supported by this CPU: it lacks {', '.join(missing)}"):
+        torch.ops.mstar_cpu.q4_linear(torch.randn(1, 32), w.blocks, 32, lacking)
 
 
 @settings(max_examples=40, deadline=None)

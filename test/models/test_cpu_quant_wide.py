@@ -10,13 +10,12 @@ from quant_weights import kernel_levels, quant_linear, random_weight
 from mstar.models.quant.formats import dequantize, quantize_int8, quantize_q4
 from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
 
-LEVELS = {0: "scalar", 1: "avx2"}  # the dequantization has a scalar and an AVX2 version
 # (M, N, K): odd batch and output sizes; K = 4096 makes the 2 MiB scratch hold 128 weight rows,
 # so N = 300 runs two full tiles and a partial one.
 SHAPES = [(16, 1, 32), (17, 19, 64), (33, 40, 576), (5, 300, 4096)]
 
 
-level = kernel_levels(LEVELS)
+level = kernel_levels([0, 1])  # the dequantization has a scalar and an AVX2 version
 
 
 @pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
@@ -50,4 +49,4 @@ def test_the_layer_switches_to_float32_activations_at_the_wide_batch(best_level,
 def test_wide_kernel_refuses_a_mismatched_input(best_level):
     w = quantize_q4(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="64 features"):
-        torch.ops.mstar_quant.q4_linear_wide(torch.randn(WIDE_BATCH, 32), w.blocks, 64)
+        torch.ops.mstar_cpu.q4_linear_wide(torch.randn(WIDE_BATCH, 32), w.blocks, 64)

@@ -15,11 +15,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mstar.kernels.cpu.build import native_kernels
 from mstar.models.families.gemma3 import GemmaMLP
 from mstar.models.layers import fused_ops
 from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, apply_rope
 from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
-from mstar.models.quant.native import native_kernels
 
 DTYPES = [torch.float32, torch.bfloat16]
 FP32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
@@ -196,7 +196,7 @@ def test_loaded_model_runs_the_fused_ops(tiny_model_dir, make_engine, run, tiny_
     with torch.profiler.profile() as prof:
         fused = run(engine, requests)
     called = {event.key for event in prof.key_averages()}
-    assert {f"mstar_quant::{op}" for op in ("rms_norm", "fused_add_rms_norm", "rms_norm_inplace",
+    assert {f"mstar_cpu::{op}" for op in ("rms_norm", "fused_add_rms_norm", "rms_norm_inplace",
                                              "silu_and_mul", "rotary_embedding")} <= called
     fused_ops.use_native_ops(model, False)
     plain = run(engine, {f"p{k}": v for k, v in requests.items()})

@@ -1,8 +1,8 @@
 """bf16 linear layers for CPUs without native bf16 (AVX2): bf16 weights, float32 arithmetic.
 
 On such a CPU torch emulates bf16 matmuls, several times slower than float32 at batch, and oneDNN
-cannot prepack bf16. The native kernel (``torch.ops.mstar_quant.bf16_linear``,
-quant/csrc/bf16_linear.h) reads the bf16 weights (half the bytes of float32: decode streams them
+cannot prepack bf16. The native kernel (``torch.ops.mstar_cpu.bf16_linear``,
+kernels/cpu/csrc/bf16_linear.h) reads the bf16 weights (half the bytes of float32: decode streams them
 from memory), widens them to float32 in registers and runs float32 FMAs, so a bf16 model there
 reads half the memory of a float32 one and computes like one. Activations between the layers stay
 bf16, as on a CPU with native bf16; each layer's sums are float32, rounded to bf16 once.
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mstar.kernels.cpu.build import native_kernels
 from mstar.models.layers.cpu_linear import native_bf16, replace_linears
-from mstar.models.quant.native import native_kernels
 
 
 class Bf16Linear(nn.Module):
@@ -34,7 +34,7 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        out = torch.ops.mstar_quant.bf16_linear(flat, self.weight, self.bias, self.level)
+        out = torch.ops.mstar_cpu.bf16_linear(flat, self.weight, self.bias, self.level)
         return out.view(*x.shape[:-1], self.out_features)
 
 

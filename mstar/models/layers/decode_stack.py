@@ -1,6 +1,6 @@
 """A Llama-layout decoder stack on a decode-only step in one native call.
 
-``fused_ops.decode_layer`` runs one layer in one call; ``decode_stack`` (``quant/csrc/
+``fused_ops.decode_layer`` runs one layer in one call; ``decode_stack`` (``kernels/cpu/csrc/
 decode_layers.h``) runs them all, from the first layer's input norm to the final add + norm, so a
 decode step crosses from Python to C++ once for the layers instead of once per layer (and skips
 the per-layer module calls around it). It calls the same C++ functions in the same order, so it
@@ -37,7 +37,7 @@ class DecodeStack:
         attn = [layer.attn for layer in layers]
         self.kv_caches = [a.kv_cache for a in attn]
         # held by C++ (decode_layers.h): a step passes one object, not every layer's tensors
-        self.native = torch.classes.mstar_quant.DecodeStack(
+        self.native = torch.classes.mstar_cpu.DecodeStack(
             [*norms, final_norm.weight], [k for layer in layers for k in layer.linears.kinds],
             [w for layer in layers for w in layer.linears.weights],
             [n for layer in layers for n in layer.linears.in_features], self.kv_caches,
@@ -73,5 +73,5 @@ def decode_layers(stack: DecodeStack, hidden: torch.Tensor, cos: torch.Tensor, s
     """Every layer on the decode rows ``hidden`` (updated in place, as the fused ops do) and the
     final norm: the model's output hidden states."""
     meta = attn_metadata
-    return torch.ops.mstar_quant.decode_stack(stack.native, hidden, cos, sin, meta.slot_mapping,
+    return torch.ops.mstar_cpu.decode_stack(stack.native, hidden, cos, sin, meta.slot_mapping,
                                               meta.decode_tables, meta.decode_lens)

@@ -3,8 +3,8 @@
 RMSNorm (alone, in place, or with the residual add before it, in place on both as vLLM's
 ``fused_add_rms_norm``), SiLU / GELU-tanh times up on the fused gate/up output, rope in place on
 the q and k heads, the paged KV-cache write and the paged decode attention replace several torch
-ops apiece. The kernels (``quant/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``,
-``kv_cache_ops.h``, ``decode_attention.h``) are built into ``torch.ops.mstar_quant`` with the
+ops apiece. The kernels (``kernels/cpu/csrc/norm_ops.h``, ``activation_ops.h``, ``rope_ops.h``,
+``kv_cache_ops.h``, ``decode_attention.h``) are built into ``torch.ops.mstar_cpu`` with the
 quantized kernels. They compute in float32 and round where
 the torch path rounds, for float32 and bfloat16 activations.
 
@@ -18,20 +18,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mstar.kernels.cpu.build import LIBRARY
+from mstar.kernels.cpu.levels import Feature
 from mstar.models.layers.cpu_bf16_linear import Bf16Linear
 from mstar.models.quant.formats import Q4Weight
 from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
 
-_LIBRARY = "mstar_quant"
 _fakes_registered: list[bool] = []
 
 
 def native_ops_usable(device: torch.device) -> bool:
     """True when the fused ops can run for a model on ``device`` (the native kernels must be
-    loaded already, see ``mstar.models.quant.native.native_kernels``)."""
-    ops = getattr(torch.ops, _LIBRARY, None)
+    loaded already, see ``mstar.kernels.cpu.build.native_kernels``)."""
+    ops = getattr(torch.ops, LIBRARY, None)
     return (device.type == "cpu" and ops is not None and hasattr(ops, "rms_norm")
-            and ops.cpu_level() >= 1)
+            and Feature.AVX2 in Feature(ops.cpu_features()))
 
 
 def use_native_ops(model: nn.Module, enabled: bool = True) -> int:
@@ -47,34 +48,34 @@ def use_native_ops(model: nn.Module, enabled: bool = True) -> int:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: bool) -> torch.Tensor:
-    return torch.ops.mstar_quant.rms_norm(x, weight, eps, offset)
+    return torch.ops.mstar_cpu.rms_norm(x, weight, eps, offset)
 
 
 def rms_norm_(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: bool) -> torch.Tensor:
     """Normalizes x in place (a view with evenly spaced rows, e.g. the q heads of a qkv output)."""
-    torch.ops.mstar_quant.rms_norm_inplace(x, weight, eps, offset)
+    torch.ops.mstar_cpu.rms_norm_inplace(x, weight, eps, offset)
     return x
 
 
 def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                   offset: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(norm(x + residual), x + residual), written into (x, residual)."""
-    torch.ops.mstar_quant.fused_add_rms_norm(x, residual, weight, eps, offset)
+    torch.ops.mstar_cpu.fused_add_rms_norm(x, residual, weight, eps, offset)
     return x, residual
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mstar_quant.silu_and_mul(x)
+    return torch.ops.mstar_cpu.silu_and_mul(x)
 
 
 def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mstar_quant.gelu_tanh_and_mul(x)
+    return torch.ops.mstar_cpu.gelu_tanh_and_mul(x)
 
 
 def rope_(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotates the leading ``cos.shape[-1]`` dims of every head of qk [tokens, heads, head_dim]
     in place (``RotaryEmbedding``'s cos and sin rows)."""
-    torch.ops.mstar_quant.rotary_embedding(qk, cos, sin)
+    torch.ops.mstar_cpu.rotary_embedding(qk, cos, sin)
     return qk
 
 
@@ -82,7 +83,7 @@ def write_kv_cache_(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     slot_mapping: torch.Tensor) -> None:
     """The torch attention backend's cache write ([2, kv_heads, blocks, block_size, head_dim]):
     token t's K and V heads into slot ``slot_mapping[t]``, in one call."""
-    torch.ops.mstar_quant.write_kv_cache(kv_cache, k, v, slot_mapping)
+    torch.ops.mstar_cpu.write_kv_cache(kv_cache, k, v, slot_mapping)
 
 
 def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -92,7 +93,7 @@ def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables
     ``context_lens[s]`` cached tokens, read from the paged cache by ``block_tables`` [seqs,
     max_blocks] (int64); ``window``: only the last ``window`` of them; ``scale`` defaults to
     1/sqrt(head_dim). Float32 softmax; the output is in q's dtype."""
-    return torch.ops.mstar_quant.paged_decode_attention(
+    return torch.ops.mstar_cpu.paged_decode_attention(
         q, kv_cache, block_tables, context_lens, window,
         q.shape[-1] ** -0.5 if scale is None else scale)
 
@@ -143,7 +144,7 @@ def decode_layer(hidden: torch.Tensor, residual: torch.Tensor, normed: bool, inp
     input add + norm (skipped when ``normed``: the first layer), qkv, rope, the cache write,
     the paged decode attention, o, the add + norm, gate_up, silu * up and down. Updates
     ``residual`` (and ``hidden``) in place, as the fused ops do; returns the MLP's output."""
-    return torch.ops.mstar_quant.decode_layer(
+    return torch.ops.mstar_cpu.decode_layer(
         hidden, residual, normed, input_norm.weight, post_norm.weight, input_norm.eps,
         linears.kinds, linears.weights, linears.in_features, cos, sin, kv_cache, slot_mapping,
         block_tables, context_lens, window, kv_cache.shape[-1] ** -0.5 if scale is None else scale,
@@ -159,7 +160,7 @@ def _register_fakes() -> None:
     def gated(x):
         return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
 
-    torch.library.register_fake(f"{_LIBRARY}::silu_and_mul", gated)
-    torch.library.register_fake(f"{_LIBRARY}::gelu_tanh_and_mul", gated)
-    torch.library.register_fake(f"{_LIBRARY}::rms_norm",
+    torch.library.register_fake(f"{LIBRARY}::silu_and_mul", gated)
+    torch.library.register_fake(f"{LIBRARY}::gelu_tanh_and_mul", gated)
+    torch.library.register_fake(f"{LIBRARY}::rms_norm",
                                 lambda x, weight, eps, offset: torch.empty_like(x))

@@ -12,6 +12,7 @@ import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
+from mstar.kernels.cpu.build import native_kernels
 from mstar.models.families.parallel import TensorParallel, build_sharded, shard_tensor
 from mstar.models.layers.cpu_bf16_linear import runs_bf16_kernel, use_bf16_kernel
 from mstar.models.layers.cpu_linear import can_pack, pack_linears
@@ -20,7 +21,6 @@ from mstar.models.loading.gguf_loader import gguf_source, read_gguf
 from mstar.models.loading.registry import get_model_class
 from mstar.models.quant.apply import install_quantized, quantize_dense
 from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
-from mstar.models.quant.native import native_kernels
 
 log = structlog.get_logger(__name__)
 

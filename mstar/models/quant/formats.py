@@ -127,7 +127,9 @@ def round_activations(x: torch.Tensor) -> torch.Tensor:
     m, k = x.shape
     blocks = x.view(m, k // Q4_BLOCK, Q4_BLOCK)
     amax = blocks.abs().amax(-1, keepdim=True)
-    inv = torch.where(amax > 0, ACTIVATION_MAX / amax, torch.zeros_like(amax))
+    # A true division, as the kernels' 32767 / a: ``ACTIVATION_MAX / amax`` is computed by torch as
+    # reciprocal(amax) * 32767, rounded twice, which moves a product near .5 to the other integer.
+    inv = torch.where(amax > 0, torch.full_like(amax, ACTIVATION_MAX).div(amax), torch.zeros_like(amax))
     return ((blocks * inv).round() * (amax / ACTIVATION_MAX)).view(m, k)
 
 

@@ -53,10 +53,10 @@ class QuantLinear(nn.Module):
             exact = self.mode == "exact" or wide
             out = F.linear(flat if exact else round_activations(flat), dequantize(w))
         elif isinstance(w, Q4Weight):
-            kernel = torch.ops.mstar_quant.q4_linear_wide if wide else torch.ops.mstar_quant.q4_linear
+            kernel = torch.ops.mstar_cpu.q4_linear_wide if wide else torch.ops.mstar_cpu.q4_linear
             out = kernel(flat, w.blocks, w.in_features)
         else:
-            kernel = torch.ops.mstar_quant.int8_linear_wide if wide else torch.ops.mstar_quant.int8_linear
+            kernel = torch.ops.mstar_cpu.int8_linear_wide if wide else torch.ops.mstar_cpu.int8_linear
             out = kernel(flat, w.weight, w.scales)
         if self.bias is not None:
             out += self.bias

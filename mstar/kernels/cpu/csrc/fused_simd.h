@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cpu_level.h"
+#include "simd.h"
 
 namespace {
 
@@ -80,12 +81,7 @@ inline void store_at(T* p, int64_t i, int64_t n, __m256 v) {
     store_part(p + i, v, n - i);
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using simd::hsum;
 
 // e^x to about 2 ulp (Cephes' expf): x = n ln2 + r, e^r by a degree-6 polynomial, times 2^n.
 // Inputs are clamped to [-87.3, 88.7], so the result is never inf or a denormal.
@@ -113,8 +109,8 @@ inline __m256 exp(__m256 x) {
 MSTAR_TARGET_POP
 #endif
 
-// The fused ops run on this CPU (AVX2 and F16C, the cpu_level() kAvx2 or better).
-inline bool fused_ops_supported() { return cpu_level() >= kAvx2; }
+// The fused ops run on this CPU (AVX2 and F16C).
+inline bool fused_ops_supported() { return (cpu_features() & kFeatAvx2) != 0; }
 
 inline void check_fused_supported() {
   TORCH_CHECK(fused_ops_supported(), "the fused CPU ops need AVX2 (use the torch path on this CPU)");

@@ -132,7 +132,7 @@ at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t
   check_q4(blocks, K);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   const int64_t N = blocks.size(0);
-  const bool simd = resolve_level(level) >= kAvx2;
+  const bool simd = level_uses(resolve_level(level), kFeatAvx2);
   return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
 #ifdef MSTAR_X86
     if (simd) return x8_rows(bp, N, K, begin, end, dst, dequant_avx2::q4_rows);
@@ -147,7 +147,7 @@ at::Tensor int8_linear_wide(const at::Tensor& x, const at::Tensor& weight, const
   const int8_t* wp = weight.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   const int64_t groups = scales.size(1);
-  const bool simd = resolve_level(level) >= kAvx2;
+  const bool simd = level_uses(resolve_level(level), kFeatAvx2);
   return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
 #ifdef MSTAR_X86
     if (simd) return dequant_avx2::int8_rows(wp, sp, K, groups, begin, end, dst);

@@ -1,8 +1,10 @@
-// Shared pieces of the quantized-linear kernels (see ops.cpp): format constants and the macros that compile a region of code for one instruction-set level.
+// Shared pieces of the native CPU kernels (see ops.cpp): format constants and the macros that
+// compile a region of code for one instruction-set level.
 //
 // One build serves every x86-64 CPU: SIMD code is compiled per function for its level
-// (MSTAR_TARGET_PUSH/POP around a region) and only called after cpu_level() says the CPU has it,
-// so the library never executes an instruction the CPU lacks.
+// (MSTAR_TARGET_PUSH/POP around a region) and only called after resolve_level() (cpu_level.h)
+// found every feature of that level on the CPU, so the library never executes an instruction the
+// CPU lacks.
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

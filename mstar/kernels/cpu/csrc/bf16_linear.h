@@ -12,6 +12,7 @@
 // of x passes over them. A single row of x streams 8 rows of W per tile instead.
 #pragma once
 #include "cpu_level.h"
+#include "simd.h"
 
 namespace {
 
@@ -85,13 +86,6 @@ void rows(const Bf16Problem& p, int64_t n_begin, int64_t n_end) {
 MSTAR_TARGET_PUSH("avx2,fma")
 namespace bf16_avx2 {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // MT rows of x (from m0) times NT rows of W (from n0) -> out.
 template <int MT, int NT>
 void tile(const Bf16Problem& p, int64_t m0, int64_t n0) {
@@ -127,7 +121,7 @@ void tile(const Bf16Problem& p, int64_t m0, int64_t n0) {
   }
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NT; ++j) {
-      float total = hsum(acc[i][j]) + (p.bias ? p.bias[n0 + j] : 0.f);
+      float total = simd::hsum(acc[i][j]) + (p.bias ? p.bias[n0 + j] : 0.f);
       for (int64_t k = whole; k < K; ++k) total += bf16_to_float(w[j * K + k]) * x[i * K + k];
       p.out[(m0 + i) * p.N + n0 + j] = total;
     }
@@ -165,10 +159,10 @@ MSTAR_TARGET_POP
 
 using Bf16Rows = void (*)(const Bf16Problem&, int64_t, int64_t);
 
-// The row function of `level` (already checked against the CPU): AVX2 and up share one kernel.
+// The row function of `level` (already checked against the CPU): every level with AVX2 shares one kernel.
 Bf16Rows bf16_level(int64_t level) {
 #ifdef MSTAR_X86
-  if (level >= kAvx2) return &bf16_avx2::rows;
+  if (level_uses(level, kFeatAvx2)) return &bf16_avx2::rows;
 #endif
   return &bf16_scalar::rows;
 }

@@ -1,8 +1,11 @@
+// The native CPU ops (torch.ops.mstar_cpu): the weight-only quantized and bf16-weight linears, and
+// the fused per-token ops, paged decode attention and whole decoder layers (the headers below).
+//
 // Weight-only quantized linear layers for CPU: y = x @ dequantize(W)^T, x and y float32.
 //
 // x is quantized to int16 per block of 32 (qdot.h) and multiplied with the weights in integer
 // arithmetic, the output rows split over the threads. Every op takes `level` (-1: the CPU's best;
-// tests force each level the CPU has). The earlier kernels that dequantized W to float32 (in
+// tests force each level the CPU has, cpu_level.h). The earlier kernels that dequantized W to float32 (in
 // registers, or through k-major panels for larger batches) were 1.6-2.8x slower at every batch
 // size from 1 to 512 on AVX2 and are gone (docs/engine.rst).
 //
@@ -79,16 +82,19 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
 }
 
 int64_t best_level() { return cpu_level(); }
+int64_t features() { return cpu_features(); }
 
 }  // namespace
 
 #include "decode_layers.h"  // decode_layer.h calls q4_linear and int8_linear above
 
-TORCH_LIBRARY(mstar_quant, m) {
+TORCH_LIBRARY(mstar_cpu, m) {
   m.def("q4_linear(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
   m.def("quantize_activations(Tensor x, int level=-1) -> (Tensor, Tensor, Tensor)");
   m.def("cpu_level() -> int");
+  m.def("cpu_features() -> int");
+  m.def("level_features(int level) -> int");
   m.def("bf16_linear(Tensor x, Tensor weight, Tensor? bias=None, int level=-1) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps, bool offset) -> Tensor");
   m.def("rms_norm_inplace(Tensor(a!) x, Tensor weight, float eps, bool offset) -> ()");
@@ -108,11 +114,11 @@ TORCH_LIBRARY(mstar_quant, m) {
   m.class_<DecodeStack>("DecodeStack")
       .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, std::vector<int64_t>,
                        std::vector<at::Tensor>, std::vector<int64_t>, std::vector<double>, double, int64_t, int64_t>());
-  m.def("decode_stack(__torch__.torch.classes.mstar_quant.DecodeStack stack, Tensor(a!) hidden, Tensor cos, "
+  m.def("decode_stack(__torch__.torch.classes.mstar_cpu.DecodeStack stack, Tensor(a!) hidden, Tensor cos, "
         "Tensor sin, Tensor slot_mapping, Tensor block_tables, Tensor context_lens) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
+TORCH_LIBRARY_IMPL(mstar_cpu, CPU, m) {
   m.impl("q4_linear", &q4_linear);
   m.impl("int8_linear", &int8_linear);
   m.impl("quantize_activations", &quantize_activations);
@@ -131,4 +137,8 @@ TORCH_LIBRARY_IMPL(mstar_quant, CPU, m) {
   m.impl("decode_stack", &decode_stack);
 }
 
-TORCH_LIBRARY_IMPL(mstar_quant, CompositeExplicitAutograd, m) { m.impl("cpu_level", &best_level); }
+TORCH_LIBRARY_IMPL(mstar_cpu, CompositeExplicitAutograd, m) {
+  m.impl("cpu_level", &best_level);
+  m.impl("cpu_features", &features);
+  m.impl("level_features", &level_features);
+}

@@ -5,27 +5,6 @@
 // products of w and x (vpmaddwd + vpaddd, or vpdpwssd). No include guard on purpose.
 namespace MSTAR_QDOT_NS {
 
-inline float hsum_ps(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hmax_ps(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline int hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-
 // x [M, K] -> q int16 [M, K], d [M, K/32] (scale: max|x| / 32767), s [M, K/32] (d * sum of q).
 void quantize_rows(const float* x, int64_t M, int64_t K, int16_t* q, float* d, float* s) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -35,13 +14,13 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int16_t* q, float* d, f
     for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(src + 8 * j);
     const __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
                                       _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-    const float a = hmax_ps(amax);
+    const float a = simd::hmax(amax);
     const __m256 inv = _mm256_set1_ps(a > 0.f ? kActMax / a : 0.f);
     __m256i i[4];
     for (int j = 0; j < 4; ++j)
       i[j] = _mm256_cvtps_epi32(
           _mm256_round_ps(_mm256_mul_ps(v[j], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const int total = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
+    const int total = simd::hsum(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
     for (int h = 0; h < 2; ++h)  // packs interleaves the 128-bit lanes; permute4x64 restores the order
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQ4Block + 16 * h),
                           _mm256_permute4x64_epi64(_mm256_packs_epi32(i[2 * h], i[2 * h + 1]), 0xD8));
@@ -161,7 +140,7 @@ void int8_tile(const Activations& a, int64_t i0, const int8_t* w, const float* s
     }
   }
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = hsum_ps(acc[i][j]);
+    for (int j = 0; j < NT; ++j) out[(i0 + i) * ldo + j] = simd::hsum(acc[i][j]);
 }
 
 // Every row of x times W rows [n_begin, n_end): tiles of kQdotMT x kQdotNT, then the tails.

@@ -6,6 +6,7 @@
 // level is plain C++ with the same arithmetic, for CPUs without AVX2.
 #pragma once
 #include "cpu_level.h"
+#include "simd.h"
 #include "q4_layout.h"
 
 namespace {
@@ -146,15 +147,16 @@ struct QdotLevel {
 
 #define MSTAR_QDOT_LEVEL(ns) QdotLevel{&ns::quantize_rows, &ns::q4_rows, &ns::int8_rows}
 
-// The functions of `level` (already checked against the CPU); a level this build lacks runs the
-// best one below it.
+// The functions of `level` (already checked against the CPU), chosen by the features it has: a
+// VNNI level this build lacks (an older compiler) runs the AVX2 kernels, which every level but
+// the scalar one has.
 QdotLevel qdot_level(int64_t level) {
 #ifdef MSTAR_X86
 #ifdef MSTAR_VNNI
-  if (level >= kAvx512Vnni) return MSTAR_QDOT_LEVEL(qdot_avx512vnni);
-  if (level >= kAvxVnni) return MSTAR_QDOT_LEVEL(qdot_avxvnni);
+  if (level_uses(level, kFeatAvx512Vnni)) return MSTAR_QDOT_LEVEL(qdot_avx512vnni);
+  if (level_uses(level, kFeatAvxVnni)) return MSTAR_QDOT_LEVEL(qdot_avxvnni);
 #endif
-  if (level >= kAvx2) return MSTAR_QDOT_LEVEL(qdot_avx2);
+  if (level_uses(level, kFeatAvx2)) return MSTAR_QDOT_LEVEL(qdot_avx2);
 #endif
   return MSTAR_QDOT_LEVEL(qdot_scalar);
 }

@@ -1,12 +1,14 @@
-"""Builds the C++ quantized-linear kernels on first use and loads them as ``torch.ops.mstar_quant``.
+"""Builds the native CPU ops on first use and loads them as ``torch.ops.mstar_cpu``: the quantized
+and bf16-weight linears, the fused per-token ops, paged decode attention and decoder layers.
 
 The build uses the machine's C++ compiler through ``torch.utils.cpp_extension`` and is cached
 under ``<cache_dir>/kernels/<hash>``, keyed by the sources, the flags, the torch version and the
 checkout's path (two checkouts sharing one build directory would rewrite each other's ninja file). One
 build serves every x86-64 CPU: the SIMD kernels are compiled per instruction-set level and chosen
-at run time from the CPU's features (csrc/cpu_level.h), so no ``-march=native``. When no
-compiler is available or the build fails, one warning is logged and the quantized layers run their
-pure-torch path (dequantize, then a float32 matmul): correct, slower.
+at run time from the CPU's features (csrc/cpu_level.h, mirrored in levels.py), so no
+``-march=native``. When no compiler is available or the build fails, one warning is logged and
+the models keep their torch paths (the quantized layers dequantize, then run a float32 matmul):
+correct, slower.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 log = structlog.get_logger(__name__)
 
 SOURCES = Path(__file__).with_name("csrc")  # ops.cpp and the headers it includes
-LIBRARY = "mstar_quant"
+LIBRARY = "mstar_cpu"
 _CFLAGS = ["-O3", "-fopenmp"]  # no -march: SIMD code is compiled per level (csrc/common.h)
 _state: dict[str, bool] = {}
 
@@ -37,7 +39,7 @@ def build_dir(cache_dir: Path) -> Path:
 
 
 def native_kernels(cache_dir: Path) -> bool:
-    """True when ``torch.ops.mstar_quant`` is usable; builds (once per process and cache) if needed."""
+    """True when ``torch.ops.mstar_cpu`` is usable; builds (once per process and cache) if needed."""
     if "ok" not in _state:
         _state["ok"] = _load(cache_dir)
     return _state["ok"]
