@@ -108,9 +108,10 @@ def _model_dir(tmp_path: Path, limit: int) -> Path:
     return tmp_path
 
 
-PREFLIGHT = ("import sys, time; from mstar.cli import main; start = time.perf_counter(); "
-             "code = main(sys.argv[1:]); took = time.perf_counter() - start; "
-             "print('took', took, 'torch' in sys.modules, 'transformers' in sys.modules); "
+# Prints whether torch and transformers were imported: what keeps the preflight fast (timed by
+# benchmark/cli_startup.py).
+PREFLIGHT = ("import sys; from mstar.cli import main; code = main(sys.argv[1:]); "
+             "print('loaded', 'torch' in sys.modules, 'transformers' in sys.modules); "
              "sys.exit(code)")
 
 
@@ -119,7 +120,7 @@ def _preflight(*argv: str, env: dict | None = None) -> subprocess.CompletedProce
                           capture_output=True, text=True, env=env, timeout=60)
 
 
-def test_preflight_catches_an_oversized_max_model_len_fast_without_torch(tmp_path, monkeypatch):
+def test_preflight_catches_an_oversized_max_model_len_without_torch(tmp_path):
     model = _model_dir(tmp_path, 512)
     env_file = tmp_path / "big.env"
     env_file.write_text("MSTAR_MAX_MODEL_LEN=4096\nMSTAR_DEVICE=cpu\nMSTAR_NUM_KV_BLOCKS=8\n"
@@ -131,9 +132,7 @@ def test_preflight_catches_an_oversized_max_model_len_fast_without_torch(tmp_pat
     assert "MSTAR_LAUNCH_WAIT_MS='5ms'" in out
     assert "MSTAR_MAX_MODEL_LEN: 4096 exceeds the model's limit of 512 tokens" in out
     assert "MSTAR_NUM_KV_BLOCKS: the KV cache holds 128 tokens" in out
-    took, torch_loaded, transformers_loaded = out.split("took ")[1].split()
-    assert float(took) < 1.0
-    assert (torch_loaded, transformers_loaded) == ("False", "False")
+    assert out.split("loaded ")[1].split() == ["False", "False"]  # neither torch nor transformers
 
 
 def test_preflight_passes_a_fitting_configuration(tmp_path):

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -72,11 +71,15 @@ def test_config_commands_import_neither_torch_nor_transformers():
     assert result.returncode == 0, result.stderr
 
 
-def test_config_show_takes_under_a_second():
-    mstar("config", "show")  # warm the file-system cache
-    start = time.perf_counter()
-    assert mstar("config", "show").returncode == 0
-    assert time.perf_counter() - start < 1.0
+def test_config_show_from_the_command_line_imports_no_heavy_library():
+    """What keeps `mstar config show` under a second (timed by benchmark/cli_startup.py): from the
+    command line, through ``mstar/__main__.py``, it imports none of torch, transformers and Ray."""
+    result = mstar("config", "show", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+                for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert {"mstar", "pydantic"} <= imported  # the scan sees the imports
+    assert not imported & {"torch", "transformers", "ray"}
 
 
 def test_docs_are_in_sync_with_the_schema():
