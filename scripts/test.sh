@@ -8,5 +8,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/mstar config docs --check
 .venv/bin/sphinx-build -W -q -b html docs docs/_build/html
 # Two pytest-xdist workers; each module runs on one of them, and the modules that share a
-# session server on the same one (test/xdist_groups.py).
-.venv/bin/pytest -q -n 2 --dist loadfile @test/cpu-core.txt "$@"
+# session server on the same one (test/xdist_groups.py). A worker that crashes (a SIGILL, a
+# SIGKILL) ends the run as failed: no replacement worker, so nothing waits for its lost tests;
+# the servers its tests started die with it (test/serve_helpers.py).
+.venv/bin/pytest -q -n 2 --dist loadfile --max-worker-restart=0 @test/cpu-core.txt "$@"

@@ -1,9 +1,14 @@
 """Shared helpers of the `mstar serve` tests: a server in a subprocess, process-tree checks,
 metrics reading, and a hard per-test timeout (import ``hard_timeout`` into a test module to use it).
+
+Every mstar process a test starts dies with the test process (``start_mstar``, ``die_with_test``),
+however that dies: a crashed or killed pytest worker leaves no `mstar serve` behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import random
 import re
@@ -18,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-TEST_TIMEOUT_S = 60
+TEST_TIMEOUT_S = 60  # hard_timeout's; pyproject's pytest-timeout bounds every other test
 API_KEY = "test-key"  # the shared tiny-model API server's (test/conftest.py: api_server)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -71,6 +76,37 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+_PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies (Linux)
+# Loaded before any fork: a child between fork and exec must not load a library (a lock another
+# thread held at the fork would never be released in the child).
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_TEST_PROCESS = os.getpid()  # the pytest process (or xdist worker) that starts the servers
+
+
+def die_with_test() -> None:
+    """``preexec_fn`` of every mstar process a test starts: SIGKILL when the test process dies,
+    even by SIGKILL (Linux's PR_SET_PDEATHSIG; mstar's own children then follow it through
+    theirs, mstar/ipc/lifecycle.py). A test process already gone by then ends the child at once."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != _TEST_PROCESS:
+        os._exit(1)
+
+
+def start_mstar(argv: list[str], env: dict[str, str], log) -> subprocess.Popen:
+    """``python -m mstar ARGV``, output to the open file ``log``: in its own process group, so that
+    ``stop_tree`` ends it with every child at once, and dying with the test process."""
+    return subprocess.Popen([sys.executable, "-m", "mstar", *argv], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_test)
+
+
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL to whatever is left of ``start_mstar``'s process group (the process and its
+    children), once the process itself has exited or was given up on."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the whole group is gone
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def running_server(model_dir: Path, log_path: Path, env: dict[str, str],
                    args: tuple[str, ...] = ()) -> Iterator[Server]:
     """Body of a module-scoped server fixture: start, wait until ready, always stop."""
@@ -96,8 +132,7 @@ class Server:
         full_env.update({"MSTAR_PORT": str(self.port), "MSTAR_DEVICE": "cpu",
                          "MSTAR_CPU_KV_CACHE_GB": "0.05", **(env or {})})
         self.log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "mstar", "serve", str(model_dir), *args],
-                                     env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.proc = start_mstar(["serve", str(model_dir), *args], full_env, self.log_file)
         self.children: set[int] = set()
 
     def wait_ready(self, timeout_s: float = 240) -> Server:  # generous: CI machines are shared
@@ -137,23 +172,29 @@ class Server:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
         self.log_file.close()
-        for pid in self.children:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        stop_tree(self.proc)
 
 
 @pytest.fixture(autouse=True)
 def hard_timeout():
-    """Fail (not hang) a test that takes too long."""
+    """Fail (not hang) a test that takes longer than TEST_TIMEOUT_S. pytest-timeout's timer (the
+    same SIGALRM) is put back afterwards with what was left of it, so it still bounds the teardown."""
+    start = time.monotonic()
+    outer_left, _ = signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT_S)
+    limit = min(outer_left, TEST_TIMEOUT_S) if outer_left else TEST_TIMEOUT_S
+
     def expire(signum, frame):
-        raise TimeoutError(f"test exceeded {TEST_TIMEOUT_S}s")
+        raise TimeoutError(f"test exceeded {limit:.0f}s")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(TEST_TIMEOUT_S)
+    signal.setitimer(signal.ITIMER_REAL, limit)  # the outer timer's deadline, if that comes first
     yield
-    signal.alarm(0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
+    if outer_left:
+        signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 0.001))
 
 
 IDLE_GAUGES = ("mstar_http_requests_in_flight", "mstar_num_requests_running",

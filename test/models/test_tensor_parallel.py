@@ -18,6 +18,7 @@ from mstar.engine.distributed import join_group, leave_group
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.rendezvous import Rendezvous, free_port
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
+from mstar.ipc.lifecycle import die_with_parent
 from mstar.models.families.parallel import check_divisible
 from mstar.settings import WorkerSettings
 
@@ -68,6 +69,7 @@ def _generate(settings: WorkerSettings, parallel=None) -> dict:
 
 
 def _rank(settings: WorkerSettings, rendezvous: Rendezvous, out: Path) -> None:
+    die_with_parent()  # a killed test process leaves no rank behind
     torch.set_num_threads(1)
     group = join_group(rendezvous, torch.device("cpu"), RANK_TIMEOUT_S)
     try:

@@ -7,13 +7,20 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
-from serve_helpers import Server, alive, free_port, free_port_block, hard_timeout, wait_running  # noqa: F401
+from serve_helpers import (  # noqa: F401 - hard_timeout is an autouse fixture
+    Server,
+    alive,
+    free_port,
+    free_port_block,
+    hard_timeout,
+    start_mstar,
+    wait_running,
+)
 
 CLUSTER_SECRET = "two-hosts-test-secret"
 TP_ENV = {"MSTAR_TENSOR_PARALLEL_SIZE": "2", "MSTAR_TORCH_NUM_THREADS": "1",
@@ -81,9 +88,8 @@ def two_hosts(tiny_model_dir, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
     env |= {"MSTAR_DEVICE": "cpu", "MSTAR_MAX_NUM_SEQS": "9", "MSTAR_CLUSTER_SECRET": CLUSTER_SECRET}
     log = open(root / "worker.log", "w")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "mstar", "worker", "--conductor", f"tcp://127.0.0.1:{base}",
-         "--replica", "0"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    worker = start_mstar(["worker", "--conductor", f"tcp://127.0.0.1:{base}", "--replica", "0"],
+                         env, log)
     try:
         yield server.wait_ready(), worker, root / "worker.log"
     finally:

@@ -13,14 +13,22 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from serve_helpers import Server, alive, free_port, free_port_block, hard_timeout, wait_running  # noqa: F401
+from serve_helpers import (  # noqa: F401 - hard_timeout is an autouse fixture
+    Server,
+    alive,
+    die_with_test,
+    free_port,
+    free_port_block,
+    hard_timeout,
+    wait_running,
+)
 
 
 def test_bad_model_path_fails_fast_without_traceback(tmp_path):
     missing = tmp_path / "no-such-model"
     proc = subprocess.run([sys.executable, "-m", "mstar", "serve", str(missing),
                            "--port", str(free_port())],  # the port is bound first
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, preexec_fn=die_with_test)
     assert proc.returncode == 1
     assert str(missing) in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -11,13 +11,12 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 import zmq
-from serve_helpers import Server, free_port_block, hard_timeout  # noqa: F401 (autouse)
+from serve_helpers import Server, free_port_block, hard_timeout, start_mstar  # noqa: F401 (autouse)
 
 from mstar.ipc import messages as m
 from mstar.ipc.security import CurveKeys, SocketSecurity
@@ -34,10 +33,8 @@ SEND_TIMEOUT_MS = 1000
 def _worker(root, name: str, conductor: str, env: dict[str, str]) -> tuple[subprocess.Popen, object]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
     log = open(root / f"{name}.log", "w")  # noqa: SIM115 - closed by the fixture
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mstar", "worker", "--conductor", conductor, "--replica", "1"],
-        env={**base, "MSTAR_DEVICE": "cpu", "MSTAR_TORCH_NUM_THREADS": "1", **env},
-        stdout=log, stderr=subprocess.STDOUT)
+    proc = start_mstar(["worker", "--conductor", conductor, "--replica", "1"],
+                       {**base, "MSTAR_DEVICE": "cpu", "MSTAR_TORCH_NUM_THREADS": "1", **env}, log)
     return proc, log
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from serve_helpers import free_port
+from serve_helpers import die_with_test, free_port
 
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import make_endpoints
@@ -61,7 +61,7 @@ def test_serve_refuses_a_bad_tensor_parallel_size_before_spawning(tiny_model_dir
             "MSTAR_DEVICE": "cpu"}
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "mstar", "serve", str(tiny_model_dir("llama"))],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=120, preexec_fn=die_with_test)
     assert done.returncode == 1
     assert "preflight_failed" in done.stdout + done.stderr
     assert "3 does not divide the model's 4 attention heads" in done.stdout + done.stderr
