@@ -14,6 +14,15 @@ from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, app
 from mstar.models.layers.decode_stack import DecodeStack, StackLayer, decode_layers
 
 
+def fused_shard_range(attn: Attention, intermediate_size: int, packed: str,
+                      shard: int) -> tuple[int, int]:
+    """(offset, size) of checkpoint shard ``shard`` inside the output dim of a Llama-layout
+    decoder's fused parameter: q, k, v in ``qkv_proj`` (sized by ``attn``), else gate, up."""
+    qkv = [attn.q_size, attn.kv_size, attn.kv_size]
+    sizes = qkv if packed == "qkv_proj" else [intermediate_size] * 2
+    return sum(sizes[:shard]), sizes[shard]
+
+
 class Attention(nn.Module):
     native_ops = False  # q/k norms and rope in place on the qkv output (mstar.models.layers.fused_ops)
 
@@ -228,12 +237,8 @@ class LlamaForCausalLM(nn.Module):
 
     def shard_range(self, packed: str, shard: int) -> tuple[int, int]:
         """(offset, size) of a checkpoint shard inside a fused parameter's output dim."""
-        if packed == "qkv_proj":
-            attn = self.model.layers[0].self_attn
-            sizes = [attn.q_size, attn.kv_size, attn.kv_size]
-        else:
-            sizes = [self.config.intermediate_size] * 2
-        return sum(sizes[:shard]), sizes[shard]
+        return fused_shard_range(self.model.layers[0].self_attn, self.config.intermediate_size,
+                                 packed, shard)
 
     def forward(self, input_ids, positions, attn_metadata) -> torch.Tensor:
         return self.model(input_ids, positions, attn_metadata)

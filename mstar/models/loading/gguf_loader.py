@@ -22,7 +22,7 @@ import structlog
 import torch
 
 from mstar.models.loading import gguf_tensor_cache
-from mstar.models.loading.resolve import ModelError
+from mstar.models.loading.model_error import ModelError
 from mstar.models.quant.formats import Int8Weight, Q4Weight, QuantWeight, q4_from_parts, select_rows
 
 log = structlog.get_logger(__name__)

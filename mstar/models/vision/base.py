@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from mstar.graph import WalkGraph, with_encoder
-from mstar.models.families.llama import LlamaForCausalLM
+from mstar.models.families.llama import LlamaForCausalLM, fused_shard_range
 
 # The original LLaVA-style layout (llava-hf's and Google's Gemma 3 checkpoints, transformers'
 # save_pretrained) -> this package's module names.
@@ -92,12 +92,8 @@ class VisionLanguageModel(nn.Module):
         return self.text_model_cls(self.text_config).build_model(self.text_config)
 
     def shard_range(self, packed: str, shard: int) -> tuple[int, int]:
-        if packed == "qkv_proj":
-            attn = self.model.layers[0].self_attn
-            sizes = [attn.q_size, attn.kv_size, attn.kv_size]
-        else:
-            sizes = [self.text_config.intermediate_size] * 2
-        return sum(sizes[:shard]), sizes[shard]
+        return fused_shard_range(self.model.layers[0].self_attn, self.text_config.intermediate_size,
+                                 packed, shard)
 
     def encode(self, image: dict[str, torch.Tensor]) -> torch.Tensor:
         """One image's processor tensors -> its embedding rows [placeholder tokens, hidden]."""
