@@ -142,17 +142,15 @@ def test_builtin_model_converts_to_a_chat_model_transformers_loads(builtin_model
     assert "Paris" in tokenizer.decode(output[0, prompt["input_ids"].shape[1]:])
 
 
-def test_second_call_reuses_the_conversion(builtin_model_dir, monkeypatch):
+def test_second_call_reuses_the_conversion(builtin_model_dir):
     weights = builtin_model_dir / "model.safetensors"
     mtime = weights.stat().st_mtime_ns
 
     def convert_again(*args):
         raise AssertionError("converted a model that was already complete")
 
-    monkeypatch.setattr(builtin, "_convert", convert_again)
-    start = time.monotonic()
-    assert builtin.ensure_builtin_model(WorkerSettings().cache_dir) == builtin_model_dir
-    assert time.monotonic() - start < 1.0
+    refuse = builtin.Conversion(load=convert_again, save=convert_again)
+    assert builtin.ensure_builtin_model(WorkerSettings().cache_dir, conversion=refuse) == builtin_model_dir
     assert weights.stat().st_mtime_ns == mtime
 
 
@@ -171,7 +169,7 @@ def _tiny_tokenizer(chat_template: str | None):
 
 
 class TinyLoader:
-    """Stands in for `_load_gguf`: a random 1-layer Llama, counting how often it is asked."""
+    """Stands in for `builtin.load_gguf`: a random 1-layer Llama, counting how often it is asked."""
 
     def __init__(self, delay: float = 0.0):
         self.calls = 0
@@ -187,40 +185,38 @@ class TinyLoader:
                              tie_word_embeddings=True)
         return LlamaForCausalLM(config), _tiny_tokenizer("{{ messages[0]['content'] }}")
 
+    def conversion(self) -> builtin.Conversion:
+        return builtin.Conversion(load=self, save=builtin.save_model)
+
 
 def _leftovers(cache_dir: Path) -> list[str]:
     return sorted(p.name for p in (cache_dir / "models").iterdir() if not p.name.endswith(".lock"))
 
 
-def test_interrupted_conversion_leaves_no_model_and_the_next_call_succeeds(tmp_path, monkeypatch):
+def test_interrupted_conversion_leaves_no_model_and_the_next_call_succeeds(tmp_path):
     from transformers import AutoModelForCausalLM
-
-    monkeypatch.setattr(builtin, "_load_gguf", TinyLoader())
-    real_save = builtin._save
 
     def save_then_crash(model, tokenizer, directory):
         model.save_pretrained(directory)
         raise OSError("disk full")
 
-    monkeypatch.setattr(builtin, "_save", save_then_crash)
+    crashing = builtin.Conversion(load=TinyLoader(), save=save_then_crash)
     with pytest.raises(OSError, match="disk full"):
-        builtin.ensure_builtin_model(tmp_path)
+        builtin.ensure_builtin_model(tmp_path, conversion=crashing)
     assert _leftovers(tmp_path) == []
 
-    monkeypatch.setattr(builtin, "_save", real_save)
-    path = builtin.ensure_builtin_model(tmp_path)
+    path = builtin.ensure_builtin_model(tmp_path, conversion=TinyLoader().conversion())
     assert _leftovers(tmp_path) == [BUILTIN_MODEL_NAME]
     assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 1
 
 
-def test_concurrent_first_use_converts_once(tmp_path, monkeypatch):
+def test_concurrent_first_use_converts_once(tmp_path):
     loader = TinyLoader(delay=0.3)
-    monkeypatch.setattr(builtin, "_load_gguf", loader)
     results, errors = [], []
 
     def first_use():
         try:
-            results.append(builtin.ensure_builtin_model(tmp_path))
+            results.append(builtin.ensure_builtin_model(tmp_path, conversion=loader.conversion()))
         except Exception as error:  # surfaced by the assertion below
             errors.append(error)
 
@@ -234,13 +230,12 @@ def test_concurrent_first_use_converts_once(tmp_path, monkeypatch):
     assert results == [tmp_path / "models" / BUILTIN_MODEL_NAME] * 3
 
 
-def test_conversion_from_an_older_mstar_is_redone(tmp_path, monkeypatch):
+def test_conversion_from_an_older_mstar_is_redone(tmp_path):
     loader = TinyLoader()
-    monkeypatch.setattr(builtin, "_load_gguf", loader)
-    path = builtin.ensure_builtin_model(tmp_path)
+    path = builtin.ensure_builtin_model(tmp_path, conversion=loader.conversion())
     marker = path / builtin.MARKER_FILE
     marker.write_text(json.dumps({**json.loads(marker.read_text()), "format": 0}))
-    assert builtin.ensure_builtin_model(tmp_path) == path
+    assert builtin.ensure_builtin_model(tmp_path, conversion=loader.conversion()) == path
     assert loader.calls == 2
     assert json.loads(marker.read_text())["format"] == builtin.CONVERSION_FORMAT
     assert _leftovers(tmp_path) == [BUILTIN_MODEL_NAME]

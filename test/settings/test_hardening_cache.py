@@ -38,28 +38,27 @@ class FakeConversion:
 
 
 @pytest.fixture
-def conversion(monkeypatch, tiny_model_dir):
-    fake = FakeConversion(tiny_model_dir("llama"))
-    monkeypatch.setattr(builtin, "_load_gguf", fake)
-    return fake
+def conversion(tiny_model_dir):
+    return FakeConversion(tiny_model_dir("llama"))
 
 
-def _resolve(cache_dir, verify=False):
+def _resolve(cache_dir, conversion, verify=False):
+    settings = WorkerSettings(cache_dir=cache_dir, verify_cache=verify)
     with structlog.testing.capture_logs() as logs:
-        path = resolve_model_dir(WorkerSettings(cache_dir=cache_dir, verify_cache=verify))
+        path = resolve_model_dir(settings, builtin.Conversion(load=conversion, save=builtin.save_model))
     return path, [e for e in logs if e["log_level"] == "warning"]
 
 
 def test_a_truncated_cache_is_converted_again_with_a_warning(tmp_path, conversion):
-    path, _ = _resolve(tmp_path)
+    path, _ = _resolve(tmp_path, conversion)
     weights = path / "model.safetensors"
     size = weights.stat().st_size
     os.truncate(weights, size // 2)
-    again, [warning] = _resolve(tmp_path)
+    again, [warning] = _resolve(tmp_path, conversion)
     assert again == path and conversion.calls == 2 and weights.stat().st_size == size
     assert warning["event"] == "builtin_model_cache_invalid"
     assert f"model.safetensors is {size // 2} bytes" in warning["reason"]
-    assert _resolve(tmp_path) == (path, []) and conversion.calls == 2
+    assert _resolve(tmp_path, conversion) == (path, []) and conversion.calls == 2
 
 
 def _flip_a_byte(path):
@@ -71,16 +70,16 @@ def _flip_a_byte(path):
 
 
 def test_same_size_corruption_is_found_when_verifying_or_after_a_crash(tmp_path, conversion):
-    path, _ = _resolve(tmp_path)
+    path, _ = _resolve(tmp_path, conversion)
     _flip_a_byte(path / "model.safetensors")
-    assert _resolve(tmp_path) == (path, []) and conversion.calls == 1  # sizes only: not seen
-    _, [warning] = _resolve(tmp_path, verify=True)
+    assert _resolve(tmp_path, conversion) == (path, []) and conversion.calls == 1  # sizes only: not seen
+    _, [warning] = _resolve(tmp_path, conversion, verify=True)
     assert "does not match the SHA-256" in warning["reason"] and conversion.calls == 2
 
     _flip_a_byte(path / "model.safetensors")
     crashed = path.parent / f".{BUILTIN_MODEL_NAME}.tmp-12345"
     crashed.mkdir()
-    _, [warning] = _resolve(tmp_path)
+    _, [warning] = _resolve(tmp_path, conversion)
     assert "does not match the SHA-256" in warning["reason"] and conversion.calls == 3
     assert not crashed.exists()
 
@@ -90,7 +89,7 @@ def test_same_size_corruption_is_found_when_verifying_or_after_a_crash(tmp_path,
 def test_cache_permissions_follow_the_umask(tmp_path, conversion, umask, directory, file):
     old = os.umask(umask)
     try:
-        path, _ = _resolve(tmp_path)
+        path, _ = _resolve(tmp_path, conversion)
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == directory

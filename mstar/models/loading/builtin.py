@@ -23,7 +23,8 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,24 @@ def builtin_gguf_path() -> Path:
     )
 
 
-def ensure_builtin_model(cache_dir: Path, verify: bool = False) -> Path:
+@dataclass(frozen=True)
+class Conversion:
+    """How the GGUF becomes a model directory: ``load`` (GGUF path -> a dense model and its
+    tokenizer), then ``save`` (model, tokenizer, directory). The engine uses GGUF_CONVERSION; tests
+    pass a tiny stand-in, to count conversions or fail one midway."""
+
+    load: Callable[[Path], tuple[Any, Any]]
+    save: Callable[[Any, Any, Path], None]
+
+
+def ensure_builtin_model(cache_dir: Path, verify: bool = False,
+                         conversion: Conversion | None = None) -> Path:
     """`<cache_dir>/models/SmolLM2-135M-Instruct`, converting it first if no sound copy exists.
 
     Cheap once converted: a few stats and two small JSON reads (plus hashing with ``verify``).
     Concurrent callers serialize on a file lock, and a conversion is built in a temporary sibling
-    and renamed into place, so a crash never leaves a half-written model behind.
+    and renamed into place, so a crash never leaves a half-written model behind. ``conversion``:
+    GGUF_CONVERSION unless given.
     """
     gguf = builtin_gguf_path()
     models_dir = Path(cache_dir).expanduser() / "models"
@@ -85,7 +98,7 @@ def ensure_builtin_model(cache_dir: Path, verify: bool = False) -> Path:
             if problem != NOT_CONVERTED:
                 log.warning("builtin_model_cache_invalid", path=str(target), reason=problem,
                             action="converting it again")
-            _convert(gguf, target, stamp)
+            _convert(gguf, target, stamp, conversion or GGUF_CONVERSION)
     return target
 
 
@@ -140,7 +153,7 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def _convert(gguf: Path, target: Path, stamp: dict[str, Any]) -> None:
+def _convert(gguf: Path, target: Path, stamp: dict[str, Any], conversion: Conversion) -> None:
     """Build the model in a temporary sibling of `target`, mark it complete, rename it in place.
 
     The caller holds the lock. Directories and files get the permissions the umask allows.
@@ -150,9 +163,9 @@ def _convert(gguf: Path, target: Path, stamp: dict[str, Any]) -> None:
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     tmp.mkdir()  # mkdir, unlike mkdtemp, honours the umask
     try:
-        model, tokenizer = _load_gguf(gguf)
+        model, tokenizer = conversion.load(gguf)
         log.info("builtin_model_writing_safetensors", path=str(tmp))
-        _save(model, tokenizer, tmp)
+        conversion.save(model, tokenizer, tmp)
         _write_manifest(tmp)
         (tmp / MARKER_FILE).write_text(json.dumps(stamp), encoding="utf-8")
         if target.exists():  # an outdated or broken copy: move it aside, then drop it
@@ -179,7 +192,7 @@ def _write_manifest(directory: Path) -> None:
         f.chmod(mode)
 
 
-def _load_gguf(gguf: Path) -> tuple[Any, Any]:
+def load_gguf(gguf: Path) -> tuple[Any, Any]:
     """The GGUF's tokenizer and its weights as a dense float32 model with no quantizer attached."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -209,10 +222,13 @@ def _load_gguf(gguf: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _save(model: Any, tokenizer: Any, directory: Path) -> None:
+def save_model(model: Any, tokenizer: Any, directory: Path) -> None:
     with _quiet_progress_bars():
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
+
+
+GGUF_CONVERSION = Conversion(load_gguf, save_model)
 
 
 @contextlib.contextmanager

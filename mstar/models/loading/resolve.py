@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mstar.models.loading.builtin import ensure_builtin_model
+from mstar.models.loading.builtin import Conversion, ensure_builtin_model
 from mstar.models.loading.model_error import ModelError
 from mstar.models.loading.registry import supported_architectures
 from mstar.models.loading.safetensors_check import check_weights
@@ -26,14 +26,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 LOCAL_FIX = "re-download the model or save it again with transformers' save_pretrained"
 
 
-def resolve_model_dir(settings: WorkerSettings) -> Path:
-    """The directory to load `settings.model` from, converting the built-in model on first use.
+def resolve_model_dir(settings: WorkerSettings, conversion: Conversion | None = None) -> Path:
+    """The directory to load `settings.model` from, converting the built-in model on first use
+    (by ``conversion``: the GGUF's unless given, builtin.py).
 
     The built-in name wins over a same-named directory in the working directory; use
     `./SmolLM2-135M-Instruct` to mean the directory.
     """
     if settings.model == BUILTIN_MODEL_NAME:
-        target = ensure_builtin_model(settings.cache_dir, verify=settings.verify_cache)
+        target = ensure_builtin_model(settings.cache_dir, settings.verify_cache, conversion)
         check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
         return target
     if settings.model.endswith(".gguf"):
