@@ -322,7 +322,7 @@ def best_level(builtin_cache_dir) -> int:
     from mstar.kernels.cpu.build import native_kernels
 
     if not native_kernels(builtin_cache_dir):
-        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
+        pytest.fail("the C++ kernels did not build; see the cpu_kernels_unavailable warning")
     return torch.ops.mstar_cpu.cpu_level()
 
 

@@ -30,7 +30,7 @@ WIDTHS = [1, 7, 8, 13, 64, 576, 1000]
 @pytest.fixture(scope="module", autouse=True)
 def native(builtin_cache_dir):
     if not native_kernels(builtin_cache_dir):
-        pytest.fail("the C++ kernels did not build; see the quant_kernels_unavailable warning")
+        pytest.fail("the C++ kernels did not build; see the cpu_kernels_unavailable warning")
     if not fused_ops.native_ops_usable(torch.device("cpu")):
         pytest.skip("this CPU lacks AVX2: the models keep the torch path")
 

@@ -57,8 +57,8 @@ def _load(cache_dir: Path) -> bool:
             load(f"{LIBRARY}_kernels", [str(SOURCES / "ops.cpp")], extra_cflags=_CFLAGS,
                  build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as error:  # no compiler, no headers, a failed build: fall back to torch
-        log.warning("quant_kernels_unavailable", error=str(error).splitlines()[0][:300],
+        log.warning("cpu_kernels_unavailable", error=str(error).splitlines()[0][:300],
                     fallback="dequantize + float32 matmul (slower)")
         return False
-    log.info("quant_kernels_loaded", build_dir=str(directory))
+    log.info("cpu_kernels_loaded", build_dir=str(directory))
     return True
