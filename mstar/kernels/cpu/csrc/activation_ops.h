@@ -5,7 +5,7 @@
 //   gelu_tanh: g / 2 * (1 + tanh(u)), u = sqrt(2 / pi) * (g + 0.044715 g^3), computed as
 //              g / (1 + e^-2u) (the same function, without 1 + tanh's cancellation for g < 0)
 #pragma once
-#include "fused_simd.h"
+#include "fused_common.h"
 
 namespace {
 
@@ -14,7 +14,7 @@ enum class Gate { kSilu, kGeluTanh };
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,f16c")
 namespace activation_avx2 {
-using namespace fused_simd;
+using namespace simd;
 
 // g / (1 + e^-v): g * sigmoid(v).
 inline __m256 times_sigmoid(__m256 g, __m256 v) {

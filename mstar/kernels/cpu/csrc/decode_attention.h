@@ -9,14 +9,14 @@
 // Scores, softmax and the weighted sum run in float32 for float32 and bfloat16 caches; only the
 // output is rounded to the query's dtype.
 #pragma once
-#include "fused_simd.h"
+#include "fused_common.h"
 
 namespace {
 
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,f16c")
 namespace decode_attention_avx2 {
-using namespace fused_simd;
+using namespace simd;
 
 constexpr int64_t kKeys = 8;  // keys scored together: one vector of scores
 constexpr int64_t kAcc = 8;   // output vectors (64 dims: a common head in one pass) accumulated in registers

@@ -6,14 +6,14 @@
 // with rstd = 1 / sqrt(mean(x^2) + eps); the fused add first stores residual = T(x + residual)
 // and normalizes that.
 #pragma once
-#include "fused_simd.h"
+#include "fused_common.h"
 
 namespace {
 
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,f16c")
 namespace norm_avx2 {
-using namespace fused_simd;
+using namespace simd;
 
 template <typename T, typename W>
 void normalize(const T* x, const W* w, T* out, int64_t n, float eps, bool offset, __m256 squares) {

@@ -4,14 +4,14 @@
 //   x[:h] = T(T(x[:h] * cos[:h]) + T(x[h:] * sin[:h])),  x[h:] = T(T(x[h:] * cos[h:]) + T(x[:h] * sin[h:]))
 // with h = rotary_dim / 2: the torch path's x * cos + swap_halves(x) * sin, rounded as it rounds.
 #pragma once
-#include "fused_simd.h"
+#include "fused_common.h"
 
 namespace {
 
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,f16c")
 namespace rope_avx2 {
-using namespace fused_simd;
+using namespace simd;
 
 template <typename T>
 void rotate(T* x, const T* cos, const T* sin, int64_t half) {
