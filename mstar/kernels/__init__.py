@@ -1,4 +1,5 @@
-"""Triton kernels for the CUDA fast path (paged attention, fused norm, rope, SiLU*mul).
+"""Triton kernels for the CUDA fast path (paged attention, fused norm, rope, SiLU*mul); the
+native CPU ops (C++, ``torch.ops.mstar_cpu``) are in ``mstar.kernels.cpu``.
 
 Each module imports triton at its top, so import a kernel module only once the fast path is
 chosen; importing this package needs neither triton nor a GPU. Every kernel has a torch
