@@ -33,6 +33,11 @@ FAST = settings(max_examples=150, deadline=None, derandomize=True)
 
 # ---- a simulated engine: the scheduler's batches are "run" by writing a fake KV cache ----------
 
+def _at_length(seq: Sequence, token: int) -> str | None:
+    """The stop rule: a request ends at its max_tokens."""
+    return "length" if seq.num_output_tokens >= seq.params.max_tokens else None
+
+
 @dataclass
 class Sim:
     bm: BlockManager
@@ -96,10 +101,9 @@ class Sim:
     def run(self, out: SchedulerOutput) -> None:
         for row in out.rows:
             self.write(self.every[row.key], row.start, row.end)
-        for seq, _, _ in self.sched.update(out, RunnerOutput(self.sampled_tokens(out))):
-            if seq.num_output_tokens >= seq.params.max_tokens:
-                self.sched.finish(seq)
-                self.live.remove(seq)
+        for emitted in self.sched.update(out, RunnerOutput(self.sampled_tokens(out)), _at_length):
+            if emitted.finish_reason is not None:
+                self.live.remove(emitted.seq)
 
     @staticmethod
     def sampled_tokens(out: SchedulerOutput) -> list[int]:

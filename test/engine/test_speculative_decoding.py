@@ -60,7 +60,7 @@ def test_greedy_output_is_identical_and_drafts_are_accepted(family, tiny_model_d
                                 kv_block_size=4, num_kv_blocks=256)
     assert _tokens(spec) == _tokens(plain)
     assert engine.speculation.stats.accepted > 0
-    assert engine.num_free_blocks() == 256
+    assert engine.stats().free_blocks == 256
 
 
 @pytest.mark.parametrize("quantization", ["q4", "int8"])
@@ -179,7 +179,7 @@ def test_preemption_and_prefix_caching_under_a_small_cache(tiny_model_dir, make_
     assert engine.scheduler.num_preemptions > 0
     assert engine.speculation.stats.accepted > 0
     assert _tokens(spec) == _tokens(plain)
-    assert engine.num_free_blocks() == 28
+    assert engine.stats().free_blocks == 28
 
 
 def test_seeded_sampling_is_reproducible(tiny_model_dir, make_engine, run, prompts):
@@ -268,10 +268,13 @@ def test_metrics_show_proposed_accepted_and_phase_seconds(tiny_model_dir, make_e
 
     engine = make_engine(tiny_model_dir("llama"), **NGRAM)
     run(engine, _requests(prompts[:1]))
-    method, proposed, accepted, _, verify_s = engine.speculation_totals()
-    assert method == "ngram" and proposed >= accepted > 0 and verify_s > 0
+    s = engine.stats()
+    accepted = s.spec_accepted
+    assert s.spec_method == "ngram" and s.spec_proposed >= accepted > 0 and s.spec_verify_s > 0
     metrics = Metrics()
-    metrics.update_workers({0: WorkerStats(0, 0, 0, 0.0, 0, 0, 0, 0.0, *engine.speculation_totals())})
+    metrics.update_workers({0: WorkerStats(0, 0, 0, 0.0, 0, 0, 0, 0.0, s.spec_method,
+                                           s.spec_proposed, accepted, s.spec_propose_s,
+                                           s.spec_verify_s)})
     text = metrics.render().decode()
     assert f'mstar_spec_decode_accepted_tokens{{method="ngram"}} {float(accepted)}' in text
     assert 'mstar_spec_decode_seconds{method="ngram",phase="verify"}' in text

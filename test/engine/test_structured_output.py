@@ -201,9 +201,9 @@ def test_serial_and_overlapped_loops_agree(tiny, tiny_dir, tiny_tokenizer, make_
     jobs = _tiny_jobs(tiny_tokenizer, ignore_eos=True, frequency_penalty=0.5, min_tokens=3)
     serial = run(make_engine(tiny_dir, kv_block_size=4, num_kv_blocks=256,
                              max_consecutive_spec_steps=0), jobs)
-    before = tiny.loop.counters.speculative_steps
+    before = tiny.loop.counters.continuations
     overlapped = run(tiny, jobs)
-    assert tiny.loop.counters.speculative_steps > before
+    assert tiny.loop.counters.continuations > before
     assert _tokens(overlapped) == _tokens(serial)
     _check_records(overlapped)
     assert len({r["text"] for r in overlapped.values()}) > 2  # not one degenerate output
@@ -238,7 +238,7 @@ def test_scheduler_admits_a_request_only_once_its_grammar_compiled(tiny, tiny_to
     for _ in range(50):  # "free" runs to its end while "slow" waits for its grammar
         finished += [out.request_id for out in tiny.step() if out.finished]
     assert finished == ["free"]
-    assert tiny.num_waiting() == 1 and tiny.num_running() == 0
+    assert tiny.stats().waiting == 1 and tiny.stats().running == 0
     slow.set_result(compiled)
     done = run(tiny, {})
     assert done["slow"]["text"] == "a" and done["slow"]["finish_reason"] == "stop"

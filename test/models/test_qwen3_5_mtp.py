@@ -120,7 +120,7 @@ def test_mtp_proposer_keeps_greedy_output_and_drafts_as_from_scratch(mtp_model_d
         k: r["token_ids"] for k, r in plain.items()}
     stats = engine.speculation.stats
     assert stats.method == "mtp" and stats.proposed > 0 and stats.proposed > stats.accepted
-    assert mtp.num_free_blocks == 64 and engine.num_free_blocks() == 64
+    assert mtp.num_free_blocks == 64 and engine.stats().free_blocks == 64
     drafted = [(tokens, d[0]) for tokens, d in logged if d]
     assert len(drafted) > 10
     from transformers import AutoModelForCausalLM

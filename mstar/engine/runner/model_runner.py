@@ -25,8 +25,9 @@ from mstar.engine.runner.pooling import Pooler
 from mstar.engine.runner.rope_positions import RopePositions
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
-from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
+from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.draft_rows import DraftRows
+from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.layers.state_layout import StateLayout
@@ -38,7 +39,9 @@ from mstar.settings import WorkerSettings
 class ModelRunner:
     def __init__(self, settings: WorkerSettings, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype, max_model_len: int,
-                 parallel: TensorParallel | None = None) -> None:
+                 parallel: TensorParallel | None = None, mtp_head: bool = False) -> None:
+        """``mtp_head``: speculative decoding with the model's MTP head (``MtpProposer``), which
+        the runner makes on its model and feeds after every forward."""
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
@@ -74,7 +77,8 @@ class ModelRunner:
         # Image tokens attending to each other both ways in prefill (Gemma 3).
         self.bidirectional_images = getattr(self.model, "bidirectional_image_attention", False)
         self.pooler = Pooler()
-        self.mtp = None  # the MTP proposer (speculative decoding), fed after every forward
+        self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
+                    if mtp_head else None)
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -153,11 +157,12 @@ class ModelRunner:
             first += row.num_tokens
         return found
 
-    def _merged_embeds(self, input_ids: torch.Tensor, images) -> torch.Tensor:
+    def _merged_embeds(self, input_ids: torch.Tensor, images,
+                       counts: EncoderCounts) -> torch.Tensor:
         """The step's token embeddings with each image's encoder rows at its placeholders."""
         parts, rows = [], []
         for image, picked, token_rows in images:
-            encoded = self.encoder_cache.get(image, self.model.encode)
+            encoded = self.encoder_cache.get(image, self.model.encode, counts)
             parts.append(encoded[self._tensor(picked)])
             rows += token_rows
         return self.model.merge(self.model.embed(input_ids), self._tensor(rows), torch.cat(parts))
@@ -210,15 +215,17 @@ class ModelRunner:
             positions = self.rope_positions.step(out, positions)
         positions = positions.to(self.device, non_blocking=True)
         images = self._images_in_step(out) if self.takes_images else None
+        encoder = None
         if images:
-            embeds = self._merged_embeds(input_ids, images)
+            encoder = EncoderCounts()
+            embeds = self._merged_embeds(input_ids, images, encoder)
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
         else:
             hidden = self.model(input_ids, positions, attn_metadata)
         pooled = self.pooler.pool(out, step.query_lens, hidden)
         if started is None:
             self._feed_mtp(out, step.input_ids, hidden, [])
-            return RunnerOutput([], pooled=pooled)
+            return RunnerOutput([], pooled=pooled, encoder=encoder)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
         tokens, logprobs = self.sampler.sample(logits, started)
@@ -227,7 +234,7 @@ class ModelRunner:
             snapshot.restore_rejected(token_ids)
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
-        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder)
 
     def _feed_mtp(self, out: SchedulerOutput, input_ids, hidden, token_ids: list[int]) -> None:
         if self.mtp is not None:

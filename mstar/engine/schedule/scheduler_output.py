@@ -72,12 +72,14 @@ class ScheduledRow:
 class SchedulerOutput:
     """One step: the runner first drops ``removed`` (finished, aborted or preempted requests),
     adds ``new``, then runs ``rows`` (single-token rows first). ``continuation``: planned while
-    the step before it ran (the overlapped loop's speculative step)."""
+    the step before it ran (the overlapped loop's continuation). ``num_drafts``: the draft
+    tokens its rows verify (speculative decoding; 0 in most steps)."""
 
     rows: tuple[ScheduledRow, ...]
     new: tuple[NewRequest, ...] = ()
     removed: tuple[int, ...] = ()
     continuation: bool = False
+    num_drafts: int = 0
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -90,14 +92,32 @@ class SchedulerOutput:
         return {r.key for r in self.rows}
 
 
+@dataclass(slots=True)
+class EncoderCounts:
+    """Vision encoder cache use: images found cached, images encoded, seconds encoding. Per step
+    (filled by the runner's thread) and, summed, the engine's totals (its own thread)."""
+
+    hits: int = 0
+    misses: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: EncoderCounts) -> None:
+        self.hits += other.hits
+        self.misses += other.misses
+        self.seconds += other.seconds
+
+
 @dataclass(frozen=True)
 class RunnerOutput:
     """The runner's answer for one step: a token per sampled position (``ScheduledRow.num_samples``
     of each row), in row order, and their logprobs when asked for. ``sample_slots``: the
     persistent-batch slots of those positions. ``pooled``: the vector of each pooling request
-    whose prompt ended in the step, by key (``mstar.engine.runner.pooling``)."""
+    whose prompt ended in the step, by key (``mstar.engine.runner.pooling``). ``encoder``: what
+    the step's images took from the vision encoder cache (None when it had none), so the counts
+    cross from the forward thread with the step's output."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None
     sample_slots: tuple[int, ...] = ()
     pooled: dict[int, bytes] = field(default_factory=dict)
+    encoder: EncoderCounts | None = None
