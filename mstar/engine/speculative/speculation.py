@@ -88,7 +88,7 @@ class Speculation:
         return cls(settings.speculative_method, settings.num_speculative_tokens,
                    min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
                    settings.speculative_min_acceptance, recompute_rejected=hybrid, draft=draft,
-                   mtp=mtp)
+                   mtp=mtp, gate=VerifyGate(settings.speculative_gate))
 
     def _room(self, seq: Sequence, tally: Tally) -> int:
         """Drafts ``seq`` may get: its draft length, at most one token fewer than its remaining

@@ -44,3 +44,9 @@ class SpeculativeKnobs(BaseModel):
         0.3, "A request stops speculating once its accepted share of the draft tokens proposed "
         "for it falls below this (checked after MSTAR_NUM_SPECULATIVE_TOKENS * 4 proposed). 0 "
         "never stops.", ge=0.0, le=1.0)
+    speculative_gate: bool = _speculative(
+        True, "Verify only the drafts the verify gate expects to raise the step's output rate, "
+        "from this machine's measured step costs and each request's acceptance (on), or every "
+        "proposed draft (off: for acceptance studies, and for tests whose output must not "
+        "depend on the machine's step timings). Output tokens are the same either way; only "
+        "the speed differs. See docs/engine.rst.")
