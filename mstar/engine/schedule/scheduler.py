@@ -195,12 +195,12 @@ class Scheduler:
     def _continue(self, after: SchedulerOutput) -> list[ScheduledRow]:
         if self.policy is None or not self.policy.should_continue(self.can_admit):
             return []
-        seqs = [self.live[r.key] for r in after.rows  # a pooling request ends at its prompt
-                if r.samples and r.key in self.live and not self.live[r.key].is_finished
-                and self.live[r.key].params.pooling is None]
+        seqs = [self.live[r.seq_no] for r in after.rows  # a pooling request ends at its prompt
+                if r.samples and r.seq_no in self.live and not self.live[r.seq_no].is_finished
+                and self.live[r.seq_no].params.pooling is None]
         totals = [seq.num_computed_tokens + 1 for seq in seqs]
-        keys = [seq.seq_no for seq in seqs]
-        if not seqs or not self.block_manager.can_grow_all(keys, totals):
+        seq_nos = [seq.seq_no for seq in seqs]
+        if not seqs or not self.block_manager.can_grow_all(seq_nos, totals):
             return []
         return [self._row(seq, 1, self.block_manager.grow_to(seq.seq_no, total))
                 for seq, total in zip(seqs, totals, strict=True)]
@@ -221,7 +221,7 @@ class Scheduler:
         k = 0
         for row in out.rows:
             n = row.num_samples
-            seq = self.live.get(row.key)
+            seq = self.live.get(row.seq_no)
             if seq is not None and seq.status is SequenceStatus.RUNNING:
                 tokens = result.token_ids[k : k + n]
                 if row.draft_token_ids:
@@ -260,16 +260,16 @@ class Scheduler:
         seq.num_computed_tokens = row.start if recompute else row.end - rejected
         return accepted + 1
 
-    def _in_flight(self, key: int) -> bool:
-        return any(row.key == key for out in self.in_flight for row in out.rows)
+    def _in_flight(self, seq_no: int) -> bool:
+        return any(row.seq_no == seq_no for out in self.in_flight for row in out.rows)
 
     def _free_retired(self) -> None:
         keep = []
-        for key in self.retiring:
-            if self._in_flight(key):
-                keep.append(key)
+        for seq_no in self.retiring:
+            if self._in_flight(seq_no):
+                keep.append(seq_no)
             else:
-                self.block_manager.free_request(key)
+                self.block_manager.free_request(seq_no)
         self.retiring = keep
 
     def _forget(self, seq: Sequence) -> None:

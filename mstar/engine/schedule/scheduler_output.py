@@ -27,7 +27,7 @@ class NewRequest:
     the sampler's inputs (the sampling state is the sampler's alone, see ``sampling_state``).
     """
 
-    key: int
+    seq_no: int
     token_ids: tuple[int, ...]
     num_prompt_tokens: int
     state_slot: int | None
@@ -51,7 +51,7 @@ class ScheduledRow:
     each of its last ``1 + len(draft_token_ids)`` positions to verify them.
     """
 
-    key: int
+    seq_no: int
     start: int
     num_tokens: int
     new_block_ids: tuple[int, ...]
@@ -89,7 +89,7 @@ class SchedulerOutput:
         return sum(r.num_tokens for r in self.rows)
 
     def request_keys(self) -> set[int]:
-        return {r.key for r in self.rows}
+        return {r.seq_no for r in self.rows}
 
 
 @dataclass(slots=True)
@@ -112,7 +112,7 @@ class RunnerOutput:
     """The runner's answer for one step: a token per sampled position (``ScheduledRow.num_samples``
     of each row), in row order, and their logprobs when asked for. ``sample_slots``: the
     persistent-batch slots of those positions. ``pooled``: the vector of each pooling request
-    whose prompt ended in the step, by key (``mstar.engine.runner.pooling``). ``encoder``: what
+    whose prompt ended in the step, by request number (``mstar.engine.runner.pooling``). ``encoder``: what
     the step's images took from the vision encoder cache (None when it had none), so the counts
     cross from the forward thread with the step's output."""
 
