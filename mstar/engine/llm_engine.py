@@ -32,6 +32,7 @@ from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.prefill_chunk import prefill_cap
 from mstar.engine.schedule.scheduler import Scheduler
 from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS
@@ -102,7 +103,10 @@ class LLMEngine:
                                    OverlapPolicy(settings, self.device.type, serial_only=speculating),
                                    settings.max_encoder_tokens_per_step,
                                    self.speculation if speculating else NO_DRAFTS,
-                                   self.model_runner.bidirectional_images)
+                                   self.model_runner.bidirectional_images,
+                                   prefill_cap(settings.max_prefill_chunk_tokens,
+                                               self.device.type,
+                                               settings.max_num_batched_tokens))
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,

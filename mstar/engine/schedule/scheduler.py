@@ -28,6 +28,7 @@ from mstar.engine.request.sequence import Sequence, SequenceStatus
 from mstar.engine.schedule.emitted import Emitted, StopRule
 from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.prefill_chunk import chunk
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS, Drafting
 
@@ -51,8 +52,11 @@ class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
                  max_encoder_tokens: int = 2**31 - 1,
-                 speculation: Drafting = NO_DRAFTS, whole_image_runs: bool = False) -> None:
+                 speculation: Drafting = NO_DRAFTS, whole_image_runs: bool = False,
+                 prefill_cap: int | None = None) -> None:
         self.block_manager = block_manager
+        # most tokens of one request per step (``prefill_chunk``); None: the step's budget
+        self.prefill_cap = max_num_batched_tokens if prefill_cap is None else prefill_cap
         self.whole_image_runs = whole_image_runs  # chunks never end inside an image's run
         self.max_encoder_tokens = max_encoder_tokens  # image embedding rows per step
         self.speculation = speculation
@@ -113,6 +117,10 @@ class Scheduler:
         return ScheduledRow(seq.seq_no, start, num_tokens + len(drafts), new_blocks,
                             samples=start + num_tokens >= len(seq), draft_token_ids=drafts)
 
+    def _chunk(self, seq: Sequence, start: int, budget: int) -> int:
+        """Tokens of ``seq`` to run from ``start`` with ``budget`` left (before image cuts)."""
+        return chunk(seq, start, budget, self.prefill_cap, self.whole_image_runs)
+
     def _image_cut(self, seq: Sequence, start: int, n: int, encoder: int) -> tuple[int, int]:
         """``encoder_cut`` with the step's encoder budget left, after ``image_run_cut`` for
         models that need whole image runs."""
@@ -133,16 +141,19 @@ class Scheduler:
         """A fresh step's rows, its new requests and its number of draft tokens."""
         assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
         bm = self.block_manager
-        planned = self.speculation.plan(self.running, self.max_num_batched_tokens)
+        planned = self.speculation.plan(self.running, self.max_num_batched_tokens, self._chunk)
         rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
         encoder = self.max_encoder_tokens
+        cap = self.prefill_cap
         preempted = False
         num_drafts = 0
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(len(seq) - seq.num_computed_tokens, budget)
+            n = len(seq) - seq.num_computed_tokens  # a decode: 1 (the common case, no call)
+            if n > budget or n > cap:
+                n = self._chunk(seq, seq.num_computed_tokens, budget)
             if seq.images:
                 n, cost = self._image_cut(seq, seq.num_computed_tokens, n, encoder)
                 if n == 0:  # its next image waits for a step with encoder budget left
@@ -173,7 +184,7 @@ class Scheduler:
             num_cached = None if seq is None else bm.allocate_prompt(seq, budget)
             if num_cached is None:
                 break
-            n = min(len(seq) - num_cached, budget)
+            n = self._chunk(seq, num_cached, budget)
             if seq.images:
                 n, cost = self._image_cut(seq, num_cached, n, encoder)
                 if n == 0:  # its first image waits for a step with encoder budget left

@@ -12,18 +12,23 @@ row): ``OverlapPolicy`` keeps an engine that speculates serial, the one place of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from typing import Protocol
 
 from mstar.engine.request.sequence import Sequence
 
+Chunk = Callable[[Sequence, int, int], int]  # (request, start, budget left) -> tokens in the step
+
 
 class Drafting(Protocol):
     recompute_rejected: bool  # a hybrid model: a row that rejected a draft runs again
 
-    def plan(self, running: list[Sequence], budget: int) -> dict[int, tuple[int, ...]]:
+    def plan(self, running: list[Sequence], budget: int, chunk: Chunk
+             ) -> dict[int, tuple[int, ...]]:
         """Draft tokens by request number for a fresh step of ``running`` (in order) within
-        ``budget`` tokens; a request without drafts is absent."""
+        ``budget`` tokens, each taking ``chunk`` of its pending tokens (the scheduler's rule); a
+        request without drafts is absent."""
         ...
 
     def verified(self, seq_no: int, drafts: Seq[int], sampled: Seq[int]) -> int:
@@ -42,7 +47,8 @@ class NoDrafts:
     recompute_rejected = False
     _NONE: dict[int, tuple[int, ...]] = {}  # shared and never written: no allocation per step
 
-    def plan(self, running: list[Sequence], budget: int) -> dict[int, tuple[int, ...]]:
+    def plan(self, running: list[Sequence], budget: int, chunk: Chunk
+             ) -> dict[int, tuple[int, ...]]:
         return self._NONE
 
     def verified(self, seq_no: int, drafts: Seq[int], sampled: Seq[int]) -> int:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mstar.engine.request.sequence import Sequence
+from mstar.engine.speculative.drafting import Chunk
 from mstar.engine.speculative.gate import VerifyGate, together, worth
 from mstar.engine.speculative.ngram import NgramIndex
 from mstar.engine.speculative.tally import RecentAcceptance, Tally
@@ -95,17 +96,18 @@ class Speculation:
         output (so a row never runs past max_tokens); 0 once the floor turned it off."""
         return 0 if tally.off else min(tally.length, _budget(seq) - 1)
 
-    def plan(self, running: list[Sequence], budget: int) -> dict[int, tuple[int, ...]]:
+    def plan(self, running: list[Sequence], budget: int, chunk: Chunk
+             ) -> dict[int, tuple[int, ...]]:
         """The drafts of a fresh step of the ``running`` requests (oldest first) within
-        ``budget`` tokens: proposed for those that decode (one token to compute) and gated for
-        a step of the running requests' tokens. A hybrid model's row that recomputes after a
-        rejection has more tokens and proposes none, so its state catches up before the next
-        verify."""
+        ``budget`` tokens, each running ``chunk`` of its pending ones: proposed for those that
+        decode (one token to compute) and gated for a step of the running requests' tokens. A
+        hybrid model's row that recomputes after a rejection has more tokens and proposes none,
+        so its state catches up before the next verify."""
         tokens = outputs = 0
         decoding = []
         for seq in running:
             left = len(seq) - seq.num_computed_tokens
-            n = min(left, budget - tokens)
+            n = chunk(seq, seq.num_computed_tokens, budget - tokens) if tokens < budget else 0
             if n <= 0:
                 break
             tokens += n
