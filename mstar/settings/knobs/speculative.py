@@ -48,5 +48,6 @@ class SpeculativeKnobs(BaseModel):
         True, "Verify only the drafts the verify gate expects to raise the step's output rate, "
         "from this machine's measured step costs and each request's acceptance (on), or every "
         "proposed draft (off: for acceptance studies, and for tests whose output must not "
-        "depend on the machine's step timings). Output tokens are the same either way; only "
+        "depend on the machine's step timings). It changes only which drafts are verified, so "
+        "speculative decoding's output promise (MSTAR_SPECULATIVE_METHOD) holds either way; "
         "the speed differs. See docs/engine.rst.")
