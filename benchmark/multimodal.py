@@ -79,13 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"mixed text+image batch: {mixed_tokens / mixed_s:.1f} tok/s; text-only batch: "
           f"{text_tokens / text_s:.1f} tok/s")
 
-    cache = llm.engine.model_runner.encoder_cache
-    before = (cache.hits, cache.misses, cache.encode_seconds)
+    before = llm.engine.stats()
     first_s, _ = timed(llm, [image_chat(99_999)], m)
     again_s, _ = timed(llm, [image_chat(99_999, "And the colours?")], m)
+    after = llm.engine.stats()
     print(f"same image twice: first {first_s * 1000:.0f} ms, second {again_s * 1000:.0f} ms; "
-          f"encoder cache hits +{cache.hits - before[0]}, misses +{cache.misses - before[1]}, "
-          f"encoder {cache.encode_seconds - before[2]:.3f} s")
+          f"encoder cache hits +{after.encoder_cache_hits - before.encoder_cache_hits}, "
+          f"misses +{after.encoder_cache_misses - before.encoder_cache_misses}, "
+          f"encoder {after.encoder_seconds - before.encoder_seconds:.3f} s")
 
 
 if __name__ == "__main__":

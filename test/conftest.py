@@ -249,16 +249,6 @@ def api_client(api_server):
                          timeout=30)
 
 
-@pytest.fixture()
-def every_draft_verified(monkeypatch):
-    """Speculative decoding's verify gate admits every proposed draft, so a test of
-    verification, rollback or acceptance does not depend on this machine's step timings (the
-    gate itself: test/engine/test_speculative_gate.py)."""
-    from mstar.engine.speculative.gate import VerifyGate
-
-    monkeypatch.setattr(VerifyGate, "lengths", lambda self, acceptance, most, *step: list(most))
-
-
 @pytest.fixture(scope="session")
 def make_engine(device):
     """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, --device)."""

@@ -14,6 +14,7 @@ import structlog
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
+from mstar.engine.engine_stats import EngineStats
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.state_cache import StateSlots
 from mstar.engine.placement import resolve_device_dtype
@@ -24,16 +25,18 @@ from mstar.engine.request.limits import (
     check_pooled_prompt_fits,
     check_request_fits,
 )
-from mstar.engine.request.outputs import RequestOutput, TokenLogprob, finish_reason, merged
+from mstar.engine.request.outputs import RequestOutput, finish_reason
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.request.sequence import Sequence
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.prefill_chunk import prefill_cap
 from mstar.engine.schedule.scheduler import Scheduler
-from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
-from mstar.engine.speculative.setup import speculation_for
+from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
+from mstar.engine.speculative.drafting import NO_DRAFTS
+from mstar.engine.speculative.setup import speculation_for, speculative_method
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.graph import text_only
@@ -81,8 +84,9 @@ class LLMEngine:
                                            GrammarBounds.from_settings(settings),
                                            1 if parallel is None else parallel.size)
         self.rejected: list[tuple[str, RequestRejected]] = []  # grammars failed; the worker tells
+        method = speculative_method(settings, model_dir)
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
-                                        self.max_model_len, parallel)
+                                        self.max_model_len, parallel, mtp_head=method[0] == "mtp")
         self.model_runner.warmup()
         # What the model is made of; each request walks its graph (images: through the encoder).
         self.graph = getattr(self.model_runner.model, "graph", None) or text_only()
@@ -91,19 +95,22 @@ class LLMEngine:
             self._prefix_caching(settings.enable_prefix_caching),
             StateSlots(self.model_runner.num_state_slots) if self.model_runner.num_state_slots
             else None)
-        self.speculation = speculation_for(settings, model_dir, self.model_runner,
+        self.speculation = speculation_for(method, settings, self.model_runner,
                                            self.max_model_len)
-        loop_settings = settings
-        if self.speculation is not None:  # the overlap cap auto yields: the loop runs serially
-            loop_settings = settings.model_copy(update={"max_consecutive_spec_steps": 0})
+        speculating = self.speculation is not None
         self.scheduler = Scheduler(self.block_manager, settings.max_num_seqs,
                                    settings.max_num_batched_tokens,
-                                   OverlapPolicy(loop_settings, self.device.type),
-                                   settings.max_encoder_tokens_per_step, self.speculation,
-                                   self.model_runner.bidirectional_images)
+                                   OverlapPolicy(settings, self.device.type, serial_only=speculating),
+                                   settings.max_encoder_tokens_per_step,
+                                   self.speculation if speculating else NO_DRAFTS,
+                                   self.model_runner.bidirectional_images,
+                                   prefill_cap(settings.max_prefill_chunk_tokens,
+                                               self.device.type,
+                                               settings.max_num_batched_tokens))
         self.seqs: dict[str, Sequence] = {}
-        self.loop = StepLoop(loop_settings, self.scheduler, self.model_runner, self.postprocess,
-                             timer_label)
+        self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
+        self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
+                             timer_label, self.speculation)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
                  dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
@@ -208,32 +215,17 @@ class LLMEngine:
         self.settings = settings
         self.loop.apply(settings)
 
-    def num_waiting(self) -> int:
-        return len(self.scheduler.waiting)
-
-    def num_running(self) -> int:
-        return len(self.scheduler.running)
-
-    def num_free_blocks(self) -> int:
-        return self.block_manager.num_free_blocks
-
-    def num_preemptions(self) -> int:
-        return self.scheduler.num_preemptions
-
-    def encoder_stats(self) -> tuple[int, int, float]:
-        """Vision encoder so far: (cache hits, misses, seconds encoding)."""
-        cache = self.model_runner.encoder_cache
-        return cache.hits, cache.misses, round(cache.encode_seconds, 4)
-
-    def speculation_totals(self) -> tuple[str, int, int, float, float]:
-        """Speculative decoding so far: (method or "", proposed, accepted, propose s, verify s)."""
-        if self.speculation is None:
-            return ("", 0, 0, 0.0, 0.0)
-        s = self.speculation.stats
-        return (s.method, s.proposed, s.accepted, round(s.propose_s, 3), round(s.verify_s, 3))
-
-    def kv_cache_usage(self) -> float:
-        return 1.0 - self.block_manager.num_free_blocks / self.block_manager.num_blocks
+    def stats(self) -> EngineStats:
+        """The engine's load and its work so far, in one value."""
+        bm = self.block_manager
+        encoder = self.encoder
+        spec = None if self.speculation is None else self.speculation.stats
+        return EngineStats(
+            len(self.scheduler.running), len(self.scheduler.waiting), bm.num_free_blocks,
+            1.0 - bm.num_free_blocks / bm.num_blocks, self.scheduler.num_preemptions,
+            encoder.hits, encoder.misses, round(encoder.seconds, 4),
+            *(() if spec is None else (spec.method, spec.proposed, spec.accepted,
+                                       round(spec.propose_s, 3), round(spec.verify_s, 3))))
 
     # ---- stepping ----------------------------------------------------------------------
 
@@ -251,41 +243,37 @@ class LLMEngine:
         self.grammars.wait_any(GRAMMAR_WAIT_S)
 
     def postprocess(self, out: SchedulerOutput, result: RunnerOutput) -> list[RequestOutput]:
-        """Apply a finished step (the scheduler's progress), then each sampled token's stops; a
-        request's tokens of one step (speculative decoding emits several) make one output; a
-        pooling request ends with its vector."""
+        """Apply a finished step: the scheduler appends each request's tokens and finishes the
+        ones the stop rule ends; one output per request (speculative decoding emits several
+        tokens); a pooling request ends with its vector."""
+        if result.encoder is not None:
+            self.encoder.add(result.encoder)
         outputs: list[RequestOutput] = []
-        for seq, token, logprobs in self.scheduler.update(out, result):
-            if seq.params.pooling is not None:
-                outputs.append(self._pooled(seq, result.pooled[seq.seq_no]))
+        for emitted in self.scheduler.update(out, result, self._stop):
+            seq = emitted.seq
+            if emitted.finish_reason is not None:
+                del self.seqs[seq.request_id]
+            if seq.params.pooling is not None:  # its prompt ended: its vector, no tokens
+                outputs.append(RequestOutput(
+                    request_id=seq.request_id, finished=True, finish_reason="stop",
+                    num_prompt_tokens=seq.num_prompt_tokens,
+                    num_cached_tokens=seq.num_cached_tokens, embedding=result.pooled[seq.seq_no]))
                 continue
-            output = self._append(seq, token, logprobs)
-            if outputs and outputs[-1].request_id == output.request_id:
-                output = merged(outputs.pop(), output)
-            outputs.append(output)
+            outputs.append(RequestOutput(
+                request_id=seq.request_id,
+                new_token_ids=emitted.token_ids,
+                finished=emitted.finish_reason is not None,
+                finish_reason=emitted.finish_reason,
+                num_prompt_tokens=seq.num_prompt_tokens,
+                num_output_tokens=seq.num_output_tokens,
+                num_cached_tokens=seq.num_cached_tokens,
+                logprobs=emitted.logprobs,
+            ))
         return outputs
 
-    def _pooled(self, seq: Sequence, vector: bytes) -> RequestOutput:
-        """A pooling request ends with its prompt: its vector, no tokens."""
-        self.scheduler.finish(seq)
-        del self.seqs[seq.request_id]
-        return RequestOutput(request_id=seq.request_id, finished=True, finish_reason="stop",
-                             num_prompt_tokens=seq.num_prompt_tokens,
-                             num_cached_tokens=seq.num_cached_tokens, embedding=vector)
-
-    def _append(self, seq: Sequence, token: int, logprobs: TokenLogprob | None) -> RequestOutput:
-        reason = finish_reason(seq.params, token, seq.num_output_tokens, self.eos_token_ids)
-        if reason is not None:
-            self.scheduler.finish(seq)
-            del self.seqs[seq.request_id]
-        return RequestOutput(
-            request_id=seq.request_id,
-            new_token_ids=[token],
-            finished=reason is not None,
-            finish_reason=reason,
-            num_prompt_tokens=seq.num_prompt_tokens,
-            num_output_tokens=seq.num_output_tokens,
-            num_cached_tokens=seq.num_cached_tokens,
-            logprobs=[logprobs] if logprobs is not None else None,
-        )
-
+    def _stop(self, seq: Sequence, token: int) -> str | None:
+        """The stop rule, after each token appended: why ``seq`` ends there, or None. A pooling
+        request ends with its prompt (its one sampled token is dropped)."""
+        if seq.params.pooling is not None:
+            return "stop"
+        return finish_reason(seq.params, token, seq.num_output_tokens, self.eos_token_ids)

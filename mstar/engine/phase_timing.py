@@ -12,11 +12,11 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-# "speculate": planning the overlapped loop's speculative step; "propose" and "verify": speculative
+# "continue": planning the overlapped loop's continuation; "propose" and "verify": speculative
 # decoding's draft proposals (inside "schedule") and the forwards that verify drafts. "inbox" and
 # "publish": a worker taking its commands and sending a step's outputs and stats (outside
 # "iteration", which is the engine's step).
-PHASES = ("schedule", "speculate", "propose", "plan", "launch_wait", "forward", "verify",
+PHASES = ("schedule", "continue", "propose", "plan", "launch_wait", "forward", "verify",
           "postprocess", "iteration", "inbox", "publish")
 
 

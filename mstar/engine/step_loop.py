@@ -4,19 +4,20 @@
 modes take every step from the scheduler's one entry point, ``Scheduler.schedule``, and hand its
 immutable ``SchedulerOutput`` to ``ModelRunner.execute``, which returns a ``RunnerOutput``.
 
-- **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``, and ``auto`` on CPU or with speculative
-  decoding on): schedule -> execute -> postprocess, all on the calling thread. Speculative
-  decoding (``mstar.engine.speculative``) runs only here: a forward that verifies draft tokens
-  is timed as the "verify" phase, the proposals as "propose", and each step's duration (without
-  the proposals) goes to the speculation's verify gate, which learns from it what a token costs.
+- **Serial** (``MSTAR_MAX_CONSECUTIVE_SPEC_STEPS=0``, ``auto`` on CPU, and always with
+  speculative decoding on: ``OverlapPolicy.serial_only``): schedule -> execute -> postprocess,
+  all on the calling thread. Speculative decoding (``mstar.engine.speculative``) runs only here:
+  a forward that verifies draft tokens is timed as the "verify" phase, the proposals as
+  "propose", and each step goes to ``Speculation.observe`` (its verify gate learns from the
+  step's duration, without the proposals, what a token costs).
 - **Overlapped**: the forward of step N runs on a forward thread. ``step()`` returns with a step in
   flight, so the caller (a worker taking messages, say) works while the model runs. The next
   ``step()`` schedules N+1 from values while N runs (``schedule(after=N)``), waits for N, launches
   N+1, then applies N's output. N+1 is either
-  - a *speculative step* (the reference system's name; it is overlap scheduling, not speculative
-    decoding): N's batch continued by one token for every request N samples, each counting N's
-    sampled token as in flight. The runner, which runs the steps in order, has written that token
-    into its persistent batch by the time N+1 runs; or
+  - a *continuation* (the reference system's "speculative step", hence the knob's name; it is
+    overlap scheduling, not speculative decoding): N's batch continued by one token for every
+    request N samples, each counting N's sampled token as in flight. The runner, which runs the
+    steps in order, has written that token into its persistent batch by the time N+1 runs; or
   - a *yield-away step*: a fresh ``schedule()``, which admits waiting prefills and resumes
     preempted requests, once N's output is in. The overlap policy
     (``mstar.engine.schedule.overlap_policy``) decides between them. A request that N finishes (or an
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from mstar.engine.runner.model_runner import ModelRunner
     from mstar.engine.schedule.scheduler import Scheduler
     from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
+    from mstar.engine.speculative.speculation import Speculation
     from mstar.settings import WorkerSettings
 
 Postprocess = Callable[["SchedulerOutput", "RunnerOutput"], "list[RequestOutput]"]
@@ -59,8 +61,10 @@ class InFlight:
 
 class StepLoop:
     def __init__(self, settings: WorkerSettings, scheduler: Scheduler, runner: ModelRunner,
-                 postprocess: Postprocess, timer_label: int = 0) -> None:
+                 postprocess: Postprocess, timer_label: int = 0,
+                 speculation: Speculation | None = None) -> None:
         self.scheduler = scheduler
+        self.speculation = speculation
         self.policy = scheduler.policy
         self.runner = runner
         self.postprocess = postprocess
@@ -106,25 +110,23 @@ class StepLoop:
 
     def _serial_step(self) -> list[RequestOutput]:
         start = time.perf_counter()
-        spec = self.scheduler.speculation
-        proposing = spec.stats.propose_s if spec is not None else 0.0
         with self.timer.phase("schedule"):
             out = self.scheduler.schedule()
         if out is None:
             return []
-        verifies = spec is not None and any(row.draft_token_ids for row in out.rows)
-        if verifies:
-            self.timer.record("propose", (spec.stats.propose_s - proposing) * 1000.0)
+        verifies = out.num_drafts > 0
         forward_start = time.perf_counter()
         with self.timer.phase("verify" if verifies else "forward"):
             result = self.runner.execute(out)
-        if verifies:
-            spec.stats.verify_s += time.perf_counter() - forward_start
+        forward_s = time.perf_counter() - forward_start
         with self.timer.phase("postprocess"):
             outputs = self.postprocess(out, result)
-        if spec is not None:  # the verify gate learns what a step of this many tokens costs
-            spec.gate.observe_step(out.num_tokens, time.perf_counter() - start
-                                   - (spec.stats.propose_s - proposing), verifies)
+        spec = self.speculation
+        if spec is not None:
+            proposing = spec.observe(out.num_tokens, time.perf_counter() - start, forward_s,
+                                     verifies)
+            if verifies:
+                self.timer.record("propose", proposing * 1000.0)
         self.policy.launched(continuation=False)
         self._end_iteration(start, len(out))
         return outputs
@@ -140,7 +142,7 @@ class StepLoop:
         if self.step_sync:
             with self.timer.phase("forward"):
                 step.future.result()
-        with self.timer.phase("speculate"):
+        with self.timer.phase("continue"):
             following = self.scheduler.schedule(after=step.output)
         with self.timer.phase("forward"):
             result = step.future.result()
@@ -151,7 +153,9 @@ class StepLoop:
             self._launch(following)
         with self.timer.phase("postprocess"):
             outputs = self.postprocess(step.output, result)
-        if following is None and self.policy.overlapped:  # cap 0 (a reload): the loop turns serial
+        if following is None and self.policy.overlapped:
+            # No continuation (the policy yields, or it did not fit): a fresh step now. After a
+            # reload to cap 0 nothing is in flight here, and the next step() runs serially.
             self._launch_fresh()
         self._end_iteration(start, len(step.output))
         return outputs

@@ -41,7 +41,7 @@ class Worker:
         self.channel = channel
         self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
         self.engine: LLMEngine | None = None  # built by run(); its requests are the live ones
-        self._last_stats: tuple | None = None
+        self._last_stats: m.WorkerStats | None = None
         self._last_stats_at = 0.0
 
     def run(self) -> None:
@@ -117,14 +117,16 @@ class Worker:
 
     def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""
-        engine = self.engine
-        stats = (engine.num_running(), engine.num_waiting(), round(engine.kv_cache_usage(), 4),
-                 engine.num_preemptions(), *engine.encoder_stats(), *engine.speculation_totals())
+        s = self.engine.stats()
+        stats = m.WorkerStats(self.index, s.running, s.waiting, round(s.kv_cache_usage, 4),
+                              s.preemptions, s.encoder_cache_hits, s.encoder_cache_misses,
+                              s.encoder_seconds, s.spec_method, s.spec_proposed, s.spec_accepted,
+                              s.spec_propose_s, s.spec_verify_s)
         if stats == self._last_stats:
             return
         now = time.monotonic()
-        idle = stats[0] == 0 and stats[1] == 0
+        idle = s.running == 0 and s.waiting == 0
         if not (idle or self._last_stats is None or now - self._last_stats_at >= STATS_INTERVAL_S):
             return
         self._last_stats, self._last_stats_at = stats, now
-        self.channel.send_to_api(m.WorkerStats(self.index, *stats))
+        self.channel.send_to_api(stats)

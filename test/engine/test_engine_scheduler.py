@@ -25,23 +25,23 @@ def _params(n=8):
 def test_abort_frees_every_block(model_dir, make_engine, cap):
     engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=64,
                          max_consecutive_spec_steps=cap)
-    start = engine.num_free_blocks()
+    start = engine.stats().free_blocks
     for i in range(4):
         engine.add_request(f"r{i}", list(range(10, 10 + 7 * (i + 1))), _params(30))
     engine.step()
     engine.step()
-    assert engine.num_free_blocks() < start and engine.kv_cache_usage() > 0
+    assert engine.stats().free_blocks < start and engine.stats().kv_cache_usage > 0
     for i in range(4):
         engine.abort_request(f"r{i}")
     engine.abort_request("unknown")  # no-op
     if cap:  # a step is in flight: the aborts apply once it is done, and nothing more is emitted
-        assert engine.num_free_blocks() < start
+        assert engine.stats().free_blocks < start
         engine.step()
-        assert engine.num_free_blocks() == start
+        assert engine.stats().free_blocks == start
         while engine.has_unfinished_requests():  # the step launched meanwhile is all wasted rows
             assert engine.step() == []
-    assert engine.num_free_blocks() == start
-    assert engine.kv_cache_usage() == 0.0
+    assert engine.stats().free_blocks == start
+    assert engine.stats().kv_cache_usage == 0.0
     assert not engine.has_unfinished_requests()
 
 
@@ -51,12 +51,12 @@ def test_abort_waiting_request(model_dir, make_engine, run):
     engine.add_request("a", [5, 6, 7], _params(4))
     engine.add_request("b", [5, 6, 8], _params(4))
     engine.step()
-    assert engine.num_running() == 1 and engine.num_waiting() == 1
+    assert engine.stats().running == 1 and engine.stats().waiting == 1
     engine.abort_request("b")
-    assert engine.num_waiting() == 0
+    assert engine.stats().waiting == 0
     rest = run(engine, {})
     assert list(rest) == ["a"] and len(rest["a"]["token_ids"]) == 3  # one came from step()
-    assert engine.num_free_blocks() == 64
+    assert engine.stats().free_blocks == 64
 
 
 def test_too_long_requests_rejected_with_numbers(model_dir, make_engine, run):
@@ -69,7 +69,7 @@ def test_too_long_requests_rejected_with_numbers(model_dir, make_engine, run):
         engine.add_request("empty", [], _params(1))
     out = run(engine, {"ok": ([5, 6, 7], _params(5))})
     assert len(out["ok"]["token_ids"]) == 5
-    assert engine.num_free_blocks() == 8
+    assert engine.stats().free_blocks == 8
 
 
 def test_request_that_fits_alone_survives_kv_pressure(model_dir, make_engine, run):
@@ -81,7 +81,7 @@ def test_request_that_fits_alone_survives_kv_pressure(model_dir, make_engine, ru
     assert engine.scheduler.num_preemptions > 0
     assert len(out["big"]["token_ids"]) == 20
     assert all(len(out[f"s{i}"]["token_ids"]) == 12 for i in range(3))
-    assert engine.num_free_blocks() == 10
+    assert engine.stats().free_blocks == 10
 
 
 def test_max_num_seqs_and_token_budget_respected(model_dir, make_engine):
@@ -93,7 +93,7 @@ def test_max_num_seqs_and_token_budget_respected(model_dir, make_engine):
         out = engine.scheduler.schedule()
         assert len(out) <= 2 and out.num_tokens <= 16
         engine.postprocess(out, engine.model_runner.execute(out))
-    assert engine.num_free_blocks() == 64
+    assert engine.stats().free_blocks == 64
 
 
 def test_shared_prefix_shares_blocks():

@@ -44,10 +44,10 @@ class BatchSim(Sim):
                                         step.slot_mapping.tolist())
         flat = 0
         for row in out.rows:
-            seq = self.every[row.key]
-            table = self.bm.block_ids(row.key)
-            slot = self.batch.slot_of[row.key]
-            assert self.slots.setdefault(row.key, slot) == slot, "a live request changed slot"
+            seq = self.every[row.seq_no]
+            table = self.bm.block_ids(row.seq_no)
+            slot = self.batch.slot_of[row.seq_no]
+            assert self.slots.setdefault(row.seq_no, slot) == slot, "a live request changed slot"
             for pos in range(row.start, row.end):
                 assert positions[flat] == pos
                 assert slot_mapping[flat] == table[pos // bs] * bs + pos % bs
@@ -56,7 +56,7 @@ class BatchSim(Sim):
                 flat += 1
         live = list(self.batch.slot_of.values())
         assert len(set(live)) == len(live) and all(s < self.sched.max_num_seqs for s in live)
-        sampled = [self.batch.slot_of[r.key] for r in out.rows if r.samples]
+        sampled = [self.batch.slot_of[r.seq_no] for r in out.rows if r.samples]
         assert list(step.sample_slots) == sampled
         for key in out.removed:
             self.slots.pop(key, None)

@@ -33,6 +33,11 @@ FAST = settings(max_examples=150, deadline=None, derandomize=True)
 
 # ---- a simulated engine: the scheduler's batches are "run" by writing a fake KV cache ----------
 
+def _at_length(seq: Sequence, token: int) -> str | None:
+    """The stop rule: a request ends at its max_tokens."""
+    return "length" if seq.num_output_tokens >= seq.params.max_tokens else None
+
+
 @dataclass
 class Sim:
     bm: BlockManager
@@ -95,16 +100,15 @@ class Sim:
 
     def run(self, out: SchedulerOutput) -> None:
         for row in out.rows:
-            self.write(self.every[row.key], row.start, row.end)
-        for seq, _, _ in self.sched.update(out, RunnerOutput(self.sampled_tokens(out))):
-            if seq.num_output_tokens >= seq.params.max_tokens:
-                self.sched.finish(seq)
-                self.live.remove(seq)
+            self.write(self.every[row.seq_no], row.start, row.end)
+        for emitted in self.sched.update(out, RunnerOutput(self.sampled_tokens(out)), _at_length):
+            if emitted.finish_reason is not None:
+                self.live.remove(emitted.seq)
 
     @staticmethod
     def sampled_tokens(out: SchedulerOutput) -> list[int]:
         """The "model's" tokens: a small alphabet, for repeats and shared blocks."""
-        return [(row.end + row.key) % 3 + 1 for row in out.rows if row.samples]
+        return [(row.end + row.seq_no) % 3 + 1 for row in out.rows if row.samples]
 
     def write(self, seq: Sequence, start: int, end: int) -> None:
         """The forward writes K/V of positions [start, end): each touched block now holds the
@@ -143,7 +147,7 @@ class Sim:
         bs = self.bm.block_size
         in_cache = {s.seq_no: s.num_computed_tokens for s in self.live}
         if out is not None:
-            in_cache = {row.key: row.start for row in out.rows}
+            in_cache = {row.seq_no: row.start for row in out.rows}
         for seq in self.live:
             table = self.bm.block_ids(seq.seq_no)
             assert len(set(table)) == len(table), f"one block twice in a table: {table}"

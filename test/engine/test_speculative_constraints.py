@@ -11,8 +11,9 @@ import pytest
 
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 
-pytestmark = pytest.mark.usefixtures("every_draft_verified")  # the gate: test_speculative_gate.py
-NGRAM = {"speculative_method": "ngram", "num_speculative_tokens": 4,
+# speculative_gate=False: every proposed draft is verified, whatever this machine's step timings
+# (the gate itself: test_speculative_gate.py).
+NGRAM = {"speculative_method": "ngram", "speculative_gate": False, "num_speculative_tokens": 4,
          "speculative_min_acceptance": 0.0, "kv_block_size": 4, "num_kv_blocks": 256}
 TEXTS = ["one two three four five six seven. one two three four five six seven. one two three",
          "The quick brown fox jumps over the lazy dog. The quick brown fox", "Hello"]

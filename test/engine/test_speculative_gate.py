@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.speculative.gate import VerifyGate, admit, gains, together, worth
 from mstar.engine.speculative.ngram import NgramIndex
-from mstar.engine.speculative.speculation import PRIOR_ACCEPTANCE, RecentAcceptance, _Tally
 from mstar.engine.speculative.step_cost import Line, StepCost
+from mstar.engine.speculative.tally import PRIOR_ACCEPTANCE, RecentAcceptance, Tally
 
 CHAT = [0.47] * 8  # open-ended chat: about half the drafts accepted
 
@@ -187,5 +187,5 @@ def test_a_new_requests_prior_is_the_recent_acceptance():
     for _ in range(300):
         recent.add(accepted=4, rejected=False)
     assert recent.prior() > 0.99  # the older requests are forgotten
-    tally = _Tally(NgramIndex(2, 4), 4)
+    tally = Tally(NgramIndex(2, 4), 4)
     assert tally.acceptance(recent.prior()) == pytest.approx(recent.prior())

@@ -4,7 +4,6 @@ rejected by name."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from concurrent.futures import Future
@@ -201,9 +200,9 @@ def test_serial_and_overlapped_loops_agree(tiny, tiny_dir, tiny_tokenizer, make_
     jobs = _tiny_jobs(tiny_tokenizer, ignore_eos=True, frequency_penalty=0.5, min_tokens=3)
     serial = run(make_engine(tiny_dir, kv_block_size=4, num_kv_blocks=256,
                              max_consecutive_spec_steps=0), jobs)
-    before = tiny.loop.counters.speculative_steps
+    before = tiny.loop.counters.continuations
     overlapped = run(tiny, jobs)
-    assert tiny.loop.counters.speculative_steps > before
+    assert tiny.loop.counters.continuations > before
     assert _tokens(overlapped) == _tokens(serial)
     _check_records(overlapped)
     assert len({r["text"] for r in overlapped.values()}) > 2  # not one degenerate output
@@ -225,12 +224,45 @@ def test_constrained_requests_survive_preemption(tiny, tiny_dir, tiny_tokenizer,
     _check_records(results)
 
 
+class ScriptedExecutor:
+    """Runs no compile itself: each submit returns the next of ``futures``, which the test
+    completes (or leaves pending) as it likes; ``calls`` keeps what each submit asked for."""
+
+    def __init__(self, futures) -> None:
+        self.futures = iter(futures)
+        self.calls: list[tuple] = []
+
+    def submit(self, fn, *args) -> Future:
+        self.calls.append((fn, *args))
+        return next(self.futures)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+@pytest.fixture()
+def scripted_grammars(monkeypatch):
+    """``install(engine, futures, **settings) -> ScriptedExecutor``: the engine's grammars
+    compile on a ``ScriptedExecutor`` (bounds from its settings with ``settings`` changed) for
+    the test."""
+    from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
+
+    def install(engine, futures, **settings) -> ScriptedExecutor:
+        executor = ScriptedExecutor(futures)
+        bounds = GrammarBounds.from_settings(engine.settings.model_copy(update=settings))
+        monkeypatch.setattr(engine, "grammars", GrammarCompilePool(
+            engine.tokenizer, engine.vocab_size, sorted(engine.eos_token_ids), bounds,
+            executor=executor))
+        return executor
+
+    return install
+
+
 def test_scheduler_admits_a_request_only_once_its_grammar_compiled(tiny, tiny_tokenizer, run,
-                                                                   monkeypatch):
+                                                                   scripted_grammars):
     spec = StructuredOutput(kind="choice", choices=["a"])
-    compiled = tiny.grammars._compile(spec)
     slow: Future = Future()
-    monkeypatch.setattr(tiny.grammars._pool, "submit", lambda fn, spec: slow)
+    executor = scripted_grammars(tiny, [slow])
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     tiny.add_request("slow", prompt, _greedy(spec))
     tiny.add_request("free", prompt, _greedy(None, max_tokens=5))
@@ -238,18 +270,19 @@ def test_scheduler_admits_a_request_only_once_its_grammar_compiled(tiny, tiny_to
     for _ in range(50):  # "free" runs to its end while "slow" waits for its grammar
         finished += [out.request_id for out in tiny.step() if out.finished]
     assert finished == ["free"]
-    assert tiny.num_waiting() == 1 and tiny.num_running() == 0
-    slow.set_result(compiled)
+    assert tiny.stats().waiting == 1 and tiny.stats().running == 0
+    [(compile_, asked)] = executor.calls
+    slow.set_result(compile_(asked))  # the compile ends now
     done = run(tiny, {})
     assert done["slow"]["text"] == "a" and done["slow"]["finish_reason"] == "stop"
 
 
 def test_a_grammar_that_fails_to_compile_aborts_only_its_request(tiny, tiny_tokenizer, run,
-                                                                 monkeypatch):
+                                                                 scripted_grammars):
     engine = tiny
     failed: Future = Future()
     failed.set_exception(RuntimeError("out of memory"))
-    monkeypatch.setattr(engine.grammars._pool, "submit", lambda fn, spec: failed)
+    scripted_grammars(engine, [failed])
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     results = run(engine, {"bad": (prompt, _greedy(StructuredOutput(kind="json_object"))),
                            "free": (prompt, _greedy(None, max_tokens=5))})
@@ -261,15 +294,12 @@ def test_a_grammar_that_fails_to_compile_aborts_only_its_request(tiny, tiny_toke
 
 
 def test_a_compile_past_its_budget_fails_with_408_and_a_queued_one_is_cancelled(
-        tiny, tiny_tokenizer, run, monkeypatch):
+        tiny, tiny_tokenizer, run, scripted_grammars):
     engine = tiny
     running: Future = Future()
     running.set_running_or_notify_cancel()  # begun: xgrammar cannot be interrupted
     queued: Future = Future()
-    futures = iter([running, queued])
-    monkeypatch.setattr(engine.grammars._pool, "submit", lambda fn, spec: next(futures))
-    monkeypatch.setattr(engine.grammars, "_bounds",
-                        dataclasses.replace(engine.grammars._bounds, timeout_s=0.05))
+    scripted_grammars(engine, [running, queued], grammar_compile_timeout_s=0.05)
     prompt = tiny_tokenizer.encode(TINY_TEXTS[0])
     spec = StructuredOutput(kind="regex", spec="[a-z]+")
     results = run(engine, {"slow": (prompt, _greedy(spec)), "queued": (prompt, _greedy(spec)),
@@ -283,9 +313,9 @@ def test_a_compile_past_its_budget_fails_with_408_and_a_queued_one_is_cancelled(
     assert queued.cancelled() and not running.cancelled()
 
 
-def test_an_abort_cancels_a_queued_compile(tiny, tiny_tokenizer, monkeypatch):
+def test_an_abort_cancels_a_queued_compile(tiny, tiny_tokenizer, scripted_grammars):
     queued: Future = Future()
-    monkeypatch.setattr(tiny.grammars._pool, "submit", lambda fn, spec: queued)
+    scripted_grammars(tiny, [queued])
     tiny.add_request("gone", tiny_tokenizer.encode(TINY_TEXTS[0]),
                      _greedy(StructuredOutput(kind="json_object")))
     tiny.abort_request("gone")

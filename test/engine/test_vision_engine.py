@@ -100,7 +100,7 @@ def test_preemption_and_recompute_match(family, vlm, make_engine):
                          enable_prefix_caching=False)
     assert _run(engine, processor, requests) == refs
     assert engine.scheduler.num_preemptions > 0
-    assert engine.num_free_blocks() == blocks
+    assert engine.stats().free_blocks == blocks
 
 
 def test_encoder_budget_and_cache(vlm, make_engine):
@@ -109,10 +109,11 @@ def test_encoder_budget_and_cache(vlm, make_engine):
     engine = make_engine(path, kv_block_size=4, num_kv_blocks=512, max_encoder_tokens_per_step=4,
                          enable_prefix_caching=False)
     assert _run(engine, processor, requests) == refs
-    cache = engine.model_runner.encoder_cache
-    assert (cache.hits, cache.misses) == (0, 4)
+    s = engine.stats()
+    assert (s.encoder_cache_hits, s.encoder_cache_misses) == (0, 4) and s.encoder_seconds > 0
     assert _run(engine, processor, requests, ["one"]) == {"one": refs["one"]}
-    assert (cache.hits, cache.misses) == (1, 4)
+    s = engine.stats()
+    assert (s.encoder_cache_hits, s.encoder_cache_misses) == (1, 4)
 
 
 def test_prefix_cache_shares_kv_only_for_the_same_image(vlm, make_engine):

@@ -128,25 +128,25 @@ def test_speculation_gives_the_same_tokens_as_a_serial_loop(settings_for, knobs)
     overlapped = serve_all(settings_for(**knobs), stagger=True)
     assert overlapped.channel.tokens == serial.channel.tokens
     assert overlapped.channel.finish_reasons == serial.channel.finish_reasons
-    assert overlapped.worker.engine.loop.counters.speculative_steps > 0
+    assert overlapped.worker.engine.loop.counters.continuations > 0
     for rid, (_, params) in REQUESTS.items():
         if params.get("ignore_eos"):
             assert len(overlapped.channel.tokens[rid]) == params["max_tokens"]
     engine = overlapped.worker.engine
-    assert engine.num_free_blocks() == engine.block_manager.num_blocks
+    assert engine.stats().free_blocks == engine.block_manager.num_blocks
 
 
 @pytest.mark.parametrize("cap", [1, 3])
-def test_never_more_speculative_steps_in_a_row_than_the_cap(settings_for, cap):
+def test_never_more_continuations_in_a_row_than_the_cap(settings_for, cap):
     worker = serve_all(settings_for(max_consecutive_spec_steps=cap))
     counters = worker.worker.engine.loop.counters
-    assert counters.speculative_steps > 0
-    assert counters.longest_speculative_run == cap
+    assert counters.continuations > 0
+    assert counters.longest_continuation_run == cap
 
 
 def test_cap_zero_never_speculates(settings_for):
     counters = serve_all(settings_for(max_consecutive_spec_steps=0)).worker.engine.loop.counters
-    assert counters.speculative_steps == 0 and counters.yield_steps > 0
+    assert counters.continuations == 0 and counters.fresh_steps > 0
 
 
 def test_waiting_work_makes_the_loop_yield(settings_for):
@@ -170,7 +170,7 @@ def test_abort_mid_speculation_emits_nothing_more_and_frees_blocks(settings_for)
     worker.wait_done(["keep"])
     engine = worker.worker.engine
     deadline = time.monotonic() + 30
-    while engine.num_running() + engine.num_waiting():  # "drop" leaves the engine too
+    while engine.stats().running + engine.stats().waiting:  # "drop" leaves the engine too
         assert time.monotonic() < deadline, "the aborted request stayed"
         time.sleep(0.005)
     time.sleep(0.05)
@@ -178,7 +178,7 @@ def test_abort_mid_speculation_emits_nothing_more_and_frees_blocks(settings_for)
     worker.stop()
     assert emitted < 200 and "drop" not in worker.channel.finish_reasons
     assert len(worker.channel.tokens["keep"]) == 30
-    assert engine.num_free_blocks() == engine.block_manager.num_blocks
+    assert engine.stats().free_blocks == engine.block_manager.num_blocks
 
 
 def test_launch_wait_uses_the_configured_timeout(settings_for, monkeypatch):
@@ -204,7 +204,7 @@ def test_phase_timing_logs_every_n_iterations(settings_for):
         assert event["iterations"] == 4
         for phase in ("forward", "postprocess", "iteration"):
             assert set(event[phase]) == {"p50_ms", "p95_ms", "mean_ms"}
-        assert event["speculative_steps"] + event["yield_steps"] >= 4
+        assert event["continuations"] + event["fresh_steps"] >= 4
     # The worker's own messaging around the steps: taking commands, sending outputs.
     assert any("inbox" in event and "publish" in event for event in events)
     with capture_logs() as logs:
@@ -243,4 +243,4 @@ def test_worker_run_reads_no_environment_variable(settings_for, monkeypatch):
     monkeypatch.setattr(os, "environ", environ)
     worker = serve_all(settings_for(max_consecutive_spec_steps=5))
     assert environ.looked_up == []
-    assert worker.worker.engine.loop.counters.speculative_steps > 0  # the settings' cap, not the env's
+    assert worker.worker.engine.loop.counters.continuations > 0  # the settings' cap, not the env's

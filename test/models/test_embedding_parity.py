@@ -67,7 +67,7 @@ def test_tiny_model_vectors_match_transformers(pooling, chunk, tiny_model_dir, m
         want = reference_vectors(model_dir, prompts, pooling)
         for i in range(len(prompts)):
             assert _max_diff(_pooled(results, f"r{i}"), want[i]) < TOLERANCE, (pooling, i)
-    assert engine.num_free_blocks() == 128  # no block stays held (cached ones count as free)
+    assert engine.stats().free_blocks == 128  # no block stays held (cached ones count as free)
     assert not engine.model_runner.pooler.sums  # no running sum outlives its request
 
 
@@ -89,7 +89,7 @@ def test_mixed_with_generation(overlap, tiny_model_dir, make_engine, run, prompt
         assert results[f"g{i}"]["token_ids"] == tokens[i]
         want = reference_vectors(model_dir, [p], "last" if i % 2 else "mean")[0]
         assert _max_diff(_pooled(results, f"e{i}"), want) < TOLERANCE
-    assert not engine.has_unfinished_requests() and engine.num_free_blocks() == 128
+    assert not engine.has_unfinished_requests() and engine.stats().free_blocks == 128
 
 
 @settings(max_examples=50, deadline=None)
@@ -143,7 +143,7 @@ def test_input_limits(tiny_model_dir, make_engine, run):
     results = run(engine, {"full": ([5] * 32, SamplingParams(pooling="last"))})  # exactly the limit
     hidden_size = AutoConfig.from_pretrained(tiny_model_dir("llama")).hidden_size
     assert len(_pooled(results, "full")) == hidden_size
-    assert engine.num_free_blocks() == 64  # no block stays held
+    assert engine.stats().free_blocks == 64  # no block stays held
 
 
 def test_builtin_model_vectors_match_transformers(builtin_cache_dir, run):

@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-pytestmark = pytest.mark.usefixtures("every_draft_verified")  # the gate: test_speculative_gate.py
+# speculative_gate=False: every proposed draft is verified, whatever this machine's step timings
+# (the gate itself: test_speculative_gate.py).
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def test_mtp_head_logits_match_the_reference(mtp_model_dir, tiny_model_dir, make
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
-MTP = {"speculative_method": "mtp", "speculative_min_acceptance": 0.0}
+MTP = {"speculative_method": "mtp", "speculative_gate": False, "speculative_min_acceptance": 0.0}
 PROMPTS = [[5, 17, 42, 99, 7, 250, 13, 64, 3, 128, 77], [9, 8, 7], [300, 1, 300, 1, 300, 1, 300],
            [44] * 19]
 
@@ -120,7 +121,7 @@ def test_mtp_proposer_keeps_greedy_output_and_drafts_as_from_scratch(mtp_model_d
         k: r["token_ids"] for k, r in plain.items()}
     stats = engine.speculation.stats
     assert stats.method == "mtp" and stats.proposed > 0 and stats.proposed > stats.accepted
-    assert mtp.num_free_blocks == 64 and engine.num_free_blocks() == 64
+    assert mtp.num_free_blocks == 64 and engine.stats().free_blocks == 64
     drafted = [(tokens, d[0]) for tokens, d in logged if d]
     assert len(drafted) > 10
     from transformers import AutoModelForCausalLM

@@ -2,7 +2,9 @@
 
 Owned by the model runner (the thread that runs the steps): a step's rows that cover an image's
 placeholders take its output from here, encoding it on a miss. Least recently used outputs are
-dropped first; an output larger than the whole cache is used once and not kept.
+dropped first; an output larger than the whole cache is used once and not kept. The cache keeps
+no counters: each ``get`` counts into the step's ``EncoderCounts``, which travels back in the
+step's ``RunnerOutput`` (so no count is shared between threads).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from mstar.engine.schedule.scheduler_output import EncoderCounts
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -22,24 +25,22 @@ class EncoderCache:
         self.device = device
         self.entries: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.used = 0
-        self.hits = 0
-        self.misses = 0
-        self.encode_seconds = 0.0  # summed over every encoding (per-step time: its deltas)
 
-    def get(self, image: ImageInput, encode: Callable[[dict], torch.Tensor]) -> torch.Tensor:
-        """The image's encoder rows [num_embeds, hidden]."""
+    def get(self, image: ImageInput, encode: Callable[[dict], torch.Tensor],
+            counts: EncoderCounts) -> torch.Tensor:
+        """The image's encoder rows [num_embeds, hidden]; the hit or miss goes to ``counts``."""
         out = self.entries.get(image.content_hash)
         if out is not None:
             self.entries.move_to_end(image.content_hash)
-            self.hits += 1
+            counts.hits += 1
             return out
-        self.misses += 1
+        counts.misses += 1
         start = time.perf_counter()
         out = encode({k: v.to(self.device) for k, v in image.tensors.items()})
         if out.shape[0] != image.num_embeds:
             raise ValueError(f"the encoder gave {out.shape[0]} rows for an image with "
                              f"{image.num_embeds} placeholder tokens")
-        self.encode_seconds += time.perf_counter() - start
+        counts.seconds += time.perf_counter() - start
         self._keep(image.content_hash, out)
         return out
 

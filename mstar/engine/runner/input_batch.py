@@ -51,31 +51,31 @@ class InputBatch:
 
     def apply(self, out: SchedulerOutput) -> None:
         """The step's diffs: removed requests first, then new ones, then new block ids."""
-        for key in out.removed:
-            slot = self.slot_of.pop(key, None)
+        for seq_no in out.removed:
+            slot = self.slot_of.pop(seq_no, None)
             if slot is not None:
                 self.requests[slot] = None
                 self.free_slots.append(slot)
         for req in out.new:
             slot = self.free_slots.pop()
-            self.slot_of[req.key] = slot
+            self.slot_of[req.seq_no] = slot
             self.requests[slot] = req
             self.num_blocks[slot] = 0
             self.token_ids[slot, : len(req.token_ids)] = torch.tensor(req.token_ids)
         for row in out.rows:
             if row.draft_token_ids:  # speculative decoding: the proposed tokens follow the input
-                slot = self.slot_of[row.key]
+                slot = self.slot_of[row.seq_no]
                 self.token_ids[slot, row.end - len(row.draft_token_ids) : row.end] = torch.tensor(
                     row.draft_token_ids)
             if row.new_block_ids:
-                slot = self.slot_of[row.key]
+                slot = self.slot_of[row.seq_no]
                 n = self.num_blocks[slot]
                 ids = torch.tensor(row.new_block_ids, dtype=torch.int64)
                 self.block_table[slot, n : n + len(ids)] = ids
                 self.num_blocks[slot] = n + len(ids)
 
     def slots(self, out: SchedulerOutput) -> list[int]:
-        return [self.slot_of[row.key] for row in out.rows]
+        return [self.slot_of[row.seq_no] for row in out.rows]
 
     def tensors(self, out: SchedulerOutput) -> StepTensors:
         """Gather the step's inputs from the persistent rows."""

@@ -25,8 +25,9 @@ from mstar.engine.runner.pooling import Pooler
 from mstar.engine.runner.rope_positions import RopePositions
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
-from mstar.engine.schedule.scheduler_output import RunnerOutput, SchedulerOutput
+from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.draft_rows import DraftRows
+from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.layers.state_layout import StateLayout
@@ -38,7 +39,9 @@ from mstar.settings import WorkerSettings
 class ModelRunner:
     def __init__(self, settings: WorkerSettings, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype, max_model_len: int,
-                 parallel: TensorParallel | None = None) -> None:
+                 parallel: TensorParallel | None = None, mtp_head: bool = False) -> None:
+        """``mtp_head``: speculative decoding with the model's MTP head (``MtpProposer``), which
+        the runner makes on its model and feeds after every forward."""
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
@@ -74,12 +77,13 @@ class ModelRunner:
         # Image tokens attending to each other both ways in prefill (Gemma 3).
         self.bidirectional_images = getattr(self.model, "bidirectional_image_attention", False)
         self.pooler = Pooler()
-        self.mtp = None  # the MTP proposer (speculative decoding), fed after every forward
+        self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
+                    if mtp_head else None)
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
 
-    def _attention(self, step: StepTensors, keys: list[int], image_spans=None):
+    def _attention(self, step: StepTensors, seq_nos: list[int], image_spans=None):
         """The backend's metadata for the step (built on the thread that runs it)."""
         inputs = AttentionInputs(
             slot_mapping=step.slot_mapping.to(self.device, non_blocking=True),
@@ -90,8 +94,8 @@ class ModelRunner:
             num_decodes=step.num_decodes,
             block_size=self.block_size,
             dtype=self.dtype,
-            seq_keys=keys,
-            state_layout=self._state_layout(step, keys) if self.num_state_slots else None,
+            seq_keys=seq_nos,
+            state_layout=self._state_layout(step, seq_nos) if self.num_state_slots else None,
             bidirectional_spans=image_spans,
         )
         return self.attn_backend.build(inputs)
@@ -100,19 +104,19 @@ class ModelRunner:
         """Per row: the placeholder runs [start, end) of its images that the row touches."""
         spans = []
         for row in out.rows:
-            req = self.batch.requests[self.batch.slot_of[row.key]]
+            req = self.batch.requests[self.batch.slot_of[row.seq_no]]
             spans.append(tuple((im.offset, im.end) for im in req.images
                                if im.offset < row.end and im.end > row.start))
         return spans
 
-    def _state_layout(self, step: StepTensors, keys: list[int]) -> StateLayout:
+    def _state_layout(self, step: StepTensors, seq_nos: list[int]) -> StateLayout:
         """Each row's state slot; a span starting at token 0 starts from a zero state."""
         batch = self.batch
-        slots = [batch.requests[batch.slot_of[k]].state_slot for k in keys]
+        slots = [batch.requests[batch.slot_of[k]].state_slot for k in seq_nos]
         nd = step.num_decodes
         starts = [c - q for c, q in zip(step.context_lens, step.query_lens, strict=True)]
         spans, row = [], nd
-        for i in range(nd, len(keys)):
+        for i in range(nd, len(seq_nos)):
             n = step.query_lens[i]
             spans.append((row, n, slots[i], starts[i] == 0))
             row += n
@@ -126,7 +130,7 @@ class ModelRunner:
                        step: StepTensors) -> SamplingStep:
         """The step's sampling rows: the persistent batch's slots of the sampled rows, and the
         sampling batch's row changes, which travel with the step (applied in step order)."""
-        added = [RowAdd(self.batch.slot_of[r.key], r.params, list(r.token_ids[:r.num_prompt_tokens]),
+        added = [RowAdd(self.batch.slot_of[r.seq_no], r.params, list(r.token_ids[:r.num_prompt_tokens]),
                         list(r.token_ids[r.num_prompt_tokens:]), r.generator, r.sampling_state)
                  for r in out.new]
         return SamplingStep(list(step.sample_slots), removed, added, DraftRows.of(out.rows))
@@ -136,7 +140,7 @@ class ModelRunner:
         if not self.num_state_slots or not any(row.draft_token_ids for row in out.rows):
             return None
         batch = self.batch
-        slots = [batch.requests[batch.slot_of[row.key]].state_slot for row in out.rows]
+        slots = [batch.requests[batch.slot_of[row.seq_no]].state_slot for row in out.rows]
         return StateSnapshot(state_layers(self.model), out.rows, slots)
 
     def _images_in_step(self, out: SchedulerOutput) -> list[tuple[ImageInput, list[int], list[int]]]:
@@ -144,7 +148,7 @@ class ModelRunner:
         whose placeholders the step's rows cover (a chunk may take part of a run)."""
         found, first = [], 0
         for row in out.rows:
-            req = self.batch.requests[self.batch.slot_of[row.key]]
+            req = self.batch.requests[self.batch.slot_of[row.seq_no]]
             for image in req.images:
                 if image.offset < row.end and image.end > row.start:
                     picked = [j for j, p in enumerate(image.positions) if row.start <= p < row.end]
@@ -153,11 +157,12 @@ class ModelRunner:
             first += row.num_tokens
         return found
 
-    def _merged_embeds(self, input_ids: torch.Tensor, images) -> torch.Tensor:
+    def _merged_embeds(self, input_ids: torch.Tensor, images,
+                       counts: EncoderCounts) -> torch.Tensor:
         """The step's token embeddings with each image's encoder rows at its placeholders."""
         parts, rows = [], []
         for image, picked, token_rows in images:
-            encoded = self.encoder_cache.get(image, self.model.encode)
+            encoded = self.encoder_cache.get(image, self.model.encode, counts)
             parts.append(encoded[self._tensor(picked)])
             rows += token_rows
         return self.model.merge(self.model.embed(input_ids), self._tensor(rows), torch.cat(parts))
@@ -200,7 +205,7 @@ class ModelRunner:
             self.rope_positions.apply(out)
         step = self.batch.tensors(out)
         started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
-        attn_metadata = self._attention(step, [row.key for row in out.rows],
+        attn_metadata = self._attention(step, [row.seq_no for row in out.rows],
                                         self._image_spans(out) if self.bidirectional_images else None)
         snapshot = self._state_snapshot(out)
         attn_metadata.begin_forward()
@@ -210,15 +215,17 @@ class ModelRunner:
             positions = self.rope_positions.step(out, positions)
         positions = positions.to(self.device, non_blocking=True)
         images = self._images_in_step(out) if self.takes_images else None
+        encoder = None
         if images:
-            embeds = self._merged_embeds(input_ids, images)
+            encoder = EncoderCounts()
+            embeds = self._merged_embeds(input_ids, images, encoder)
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
         else:
             hidden = self.model(input_ids, positions, attn_metadata)
         pooled = self.pooler.pool(out, step.query_lens, hidden)
         if started is None:
             self._feed_mtp(out, step.input_ids, hidden, [])
-            return RunnerOutput([], pooled=pooled)
+            return RunnerOutput([], pooled=pooled, encoder=encoder)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
         tokens, logprobs = self.sampler.sample(logits, started)
@@ -227,11 +234,11 @@ class ModelRunner:
             snapshot.restore_rejected(token_ids)
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
-        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder)
 
     def _feed_mtp(self, out: SchedulerOutput, input_ids, hidden, token_ids: list[int]) -> None:
         if self.mtp is not None:
             self.mtp.after_step(out, input_ids, hidden, token_ids, self._token_at)
 
-    def _token_at(self, key: int, position: int) -> int:
-        return int(self.batch.token_ids[self.batch.slot_of[key], position])
+    def _token_at(self, seq_no: int, position: int) -> int:
+        return int(self.batch.token_ids[self.batch.slot_of[seq_no], position])

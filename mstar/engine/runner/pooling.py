@@ -32,38 +32,38 @@ def bytes_vector(data: bytes) -> np.ndarray:
 
 class Pooler:
     def __init__(self) -> None:
-        self.modes: dict[int, str] = {}  # request key -> "last" | "mean", while it is live
+        self.modes: dict[int, str] = {}  # request number -> "last" | "mean", while it is live
         self.sums: dict[int, torch.Tensor] = {}  # mean pooling: the chunks computed so far
 
     def apply(self, out: SchedulerOutput) -> None:
         """The step's diffs: forget removed requests, note new pooling ones."""
-        for key in out.removed:
-            self.modes.pop(key, None)
-            self.sums.pop(key, None)
+        for seq_no in out.removed:
+            self.modes.pop(seq_no, None)
+            self.sums.pop(seq_no, None)
         for req in out.new:
             if req.params.pooling is not None:
-                self.modes[req.key] = req.params.pooling
-                self.sums.pop(req.key, None)  # resumed after a preemption: from scratch
+                self.modes[req.seq_no] = req.params.pooling
+                self.sums.pop(req.seq_no, None)  # resumed after a preemption: from scratch
 
     def pool(self, out: SchedulerOutput, query_lens: list[int],
              hidden: torch.Tensor) -> dict[int, bytes]:
-        """The vector of every pooling request whose prompt ends in this step, by request key."""
+        """The vector of every pooling request whose prompt ends in this step, by request number."""
         if not self.modes:
             return {}
         vectors: dict[int, bytes] = {}
         first = 0
         for row, n in zip(out.rows, query_lens, strict=True):
-            mode = self.modes.get(row.key)
+            mode = self.modes.get(row.seq_no)
             if mode == "mean":
                 total = hidden[first:first + n].to(torch.float32).sum(0)
-                if row.key in self.sums:
-                    total = total + self.sums.pop(row.key)
+                if row.seq_no in self.sums:
+                    total = total + self.sums.pop(row.seq_no)
                 if row.samples:
-                    vectors[row.key] = vector_bytes(total / row.end)
+                    vectors[row.seq_no] = vector_bytes(total / row.end)
                 else:
-                    self.sums[row.key] = total
+                    self.sums[row.seq_no] = total
             elif mode == "last" and row.samples:
-                vectors[row.key] = vector_bytes(hidden[first + n - 1])
+                vectors[row.seq_no] = vector_bytes(hidden[first + n - 1])
             first += n
         return vectors
 

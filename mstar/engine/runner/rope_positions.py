@@ -18,26 +18,26 @@ AXES = 3
 class RopePositions:
     def __init__(self, model) -> None:
         self.model = model
-        self.tables: dict[int, tuple[torch.Tensor, int]] = {}  # request key -> (table, delta)
+        self.tables: dict[int, tuple[torch.Tensor, int]] = {}  # request number -> (table, delta)
 
     def apply(self, out: SchedulerOutput) -> None:
         """The step's diffs: removed requests first, then new ones (a resumed one anew)."""
-        for key in out.removed:
-            self.tables.pop(key, None)
+        for seq_no in out.removed:
+            self.tables.pop(seq_no, None)
         for req in out.new:
             if req.images:
                 prompt = req.token_ids[:req.num_prompt_tokens]
-                self.tables[req.key] = self.model.rope_positions(prompt, req.images)
+                self.tables[req.seq_no] = self.model.rope_positions(prompt, req.images)
 
     def step(self, out: SchedulerOutput, positions: torch.Tensor) -> torch.Tensor:
         """The step's positions: [axes, tokens] when a row has a table, else ``positions``."""
-        if not any(row.key in self.tables for row in out.rows):
+        if not any(row.seq_no in self.tables for row in out.rows):
             return positions
         parts, first = [], 0
         for row in out.rows:
             index = positions[first:first + row.num_tokens]
             first += row.num_tokens
-            entry = self.tables.get(row.key)
+            entry = self.tables.get(row.seq_no)
             if entry is None:
                 parts.append(index.expand(AXES, -1))
                 continue

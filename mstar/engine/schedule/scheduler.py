@@ -20,22 +20,19 @@ recurrent state, and the next step runs them again (``speculative.state_rollback
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 
 import structlog
 
 from mstar.engine.kv.block_manager import BlockManager
-from mstar.engine.request.outputs import TokenLogprob
 from mstar.engine.request.sequence import Sequence, SequenceStatus
+from mstar.engine.schedule.emitted import Emitted, StopRule
 from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
+from mstar.engine.schedule.prefill_chunk import chunk
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
-from mstar.engine.speculative.speculation import Speculation
-from mstar.engine.speculative.verify import accept
+from mstar.engine.speculative.drafting import NO_DRAFTS, Drafting
 
 log = structlog.get_logger(__name__)
-
-Sampled = tuple[Sequence, int, "TokenLogprob | None"]
 
 
 def ready_to_run(seq: Sequence) -> bool:
@@ -55,8 +52,11 @@ class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
                  max_encoder_tokens: int = 2**31 - 1,
-                 speculation: Speculation | None = None, whole_image_runs: bool = False) -> None:
+                 speculation: Drafting = NO_DRAFTS, whole_image_runs: bool = False,
+                 prefill_cap: int | None = None) -> None:
         self.block_manager = block_manager
+        # most tokens of one request per step (``prefill_chunk``); None: the step's budget
+        self.prefill_cap = max_num_batched_tokens if prefill_cap is None else prefill_cap
         self.whole_image_runs = whole_image_runs  # chunks never end inside an image's run
         self.max_encoder_tokens = max_encoder_tokens  # image embedding rows per step
         self.speculation = speculation
@@ -98,13 +98,14 @@ class Scheduler:
         asks again for a fresh step once ``after``'s output is in.
         """
         if after is None:
-            rows, new = self._fresh()
+            rows, new, drafts = self._fresh()
         else:
-            rows, new = self._continue(after), []
+            rows, new, drafts = self._continue(after), [], 0
         if not rows:
             return None
         rows.sort(key=lambda r: r.num_tokens != 1)  # decodes first: batched by the backend
-        out = SchedulerOutput(tuple(rows), tuple(new), tuple(self.removed), after is not None)
+        out = SchedulerOutput(tuple(rows), tuple(new), tuple(self.removed), after is not None,
+                              drafts)
         self.removed = []
         self.in_flight.append(out)
         return out
@@ -116,33 +117,16 @@ class Scheduler:
         return ScheduledRow(seq.seq_no, start, num_tokens + len(drafts), new_blocks,
                             samples=start + num_tokens >= len(seq), draft_token_ids=drafts)
 
+    def _chunk(self, seq: Sequence, start: int, budget: int) -> int:
+        """Tokens of ``seq`` to run from ``start`` with ``budget`` left (before image cuts)."""
+        return chunk(seq, start, budget, self.prefill_cap, self.whole_image_runs)
+
     def _image_cut(self, seq: Sequence, start: int, n: int, encoder: int) -> tuple[int, int]:
         """``encoder_cut`` with the step's encoder budget left, after ``image_run_cut`` for
         models that need whole image runs."""
         if self.whole_image_runs:
             n = image_run_cut(seq, start, n)
         return encoder_cut(seq, start, n, encoder, encoder == self.max_encoder_tokens)
-
-    def _planned_drafts(self) -> dict[int, tuple[int, ...]]:
-        """The step's draft tokens by request, when speculative decoding is on (serial loop
-        only: a continuation step assumes one token per row): proposed for the running requests
-        that decode (one token to compute) and gated for a step of the running requests' tokens.
-        A hybrid model's row that recomputes after a rejection has more tokens and proposes
-        none, so its state catches up before the next verify."""
-        if not self._speculating():
-            return {}
-        budget, tokens, outputs = self.max_num_batched_tokens, 0, 0
-        decoding = []
-        for seq in self.running:
-            left = len(seq) - seq.num_computed_tokens
-            n = min(left, budget - tokens)
-            if n <= 0:
-                break
-            tokens += n
-            outputs += n == left
-            if left == 1:
-                decoding.append(seq)
-        return self.speculation.plan(decoding, tokens, outputs)
 
     def _drafts(self, seq: Sequence, n: int, budget: int,
                 planned: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
@@ -153,22 +137,23 @@ class Scheduler:
             return ()
         return drafts
 
-    def _speculating(self) -> bool:
-        return self.speculation is not None and not (self.policy is not None
-                                                     and self.policy.overlapped)
-
-    def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest]]:
+    def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest], int]:
+        """A fresh step's rows, its new requests and its number of draft tokens."""
         assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
         bm = self.block_manager
-        planned = self._planned_drafts()
+        planned = self.speculation.plan(self.running, self.max_num_batched_tokens, self._chunk)
         rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
         encoder = self.max_encoder_tokens
+        cap = self.prefill_cap
         preempted = False
+        num_drafts = 0
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(len(seq) - seq.num_computed_tokens, budget)
+            n = len(seq) - seq.num_computed_tokens  # a decode: 1 (the common case, no call)
+            if n > budget or n > cap:
+                n = self._chunk(seq, seq.num_computed_tokens, budget)
             if seq.images:
                 n, cost = self._image_cut(seq, seq.num_computed_tokens, n, encoder)
                 if n == 0:  # its next image waits for a step with encoder budget left
@@ -187,6 +172,7 @@ class Scheduler:
                 rows.append(self._row(seq, n, bm.grow_to(seq.seq_no, total + len(drafts)),
                                       drafts))
                 budget -= n + len(drafts)
+                num_drafts += len(drafts)
                 i += 1
                 continue
             break
@@ -198,7 +184,7 @@ class Scheduler:
             num_cached = None if seq is None else bm.allocate_prompt(seq, budget)
             if num_cached is None:
                 break
-            n = min(len(seq) - num_cached, budget)
+            n = self._chunk(seq, num_cached, budget)
             if seq.images:
                 n, cost = self._image_cut(seq, num_cached, n, encoder)
                 if n == 0:  # its first image waits for a step with encoder budget left
@@ -215,71 +201,86 @@ class Scheduler:
             self.known.add(seq.seq_no)
             rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
             budget -= n
-        return rows, new
+        return rows, new, num_drafts
 
     def _continue(self, after: SchedulerOutput) -> list[ScheduledRow]:
         if self.policy is None or not self.policy.should_continue(self.can_admit):
             return []
-        seqs = [self.live[r.key] for r in after.rows  # a pooling request ends at its prompt
-                if r.samples and r.key in self.live and not self.live[r.key].is_finished
-                and self.live[r.key].params.pooling is None]
+        seqs = [self.live[r.seq_no] for r in after.rows  # a pooling request ends at its prompt
+                if r.samples and r.seq_no in self.live and not self.live[r.seq_no].is_finished
+                and self.live[r.seq_no].params.pooling is None]
         totals = [seq.num_computed_tokens + 1 for seq in seqs]
-        keys = [seq.seq_no for seq in seqs]
-        if not seqs or not self.block_manager.can_grow_all(keys, totals):
+        seq_nos = [seq.seq_no for seq in seqs]
+        if not seqs or not self.block_manager.can_grow_all(seq_nos, totals):
             return []
         return [self._row(seq, 1, self.block_manager.grow_to(seq.seq_no, total))
                 for seq, total in zip(seqs, totals, strict=True)]
 
     # ---- a step's output comes back ---------------------------------------------------------
 
-    def update(self, out: SchedulerOutput, result: RunnerOutput) -> Iterator[Sampled]:
-        """Apply a finished step: publish full blocks, append sampled tokens. Yields (request,
-        token, logprobs) for every token a row of a still unfinished request emits, appending
-        each just before; a row that verified drafts emits its accepted run plus one, and stops
-        early once the caller finishes the request (a stop token, max_tokens). Rows of requests
-        that finished or were aborted after the step was scheduled are wasted, never emitted."""
+    def update(self, out: SchedulerOutput, result: RunnerOutput,
+               stop: StopRule) -> list[Emitted]:
+        """Apply a finished step: publish full blocks, append each row's sampled tokens. A row
+        that verified drafts emits its accepted run plus one. After each token ``stop`` says
+        whether it ends the request; one that ends is finished here and its later tokens
+        dropped. Returns what every row of a still unfinished request emitted, in row order
+        (the finished ones with their reason). Rows of requests that finished or were aborted
+        after the step was scheduled are wasted, never emitted."""
         self.in_flight.remove(out)
+        emitted: list[Emitted] = []
+        logprobs = result.logprobs
         k = 0
         for row in out.rows:
-            seq = self.live.get(row.key)
-            if seq is None or seq.status is not SequenceStatus.RUNNING:
-                k += row.num_samples
-                continue
-            tokens = result.token_ids[k : k + row.num_samples]
-            emitted = len(tokens)
-            if row.draft_token_ids:
-                emitted = self._verified(seq, row, tokens)
-            self.block_manager.commit_full_blocks(seq, seq.num_computed_tokens)
-            for i in range(emitted):
-                if seq.is_finished:
-                    break
-                seq.append_token(tokens[i])
-                yield seq, tokens[i], result.logprobs[k + i] if result.logprobs else None
-            k += row.num_samples
+            n = row.num_samples
+            seq = self.live.get(row.seq_no)
+            if seq is not None and seq.status is SequenceStatus.RUNNING:
+                tokens = result.token_ids[k : k + n]
+                if row.draft_token_ids:
+                    tokens = tokens[: self._verified(seq, row, tokens)]
+                self.block_manager.commit_full_blocks(seq, seq.num_computed_tokens)
+                if tokens:
+                    asked = (logprobs[k : k + len(tokens)] if logprobs and logprobs[k] is not None
+                             else None)
+                    emitted.append(self._emit(seq, tokens, asked, stop))
+            k += n
         self._free_retired()
+        return emitted
+
+    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list | None,
+              stop: StopRule) -> Emitted:
+        """Append ``tokens`` to ``seq`` until one ends it (then it is finished)."""
+        for i, token in enumerate(tokens):
+            seq.append_token(token)
+            reason = stop(seq, token)
+            if reason is not None:
+                self.finish(seq)
+                if i + 1 < len(tokens):
+                    tokens = tokens[: i + 1]
+                    logprobs = logprobs[: i + 1] if logprobs else logprobs
+                return Emitted(seq, tokens, logprobs, reason)
+        return Emitted(seq, tokens, logprobs, None)
 
     def _verified(self, seq: Sequence, row: ScheduledRow, tokens: list[int]) -> int:
         """How many of the row's sampled tokens it emits (accepted drafts plus one); only the
         accepted drafts' K/V count as computed (none of the row's tokens where a rejection
         rolled back a recurrent state)."""
         drafts = row.draft_token_ids
-        accepted = accept(drafts, tokens)
+        accepted = self.speculation.verified(seq.seq_no, drafts, tokens)
         rejected = len(drafts) - accepted
         recompute = rejected and self.speculation.recompute_rejected
         seq.num_computed_tokens = row.start if recompute else row.end - rejected
-        self.speculation.record(seq.seq_no, len(drafts), accepted)
         return accepted + 1
 
-    def _in_flight(self, key: int) -> bool:
-        return any(row.key == key for out in self.in_flight for row in out.rows)
+    def _in_flight(self, seq_no: int) -> bool:
+        return any(row.seq_no == seq_no for out in self.in_flight for row in out.rows)
 
     def _free_retired(self) -> None:
         keep = []
-        for key in self.retiring:
-            if self._in_flight(key):
-                keep.append(key)
+        for seq_no in self.retiring:
+            if self._in_flight(seq_no):
+                keep.append(seq_no)
             else:
-                self.block_manager.free_request(key)
+                self.block_manager.free_request(seq_no)
         self.retiring = keep
 
     def _forget(self, seq: Sequence) -> None:
@@ -290,8 +291,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free_request(seq.seq_no)  # nothing in flight: see _fresh
-        if self.speculation is not None:
-            self.speculation.release(seq.seq_no)
+        self.speculation.release(seq.seq_no)
         self._forget(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
@@ -310,8 +310,7 @@ class Scheduler:
             return
         seq.status = SequenceStatus.FINISHED
         del self.live[seq.seq_no]
-        if self.speculation is not None:
-            self.speculation.forget(seq.seq_no)
+        self.speculation.forget(seq.seq_no)
         self._forget(seq)
         if self._in_flight(seq.seq_no):
             self.retiring.append(seq.seq_no)

@@ -27,7 +27,7 @@ class NewRequest:
     the sampler's inputs (the sampling state is the sampler's alone, see ``sampling_state``).
     """
 
-    key: int
+    seq_no: int
     token_ids: tuple[int, ...]
     num_prompt_tokens: int
     state_slot: int | None
@@ -51,7 +51,7 @@ class ScheduledRow:
     each of its last ``1 + len(draft_token_ids)`` positions to verify them.
     """
 
-    key: int
+    seq_no: int
     start: int
     num_tokens: int
     new_block_ids: tuple[int, ...]
@@ -72,12 +72,14 @@ class ScheduledRow:
 class SchedulerOutput:
     """One step: the runner first drops ``removed`` (finished, aborted or preempted requests),
     adds ``new``, then runs ``rows`` (single-token rows first). ``continuation``: planned while
-    the step before it ran (the overlapped loop's speculative step)."""
+    the step before it ran (the overlapped loop's continuation). ``num_drafts``: the draft
+    tokens its rows verify (speculative decoding; 0 in most steps)."""
 
     rows: tuple[ScheduledRow, ...]
     new: tuple[NewRequest, ...] = ()
     removed: tuple[int, ...] = ()
     continuation: bool = False
+    num_drafts: int = 0
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -87,7 +89,22 @@ class SchedulerOutput:
         return sum(r.num_tokens for r in self.rows)
 
     def request_keys(self) -> set[int]:
-        return {r.key for r in self.rows}
+        return {r.seq_no for r in self.rows}
+
+
+@dataclass(slots=True)
+class EncoderCounts:
+    """Vision encoder cache use: images found cached, images encoded, seconds encoding. Per step
+    (filled by the runner's thread) and, summed, the engine's totals (its own thread)."""
+
+    hits: int = 0
+    misses: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: EncoderCounts) -> None:
+        self.hits += other.hits
+        self.misses += other.misses
+        self.seconds += other.seconds
 
 
 @dataclass(frozen=True)
@@ -95,9 +112,12 @@ class RunnerOutput:
     """The runner's answer for one step: a token per sampled position (``ScheduledRow.num_samples``
     of each row), in row order, and their logprobs when asked for. ``sample_slots``: the
     persistent-batch slots of those positions. ``pooled``: the vector of each pooling request
-    whose prompt ended in the step, by key (``mstar.engine.runner.pooling``)."""
+    whose prompt ended in the step, by request number (``mstar.engine.runner.pooling``). ``encoder``: what
+    the step's images took from the vision encoder cache (None when it had none), so the counts
+    cross from the forward thread with the step's output."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None
     sample_slots: tuple[int, ...] = ()
     pooled: dict[int, bytes] = field(default_factory=dict)
+    encoder: EncoderCounts | None = None

@@ -58,7 +58,7 @@ class _Cached:
 
 @dataclass
 class _Row:
-    key: int
+    seq_no: int
     tokens: list[int]  # this forward's input
     start: int  # position of its first token
     room: int  # drafts still wanted after this forward's
@@ -90,45 +90,45 @@ class DraftModel:
         """Up to ``room`` drafts for each (request, room); a request whose draft blocks do not
         fit gets none."""
         rows = [row for seq, room in wants if (row := self._start(seq, room)) is not None]
-        drafts: dict[int, list[int]] = {row.key: [] for row in rows}
+        drafts: dict[int, list[int]] = {row.seq_no: [] for row in rows}
         while rows:
             for row, token in zip(rows, self._forward(rows), strict=True):
-                drafts[row.key].append(token)
-                cached = self.cached[row.key]
+                drafts[row.seq_no].append(token)
+                cached = self.cached[row.seq_no]
                 if row.start >= cached.base:  # a draft was this forward's input
                     cached.fed += row.tokens
                 row.start += len(row.tokens)
                 row.tokens = [token]
                 row.room -= 1
             rows = [row for row in rows if row.room > 0]
-        return {key: tuple(d) for key, d in drafts.items()}
+        return {seq_no: tuple(d) for seq_no, d in drafts.items()}
 
     def _start(self, seq: Sequence, room: int) -> _Row | None:
         """Roll the request's draft cache back to what the target accepted and grow its blocks
         for ``room`` drafts (the last one is never fed); None when they do not fit."""
-        key = seq.seq_no
-        cached = self.cached.get(key)
+        seq_no = seq.seq_no
+        cached = self.cached.get(seq_no)
         if cached is None:
             num_cached = self.blocks.allocate_prompt(seq, 0)  # prefix-cache hits, no room yet
             if num_cached is None:
                 return None
-            cached = self.cached[key] = _Cached(num_cached)
+            cached = self.cached[seq_no] = _Cached(num_cached)
         valid = cached.valid(seq)
         cached.base, cached.fed = valid, []
         self.blocks.commit_full_blocks(seq, valid)
         total = len(seq) + room - 1
-        if not self.blocks.can_grow_to(key, total):
+        if not self.blocks.can_grow_to(seq_no, total):
             return None
-        self.blocks.grow_to(key, total)
+        self.blocks.grow_to(seq_no, total)
         cached.base = len(seq)  # the first forward writes the rest of its tokens
-        return _Row(key, list(seq.token_ids[valid:]), valid, room)
+        return _Row(seq_no, list(seq.token_ids[valid:]), valid, room)
 
     def _forward(self, rows: list[_Row]) -> list[int]:
         """One forward of the rows (one-token rows first, as the backends batch them); the
         argmax after each row's last token, in ``rows``' order."""
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].tokens) != 1)
-        spans = [Span(rows[i].key, rows[i].start, len(rows[i].tokens),
-                      self.blocks.block_ids(rows[i].key)) for i in order]
+        spans = [Span(rows[i].seq_no, rows[i].start, len(rows[i].tokens),
+                      self.blocks.block_ids(rows[i].seq_no)) for i in order]
         inputs, positions = span_inputs(spans, self.block_size, self.dtype, self.device)
         metadata = self.backend.build(inputs)
         metadata.begin_forward()
@@ -140,10 +140,10 @@ class DraftModel:
             out[i] = token
         return out
 
-    def release(self, key: int) -> None:
+    def release(self, seq_no: int) -> None:
         """Free a request's draft blocks (finished, aborted or preempted)."""
-        if self.cached.pop(key, None) is not None:
-            self.blocks.free_request(key)
+        if self.cached.pop(seq_no, None) is not None:
+            self.blocks.free_request(seq_no)
 
     @property
     def num_free_blocks(self) -> int:

@@ -90,7 +90,8 @@ def admit(row_gains: Sequence[Sequence[float]], outputs: float, seconds: float,
 
 
 class VerifyGate:
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled  # MSTAR_SPECULATIVE_GATE: off verifies every proposed draft
         self.cost = StepCost()  # every step: the cost of one more position
         self.plain = StepCost()  # steps that verified no draft
         self.verifying = StepCost()  # steps that verified drafts
@@ -116,7 +117,10 @@ class VerifyGate:
         """Drafts each candidate row verifies in a step that, without drafts, computes
         ``step_tokens`` tokens and emits ``step_outputs`` tokens (expected); ``together``: see
         ``gains`` (None: every row's draft saves its whole cost per output). Before two step
-        sizes were measured, all of them (the steps that follow measure the cost)."""
+        sizes were measured, all of them (the steps that follow measure the cost). With the gate
+        off, all of them always."""
+        if not self.enabled:
+            return list(most)
         if together is not None and not any(row and row[0] for row in together):
             return [0] * len(most)  # each draft saves at most a row's cost, which it adds
         line = self.cost.near(step_tokens)

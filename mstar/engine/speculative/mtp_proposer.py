@@ -45,7 +45,7 @@ class _Empty:
 
 @dataclass
 class _Row:
-    key: int
+    seq_no: int
     start: int  # position of its first valid token
     hidden: list[int]  # the step's hidden-state rows of its valid positions
     next_ids: list[int]  # the token after each
@@ -70,7 +70,7 @@ class MtpProposer:
             layer.kv_cache = self.kv_cache[i]
         self.blocks = BlockManager(num_blocks, bs, enable_prefix_caching=False)
         self.off: set[int] = set()  # requests whose head cache did not fit: no drafts
-        self.drafts: dict[int, tuple[int, int]] = {}  # key -> (its length then, draft)
+        self.drafts: dict[int, tuple[int, int]] = {}  # request number -> (its length then, draft)
 
     def propose(self, seq: Sequence) -> tuple[int, ...]:
         """The head's draft for ``seq``'s next token, if it was made for its current length."""
@@ -80,7 +80,7 @@ class MtpProposer:
     @torch.inference_mode()
     def after_step(self, out: SchedulerOutput, input_ids: torch.Tensor, hidden: torch.Tensor,
                    sampled: list[int], prompt_token) -> None:
-        """Run the head over the step's valid positions (``prompt_token(key, position)``: a
+        """Run the head over the step's valid positions (``prompt_token(seq_no, position)``: a
         request's token, for a chunk that samples nothing)."""
         rows = [row for row in self._rows(out, input_ids.tolist(), sampled, prompt_token)
                 if self._fits(row)]
@@ -89,7 +89,7 @@ class MtpProposer:
         rows.sort(key=lambda r: len(r.hidden) != 1)  # one-token rows first
         for row, token in zip(rows, self._forward(rows, hidden), strict=True):
             if row.samples:  # the request then has start + valid + 1 tokens
-                self.drafts[row.key] = (row.start + len(row.hidden) + 1, token)
+                self.drafts[row.seq_no] = (row.start + len(row.hidden) + 1, token)
 
     def _rows(self, out: SchedulerOutput, ids: list[int], sampled: list[int],
               prompt_token) -> list[_Row]:
@@ -103,8 +103,8 @@ class MtpProposer:
                 after = mine[accepted]
                 k += row.num_samples
             else:
-                valid, after = q, prompt_token(row.key, row.end)
-            rows.append(_Row(row.key, row.start, list(range(first, first + valid)),
+                valid, after = q, prompt_token(row.seq_no, row.end)
+            rows.append(_Row(row.seq_no, row.start, list(range(first, first + valid)),
                              ids[first + 1:first + valid] + [after], row.samples))
             first += q
         return rows
@@ -112,22 +112,22 @@ class MtpProposer:
     def _fits(self, row: _Row) -> bool:
         """Grow the request's head blocks to cover the row; a request that does not fit stops
         proposing (its head cache would have a hole)."""
-        key, total = row.key, row.start + len(row.hidden)
-        if key in self.off:
+        seq_no, total = row.seq_no, row.start + len(row.hidden)
+        if seq_no in self.off:
             return False
-        if key not in self.blocks.tables and self.blocks.allocate_prompt(_Empty(key), 0) is None:
-            self.off.add(key)
+        if seq_no not in self.blocks.tables and self.blocks.allocate_prompt(_Empty(seq_no), 0) is None:
+            self.off.add(seq_no)
             return False
-        if not self.blocks.can_grow_to(key, total):
-            self.off.add(key)
-            self.blocks.free_request(key)
+        if not self.blocks.can_grow_to(seq_no, total):
+            self.off.add(seq_no)
+            self.blocks.free_request(seq_no)
             return False
-        self.blocks.grow_to(key, total)
+        self.blocks.grow_to(seq_no, total)
         return True
 
     def _forward(self, rows: list[_Row], hidden: torch.Tensor) -> list[int]:
         """The head's argmax after each row's last valid position."""
-        spans = [Span(row.key, row.start, len(row.hidden), self.blocks.block_ids(row.key))
+        spans = [Span(row.seq_no, row.start, len(row.hidden), self.blocks.block_ids(row.seq_no))
                  for row in rows]
         inputs, positions = span_inputs(spans, self.block_size, hidden.dtype, self.device)
         metadata = self.backend.build(inputs)
@@ -138,11 +138,11 @@ class MtpProposer:
         u = self.head(self.model.model.embed_tokens(next_ids), hidden[picks], cos, sin, metadata)
         return self.model.compute_logits(u[last_rows(spans, self.device)]).argmax(-1).tolist()
 
-    def release(self, key: int) -> None:
+    def release(self, seq_no: int) -> None:
         """Free a request's head blocks (finished, aborted or preempted)."""
-        self.drafts.pop(key, None)
-        self.off.discard(key)
-        self.blocks.free_request(key)
+        self.drafts.pop(seq_no, None)
+        self.off.discard(seq_no)
+        self.blocks.free_request(seq_no)
 
     @property
     def num_free_blocks(self) -> int:

@@ -13,7 +13,7 @@ from mstar.engine.attention import AttentionInputs
 
 @dataclass(frozen=True)
 class Span:
-    key: int  # the request's number
+    seq_no: int  # the request's number
     start: int  # position of the span's first token
     length: int
     blocks: Sequence[int]  # the request's block ids, in position order
@@ -41,7 +41,7 @@ def span_inputs(spans: list[Span], block_size: int, dtype: torch.dtype,
         num_decodes=sum(1 for q in query_lens if q == 1),
         block_size=block_size,
         dtype=dtype,
-        seq_keys=[span.key for span in spans],
+        seq_keys=[span.seq_no for span in spans],
     )
     return inputs, _tensor(positions, device)
 

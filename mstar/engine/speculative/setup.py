@@ -1,7 +1,8 @@
-"""Speculative decoding as asked, for an engine: the ``Speculation`` (with the draft model for
-``draft``; for ``mtp`` the MTP head, which the runner then feeds after every forward), or None
-for ``none`` and for a method that cannot run here (a warning and none; an error in strict mode;
-``mstar.settings.checks.speculative_checks`` says why)."""
+"""Speculative decoding as asked, for an engine, in two steps: ``speculative_method`` decides,
+before the model runner is made, which method runs (``none`` for a method that cannot run here:
+a warning, or an error in strict mode; ``mstar.settings.checks.speculative_checks`` says why), so
+the runner can be made with the MTP head it feeds after every forward; ``speculation_for`` then
+builds the ``Speculation`` (with the draft model for ``draft``, the runner's head for ``mtp``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import structlog
 
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.speculative.draft_model import DraftModel
-from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.speculation import Speculation
 from mstar.models.loading.resolve import ModelError, resolve_model_dir
 from mstar.settings import WorkerSettings
@@ -20,26 +20,37 @@ from mstar.settings.checks.speculative_checks import draft_model_name, speculati
 log = structlog.get_logger(__name__)
 
 
-def speculation_for(settings: WorkerSettings, model_dir: Path, runner: ModelRunner,
-                    max_model_len: int) -> Speculation | None:
+Method = tuple[str, "Path | None"]  # the method that runs, and the draft model's directory
+
+
+def speculative_method(settings: WorkerSettings, model_dir: Path) -> Method:
+    """The method that runs (the asked one, or ``none`` when it cannot run with this model) and,
+    for ``draft``, the draft model's directory (resolved first: the built-in model is converted
+    on first use, before its config is checked)."""
     method = settings.speculative_method
     if method == "none":
-        return None
+        return method, None
     draft_dir = _draft_dir(settings) if method == "draft" else None
     reason = speculation_off_reason(settings, model_dir / "config.json")
     if reason is None:
-        device, dtype = runner.device, runner.dtype
-        draft = None if draft_dir is None else DraftModel(settings, draft_dir, device, dtype,
-                                                          max_model_len)
-        if method == "mtp":
-            runner.mtp = MtpProposer(runner.model, model_dir, settings, device, dtype,
-                                     max_model_len)
-        hybrid = bool(runner.num_state_slots)  # a rejection recomputes the row
-        return Speculation.from_settings(settings, hybrid, draft, runner.mtp)
+        return method, draft_dir
     if settings.config_strictness == "strict":
         raise ValueError(f"MSTAR_SPECULATIVE_METHOD: {reason}")
     log.warning("speculative_decoding_off", reason=reason, fallback="none")
-    return None
+    return "none", None
+
+
+def speculation_for(method: Method, settings: WorkerSettings, runner: ModelRunner,
+                    max_model_len: int) -> Speculation | None:
+    """The ``Speculation`` for ``method`` (from ``speculative_method``); None for ``none``."""
+    name, draft_dir = method
+    if name == "none":
+        return None
+    draft = None
+    if draft_dir is not None:
+        draft = DraftModel(settings, draft_dir, runner.device, runner.dtype, max_model_len)
+    hybrid = bool(runner.num_state_slots)  # a rejection recomputes the row
+    return Speculation.from_settings(settings, hybrid, draft, runner.mtp)
 
 
 def _draft_dir(settings: WorkerSettings) -> Path | None:

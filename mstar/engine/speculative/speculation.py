@@ -12,12 +12,12 @@ as without speculation:
   rejection, doubled after a fully accepted one (at most ``k``), so a request whose drafts keep
   failing verifies one draft a step, not ``k``;
 - a verify that accepts nothing pauses the request's proposals for 1, 3, 7, ... steps (doubling
-  with each consecutive miss, at most ``MAX_PAUSE``), reset by an accepted draft;
+  with each consecutive miss, at most ``tally.MAX_PAUSE``), reset by an accepted draft;
 - a request stops speculating for good when its accepted share of its drafts falls below
   ``MSTAR_SPECULATIVE_MIN_ACCEPTANCE`` (after ``FLOOR_AFTER_ROUNDS * k`` proposed);
 - each step, the verify gate (``gate``) keeps only the drafts whose expected tokens pay for the
   positions they add at this step's size on this machine: the floor that weighs the batch size.
-  A request's chance of a draft being accepted is its history's (``_Tally.acceptance``), which
+  A request's chance of a draft being accepted is its history's (``Tally.acceptance``), which
   starts from the recent requests' (``RecentAcceptance``): a chat request among chat requests is
   not expected to accept like a copy task.
 """
@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mstar.engine.request.sequence import Sequence
+from mstar.engine.speculative.drafting import Chunk
 from mstar.engine.speculative.gate import VerifyGate, together, worth
 from mstar.engine.speculative.ngram import NgramIndex
+from mstar.engine.speculative.tally import RecentAcceptance, Tally
+from mstar.engine.speculative.verify import accept
 from mstar.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -39,10 +42,6 @@ if TYPE_CHECKING:
     from mstar.engine.speculative.mtp_proposer import MtpProposer
 
 FLOOR_AFTER_ROUNDS = 4  # proposed >= this * k before the acceptance floor applies
-MAX_PAUSE = 31  # the most steps a request skips proposing after consecutive misses
-PRIOR_ACCEPTANCE = 0.8  # the chance of a draft being accepted before any history...
-PRIOR_WEIGHT = 2.0  # ...counted as this many drafts (hopeful: a new request gets to try)
-RECENT_MEMORY = 64  # verifies after which the recent acceptance is an exponential average
 
 
 @dataclass
@@ -57,63 +56,6 @@ class SpeculationStats:
     held: int = 0  # drafts the verify gate did not verify (or have drafted)
     propose_s: float = 0.0  # proposing drafts
     verify_s: float = 0.0  # the forwards (and sampling) of steps that verified drafts
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-
-def smoothed(accepted: float, tried: float, prior: float) -> float:
-    """The accepted share of ``tried`` drafts, with ``prior`` counted as ``PRIOR_WEIGHT``."""
-    return (accepted + prior * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
-
-
-@dataclass
-class _Tally:
-    """One request's proposer state and counts."""
-
-    index: NgramIndex
-    length: int  # drafts to propose next (at most k)
-    proposed: int = 0
-    accepted: int = 0
-    rejected: int = 0  # verifies that rejected a draft
-    misses: int = 0  # consecutive verifies that accepted nothing
-    pause: int = 0  # steps left without proposals
-    off: bool = False
-
-    def verified(self, proposed: int, accepted: int, k: int) -> None:
-        self.proposed += proposed
-        self.accepted += accepted
-        self.rejected += accepted < proposed
-        self.length = min(k, 2 * self.length if accepted == proposed else accepted + 1)
-        self.misses = 0 if accepted else self.misses + 1
-        self.pause = min(MAX_PAUSE, 2**self.misses - 1)
-
-    def acceptance(self, prior: float) -> float:
-        """The chance that a draft is accepted given the ones before it were: of the drafts
-        verified after accepted ones (each verify's accepted run plus its first rejected draft),
-        the accepted share, with ``prior`` added as ``PRIOR_WEIGHT`` drafts."""
-        return smoothed(self.accepted, self.accepted + self.rejected, prior)
-
-
-@dataclass
-class RecentAcceptance:
-    """The engine's recent chance of a draft being accepted (``_Tally.acceptance``'s measure over
-    all requests' verifies, an exponential average after ``RECENT_MEMORY``): a new request's
-    prior. ``PRIOR_ACCEPTANCE`` until the first verify."""
-
-    accepted: float = 0.0
-    tried: float = 0.0  # accepted runs plus their first rejected draft
-    verifies: int = 0
-
-    def add(self, accepted: int, rejected: bool) -> None:
-        self.verifies += 1
-        keep = 1.0 - 1.0 / RECENT_MEMORY if self.verifies > RECENT_MEMORY else 1.0
-        self.accepted = keep * self.accepted + accepted
-        self.tried = keep * self.tried + accepted + rejected
-
-    def prior(self) -> float:
-        return smoothed(self.accepted, self.tried, PRIOR_ACCEPTANCE)
 
 
 def _budget(seq: Sequence) -> int:
@@ -133,8 +75,9 @@ class Speculation:
     mtp: MtpProposer | None = None  # the MTP proposer (neither: n-gram)
     stats: SpeculationStats = field(init=False)
     gate: VerifyGate = field(default_factory=VerifyGate)
-    tallies: dict[int, _Tally] = field(default_factory=dict)
+    tallies: dict[int, Tally] = field(default_factory=dict)
     recent: RecentAcceptance = field(default_factory=RecentAcceptance)
+    proposed_by: float = 0.0  # stats.propose_s at the last observed step
 
     def __post_init__(self) -> None:
         self.stats = SpeculationStats(self.method)
@@ -146,15 +89,35 @@ class Speculation:
         return cls(settings.speculative_method, settings.num_speculative_tokens,
                    min(settings.ngram_min_n, settings.ngram_max_n), settings.ngram_max_n,
                    settings.speculative_min_acceptance, recompute_rejected=hybrid, draft=draft,
-                   mtp=mtp)
+                   mtp=mtp, gate=VerifyGate(settings.speculative_gate))
 
-    def _room(self, seq: Sequence, tally: _Tally) -> int:
+    def _room(self, seq: Sequence, tally: Tally) -> int:
         """Drafts ``seq`` may get: its draft length, at most one token fewer than its remaining
         output (so a row never runs past max_tokens); 0 once the floor turned it off."""
         return 0 if tally.off else min(tally.length, _budget(seq) - 1)
 
-    def plan(self, seqs: list[Sequence], step_tokens: int, step_outputs: int
+    def plan(self, running: list[Sequence], budget: int, chunk: Chunk
              ) -> dict[int, tuple[int, ...]]:
+        """The drafts of a fresh step of the ``running`` requests (oldest first) within
+        ``budget`` tokens, each running ``chunk`` of its pending ones: proposed for those that
+        decode (one token to compute) and gated for a step of the running requests' tokens. A
+        hybrid model's row that recomputes after a rejection has more tokens and proposes none,
+        so its state catches up before the next verify."""
+        tokens = outputs = 0
+        decoding = []
+        for seq in running:
+            left = len(seq) - seq.num_computed_tokens
+            n = chunk(seq, seq.num_computed_tokens, budget - tokens) if tokens < budget else 0
+            if n <= 0:
+                break
+            tokens += n
+            outputs += n == left
+            if left == 1:
+                decoding.append(seq)
+        return self._plan(decoding, tokens, outputs)
+
+    def _plan(self, seqs: list[Sequence], step_tokens: int, step_outputs: int
+              ) -> dict[int, tuple[int, ...]]:
         """Drafts for the step's decoding requests ``seqs`` (one token left to compute each), as
         many as the gate admits for a step that without drafts computes ``step_tokens`` tokens
         and samples ``step_outputs``; by request number, none for a request without drafts.
@@ -230,12 +193,31 @@ class Speculation:
         self.stats.propose_s += time.perf_counter() - start
         return tuple(drafts)
 
-    def _tally(self, seq_no: int) -> _Tally:
+    def _tally(self, seq_no: int) -> Tally:
         tally = self.tallies.get(seq_no)
         if tally is None:
-            tally = self.tallies[seq_no] = _Tally(NgramIndex(self.min_n, self.max_n),
+            tally = self.tallies[seq_no] = Tally(NgramIndex(self.min_n, self.max_n),
                                                   self.num_tokens)
         return tally
+
+    def verified(self, seq_no: int, drafts: tuple[int, ...], sampled: list[int]) -> int:
+        """A row verified ``drafts`` (``sampled``: one token per position): how many of them
+        are accepted, recorded."""
+        accepted = accept(drafts, sampled)
+        self.record(seq_no, len(drafts), accepted)
+        return accepted
+
+    def observe(self, step_tokens: int, seconds: float, forward_s: float, verifies: bool
+                ) -> float:
+        """A serial step of ``step_tokens`` tokens took ``seconds`` (``forward_s`` of them in its
+        forward, which verified drafts when ``verifies``): the verify gate learns what a step
+        costs without the proposals. Returns the seconds spent proposing since the last step."""
+        proposing = self.stats.propose_s - self.proposed_by
+        self.proposed_by = self.stats.propose_s
+        if verifies:
+            self.stats.verify_s += forward_s
+        self.gate.observe_step(step_tokens, seconds - proposing, verifies)
+        return proposing
 
     def record(self, seq_no: int, proposed: int, accepted: int) -> None:
         """A row verified ``proposed`` drafts, ``accepted`` of them; the floor may turn it off."""

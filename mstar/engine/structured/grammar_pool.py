@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from threading import Lock
 
@@ -92,16 +92,20 @@ class GrammarCompilePool:
     compile, in a pool thread: an engine that never sees a constrained request never pays for it.
     ``vocab_size`` is the width of the model's logits; ``stop_token_ids`` end a grammar.
     ``parallel_size`` > 1: this engine is one rank of a tensor-parallel group (torch.distributed
-    is initialised), and admission is decided by rank 0.
+    is initialised), and admission is decided by rank 0. ``executor``: where compiles run (by
+    default a pool of ``COMPILE_THREADS`` threads; a test passes one that decides when, and how,
+    each compile ends).
     """
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int],
-                 bounds: GrammarBounds, parallel_size: int = 1) -> None:
+                 bounds: GrammarBounds, parallel_size: int = 1,
+                 executor: Executor | None = None) -> None:
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
         self._stop_token_ids = stop_token_ids
         self._bounds = bounds
-        self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="mstar-grammar")
+        self._pool = executor or ThreadPoolExecutor(COMPILE_THREADS,
+                                                    thread_name_prefix="mstar-grammar")
         self._lock = Lock()
         self._compiler = None
         self._no_control = None  # bitmask row: tokens without a control character

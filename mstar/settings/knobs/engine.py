@@ -11,6 +11,8 @@ from mstar.settings.knobs.field import MAX_COUNT, _engine
 
 BUILTIN_MODEL = "SmolLM2-135M-Instruct"
 CUDA_GRAPHS_GONE = "0.1.0 (the unwired CUDA-graph runner was deleted)"
+# What MSTAR_MAX_PREFILL_CHUNK_TOKENS=auto picks on CPU (on CUDA: no cap beyond the step budget).
+PREFILL_CHUNK_ON_CPU = 256
 
 
 class EngineKnobs(BaseModel):
@@ -39,6 +41,14 @@ class EngineKnobs(BaseModel):
     max_num_batched_tokens: int = _engine(
         8192, "Token budget of one step (prefill chunks plus decodes).", unit="tokens", ge=1,
         le=MAX_COUNT)
+    max_prefill_chunk_tokens: Annotated[int, Field(ge=1, le=MAX_COUNT)] | Literal["auto"] = _engine(
+        "auto", "Most prompt tokens one request computes in a step, generation and pooling "
+        "(embeddings) prompts alike: a long prompt is prefilled in chunks of at most this many, "
+        "so the requests beside it keep decoding and new ones are admitted between its chunks "
+        "instead of waiting for its whole prompt. A chunk is never cut inside an image run that "
+        "must run whole. auto = " + str(PREFILL_CHUNK_ON_CPU) + " on CPU (where a step of "
+        "thousands of prompt tokens holds the worker for seconds) and no cap beyond "
+        "MSTAR_MAX_NUM_BATCHED_TOKENS on CUDA.", unit="tokens")
     kv_block_size: int = _engine(16, "Tokens per KV-cache block.", unit="tokens", ge=1, le=1024)
     num_kv_blocks: int | None = _engine(
         None, "KV-cache blocks to allocate. Unset = sized from MSTAR_KV_CACHE_MEMORY_FRACTION "

@@ -20,9 +20,13 @@ class WorkerLoopKnobs(BaseModel):
         "event before going on (a GIL throttle meant to expire early).",
         unit="ms", ge=0.0, le=MAX_WAIT_MS)
     max_consecutive_spec_steps: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Literal["auto"] = _loop(
-        "auto", "Speculative steps in a row before the engine takes a fresh batch from the "
-        "scheduler. A speculative step is the overlapped next step (N+1 planned while N runs), not "
-        "speculative decoding. 0 turns the overlap off (a serial loop) and warns at startup. "
+        "auto", "Overlap scheduling, not speculative decoding: the most continuations in a row "
+        "(a continuation is the next step planned while the current one runs, continuing its "
+        "batch by one token per request; the name is the reference system's \"speculative "
+        "step\") before the engine takes a fresh batch from the scheduler. 0 turns the overlap "
+        "off (a serial loop) and warns at startup. With speculative decoding on "
+        "(MSTAR_SPECULATIVE_METHOD) the loop is serial: auto yields to it, and a cap above 0 "
+        "turns it off instead. "
         f"auto = {SERIAL_ON_CPU} on CPU (the overlap costs more than it hides there; see "
         f"docs/worker_loop.rst) and {OVERLAP_CAP_ON_CUDA} on CUDA.")
     spec_peek_for_fairness: bool = _loop(
