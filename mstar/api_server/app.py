@@ -68,8 +68,9 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
             return JSONResponse(error_body(503, reason), status_code=503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/metrics", response_model=None, responses={**METRICS_DOC, **error_responses((401,))})
-    async def metrics(request: Request) -> Response:
+    @app.get("/metrics", name="metrics", response_model=None,
+             responses={**METRICS_DOC, **error_responses((401,))})
+    async def prometheus(request: Request) -> Response:
         metrics.update_workers(client.stats)
         metrics.update_dropped_frames(client.dropped_frames())
         metrics.in_flight.set(admission.in_flight)
