@@ -9,8 +9,10 @@ from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.runner.pooling import bytes_vector
 from mstar.logging_setup import start_logging
-from mstar.models.vision.inputs import chat_prompt, load_processor
+from mstar.models.vision.inputs import load_processor
 from mstar.output.processor import RequestText, ends_in_engine
+from mstar.prompt import chat_media
+from mstar.prompt.value import Prompt
 from mstar.settings import load_settings
 
 # Used when generate()/chat() get no sampling_params: greedy, up to 256 new tokens.
@@ -53,7 +55,7 @@ class LLM:
         """
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
-        token_lists = [self._tokenize(p) for p in prompts]
+        token_lists = [Prompt(self._tokenize(p)) for p in prompts]
         params = self._params_list(sampling_params, len(token_lists))
         return self._run(token_lists, params)
 
@@ -63,17 +65,19 @@ class LLM:
         A vision model's messages may hold OpenAI ``image_url`` parts (``data:`` URLs) or
         ``{"type": "image", "image": <PIL image>}`` parts, rendered by its processor."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        token_lists, images = [], []
-        for conv in conversations:
-            if _has_images(conv):
-                ids, conv_images = chat_prompt(self._processor(), conv)
-            else:
-                ids, conv_images = list(self.tokenizer.apply_chat_template(
-                    conv, add_generation_prompt=True, tokenize=True, return_dict=False)), []
-            token_lists.append(ids)
-            images.append(tuple(conv_images))
-        params = self._params_list(sampling_params, len(token_lists))
-        return self._run(token_lists, params, images)
+        prompts = [self._chat_prompt(conv) for conv in conversations]
+        params = self._params_list(sampling_params, len(prompts))
+        return self._run(prompts, params)
+
+    def _chat_prompt(self, conversation: list[dict]) -> Prompt:
+        if chat_media.has_media(conversation):
+            processor = self._processor()
+            pictures = [chat_media.offline_picture(ref)
+                        for ref in chat_media.media_refs(conversation)]
+            return chat_media.build(processor, chat_media.render(processor, conversation),
+                                    pictures)
+        return Prompt(list(self.tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=True, return_dict=False)))
 
     def _processor(self):
         if self._vision_processor is None:
@@ -86,7 +90,7 @@ class LLM:
         normalized."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
-        token_lists = [self._tokenize(p) for p in prompts]
+        token_lists = [Prompt(self._tokenize(p)) for p in prompts]
         params = [SamplingParams(max_tokens=1, pooling=pooling)] * len(token_lists)
         return [bytes_vector(r.embedding).tolist() for r in self._run(token_lists, params)]
 
@@ -112,7 +116,7 @@ class LLM:
             )
         return params
 
-    def _run(self, token_lists, params, images=None) -> list[GenerationResult]:
+    def _run(self, prompts: list[Prompt], params) -> list[GenerationResult]:
         """Run the requests to the end; their text is made here, as in the API server
         (``mstar.output``): a stop string aborts its request in the engine."""
         for p in params:  # a bad constraint is refused before any request of the call runs
@@ -121,19 +125,18 @@ class LLM:
         ids = []
         results = {}
         texts = {}
-        images = images or [()] * len(token_lists)
-        for tokens, p, imgs in zip(token_lists, params, images, strict=True):
+        for prompt, p in zip(prompts, params, strict=True):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
             try:
-                self.engine.add_request(rid, tokens, p, imgs)
+                self.engine.add_request(rid, prompt.token_ids, p, prompt.images)
             except ValueError:  # a rejected request (bad schema, too long): none of them runs
                 for added in ids:
                     self.engine.abort_request(added)
                 raise
             ids.append(rid)
-            results[rid] = GenerationResult(prompt_token_ids=list(tokens))
-            texts[rid] = RequestText(self.tokenizer, tokens, p)
+            results[rid] = GenerationResult(prompt_token_ids=list(prompt.token_ids))
+            texts[rid] = RequestText(self.tokenizer, prompt.token_ids, p)
         while self.engine.has_unfinished_requests():
             for out in self.engine.step():
                 text = texts[out.request_id].to_text(out)
@@ -150,8 +153,3 @@ class LLM:
         self.engine.take_rejected()  # their outputs ended as "abort"; the server's answer is unused
         return [results[rid] for rid in ids]
 
-
-def _has_images(conversation: list[dict]) -> bool:
-    return any(isinstance(m.get("content"), list)
-               and any(p.get("type") in ("image_url", "image") for p in m["content"])
-               for m in conversation)

@@ -35,9 +35,10 @@ class StubEngine:
 
     def submit(self, requests: list) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue()
-        for rid, ids, params in requests:
-            sent = m.decode(m.encode(m.AddRequest(rid, ids, params)))
+        for rid, prompt, params in requests:
+            sent = m.decode(m.encode(m.AddRequest.of(rid, prompt, params)))
             assert sent.params == params
+            ids = prompt.token_ids
             self.submitted.append((rid, ids, params))
             if params.pooling is not None:
                 queue.put_nowait(TextOutput(rid, finished=True, finish_reason="stop",
@@ -66,18 +67,26 @@ class StubEngine:
         return {"api_server": {"undecodable": 1}}
 
 
-def stub_app(tokenizer, **settings):
-    """(the ASGI app, its stub engine) for these settings."""
-    from mstar.api_server.http.app import build_app
-    from mstar.api_server.metrics import Metrics
-    from mstar.api_server.state import ServerState
+def stub_app(tokenizer, engine=None, **settings):
+    """(the ASGI app, its engine: a new StubEngine unless given) for these settings."""
+    engine = StubEngine() if engine is None else engine
+    return app_on(engine, tokenizer, **settings), engine
+
+
+def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
+           **settings):
+    """The ASGI app of an API server whose engine client is ``client``, with these settings."""
+    from mstar.api_server.app import build_app
+    from mstar.api_server.context.admission import Admission
+    from mstar.api_server.context.metrics import Metrics
+    from mstar.api_server.context.running import RunningSettings
+    from mstar.api_server.context.served import ServedModel
     from mstar.settings import WorkerSettings
 
-    engine = StubEngine()
-    state = ServerState(settings=WorkerSettings(**settings), tokenizer=tokenizer, client=engine,
-                        model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
-                        metrics=Metrics())
-    return build_app(state), engine
+    running = RunningSettings(WorkerSettings(**settings))
+    model = ServedModel(model_name, max_model_len, running)
+    return build_app(client, tokenizer, running, model, Admission(lambda: client.failure),
+                     Metrics())
 
 
 def sse_events(resp) -> list[tuple[str, dict]]:

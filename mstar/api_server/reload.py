@@ -9,9 +9,11 @@ stay everywhere. Restart-only changes are not applied; each gets one "needs rest
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import structlog
 
-from mstar.api_server.state import ServerState
+from mstar.api_server.context.running import RunningSettings
 from mstar.engine.rendezvous import check_deterministic_loop
 from mstar.ipc import messages as m
 from mstar.logging_setup import configure_logging, log_problems
@@ -35,8 +37,10 @@ class DeferredReload:
                  "applied once it is ready")
 
 
-def reload_server_settings(state: ServerState) -> None:
-    running = state.loaded
+def reload_server_settings(settings: RunningSettings,
+                           send_control: Callable[[m.Message], None]) -> None:
+    """``send_control``: the engine client's, to the conductor (which relays to the workers)."""
+    running = settings.loaded
     if running is None:
         log.warning("settings_reload_ignored", reason="the server has no settings sources")
         return
@@ -45,11 +49,11 @@ def reload_server_settings(state: ServerState) -> None:
         fresh = reload_settings(running.inputs, strict=is_strict(running))
     except SettingsUsageError as exc:
         log.error("settings_reload_rejected", reason=str(exc), env_files=files,
-                  fingerprint=state.settings.fingerprint())
+                  fingerprint=settings.settings.fingerprint())
         return
     except SettingsError as exc:
         log.error("settings_reload_rejected", problems=[p.message() for p in exc.problems],
-                  env_files=files, fingerprint=state.settings.fingerprint())
+                  env_files=files, fingerprint=settings.settings.fingerprint())
         return
     log_problems(fresh.problems)
     plan = plan_reload(running, fresh)
@@ -57,28 +61,26 @@ def reload_server_settings(state: ServerState) -> None:
         check_deterministic_loop(plan.running.settings)
     except ValueError as exc:
         log.error("settings_reload_rejected", reason=str(exc), env_files=files,
-                  fingerprint=state.settings.fingerprint())
+                  fingerprint=settings.settings.fingerprint())
         return
     for change in plan.needs_restart:
         log.warning("setting_needs_restart", variable=change.env, running=change.old,
                     configured=change.new, source=change.new_source,
                     message="needs restart")
-    previous = state.settings.fingerprint()
-    apply_reload(state, plan)
-    log.info("settings_reloaded", env_files=files, fingerprint=state.settings.fingerprint(),
+    previous = settings.settings.fingerprint()
+    apply_reload(settings, send_control, plan)
+    log.info("settings_reloaded", env_files=files, fingerprint=settings.settings.fingerprint(),
              previous_fingerprint=previous,
              changed={c.env: c.as_dict() for c in plan.applied},
              needs_restart=[c.env for c in plan.needs_restart])
 
 
-def apply_reload(state: ServerState, plan: ReloadPlan) -> None:
+def apply_reload(running: RunningSettings, send_control: Callable[[m.Message], None],
+                 plan: ReloadPlan) -> None:
     """The one place the API server's settings change; the workers get them by message."""
-    settings = plan.running.settings
-    state.loaded = plan.running
-    state.settings = settings
-    state.pending_restart = {c.env: {"value": c.new, "source": c.new_source}
-                             for c in plan.needs_restart}
+    running.replace(plan.running, {c.env: {"value": c.new, "source": c.new_source}
+                                   for c in plan.needs_restart})
+    settings = running.settings
     configure_logging(settings.log_level, settings.log_format)
     if plan.applied:
-        state.client.send_control(m.ReloadSettings(reloadable_values(settings),
-                                                   settings.fingerprint()))
+        send_control(m.ReloadSettings(reloadable_values(settings), settings.fingerprint()))

@@ -40,6 +40,7 @@ from mstar.settings.wire import withhold_secrets
 if TYPE_CHECKING:
     import socket
 
+    from mstar.api_server.context.admission import Admission
     from mstar.api_server.reload import DeferredReload
     from mstar.settings import LoadedSettings, WorkerSettings
 
@@ -113,10 +114,12 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
 
 async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
                  conductor: Any, sock: socket.socket, deferred: DeferredReload) -> int:
-    from mstar.api_server.http.app import build_app
-    from mstar.api_server.metrics import Metrics
+    from mstar.api_server.app import build_app
+    from mstar.api_server.context.admission import Admission
+    from mstar.api_server.context.metrics import Metrics
+    from mstar.api_server.context.running import RunningSettings
+    from mstar.api_server.context.served import ServedModel
     from mstar.api_server.reload import reload_server_settings
-    from mstar.api_server.state import ServerState
 
     settings: WorkerSettings = loaded.settings
     loop = asyncio.get_running_loop()
@@ -140,12 +143,12 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         if ready is None:
             log.info("startup_interrupted")
             return 0
-        state = ServerState(settings=settings, tokenizer=tokenizer, client=client,
-                            model_name=ready.model_name, max_model_len=ready.max_model_len,
-                            metrics=Metrics(), loaded=loaded, modalities=media.modalities,
-                            processor=media.processor)
-        loop.add_signal_handler(signal.SIGHUP, reload_server_settings, state)
-        config = uvicorn.Config(build_app(state), log_config=None, access_log=False,
+        running = RunningSettings(settings, loaded)
+        model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities)
+        admission = Admission(lambda: client.failure)
+        app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor)
+        loop.add_signal_handler(signal.SIGHUP, reload_server_settings, running, client.send_control)
+        config = uvicorn.Config(app, log_config=None, access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=2)
         server = _Server(config)
         # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left
@@ -158,12 +161,12 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
                  model=ready.model_name, workers=ready.num_workers,
                  max_model_len=ready.max_model_len)
         if deferred.pending:
-            reload_server_settings(state)
+            reload_server_settings(running, client.send_control)
         waits = [serving, loop.create_task(stop.wait()), loop.create_task(client.failed.wait())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         crashed = serving.done()  # uvicorn stopped on its own
         if stop.is_set() and not client.failed.is_set():
-            await _drain(state, settings.shutdown_timeout_s, force)
+            await _drain(admission, client, settings.shutdown_timeout_s, force)
         if client.failed.is_set():
             reason = "fault"
             await asyncio.sleep(FAULT_FLUSH_S)  # let the 503s of pending requests go out
@@ -179,28 +182,28 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         client.close()
 
 
-async def _drain(state: Any, timeout_s: float, force: asyncio.Event) -> None:
+async def _drain(admission: Admission, client: EngineClient, timeout_s: float,
+                 force: asyncio.Event) -> None:
     """Refuse new requests; give in-flight ones up to timeout_s to finish, then cut the rest."""
-    state.draining = True
-    at_start = state.in_flight
+    admission.drain()
+    at_start = admission.in_flight
     log.info("draining", in_flight=at_start, timeout_s=timeout_s)
-    failed = state.client.failed
     deadline = time.monotonic() + timeout_s
-    while state.in_flight and time.monotonic() < deadline and not force.is_set():
-        if failed.is_set():
+    while admission.in_flight and time.monotonic() < deadline and not force.is_set():
+        if client.failed.is_set():
             return  # the fault already failed every pending request
         await asyncio.sleep(DRAIN_POLL_S)
-    if not state.in_flight:
+    if not admission.in_flight:
         log.info("drained", finished=at_start)
         return
-    cut = state.in_flight
+    cut = admission.in_flight
     why = "a second signal" if force.is_set() else f"shutdown_timeout_s={timeout_s:g}"
-    await _cut(state, f"server shut down before the request finished ({why})")
+    await _cut(admission, client, f"server shut down before the request finished ({why})")
     log.warning("drain_cut", cut=cut, finished=at_start - cut, reason=why,
-                still_running=state.in_flight)
+                still_running=admission.in_flight)
 
 
-async def _cut(state: Any, message: str) -> None:
+async def _cut(admission: Admission, client: EngineClient, message: str) -> None:
     """Fail every request still in flight with a 503, until none is left or CUT_GRACE_S passed.
 
     Repeated, so that a request submitted while the first cut went out (it was still being
@@ -208,8 +211,8 @@ async def _cut(state: Any, message: str) -> None:
     """
     done: set[asyncio.Queue] = set()
     deadline = time.monotonic() + CUT_GRACE_S
-    while state.in_flight and time.monotonic() < deadline:
-        for queue in set(state.client.queues()) - done:
+    while admission.in_flight and time.monotonic() < deadline:
+        for queue in set(client.queues()) - done:
             queue.put_nowait(Failure(503, message))
             done.add(queue)
         await asyncio.sleep(DRAIN_POLL_S)

@@ -16,7 +16,8 @@ import msgspec
 
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.ipc.images import WireImage
+from mstar.ipc.images import WireImage, from_wire, to_wire
+from mstar.prompt.value import Prompt
 
 
 class _Message(msgspec.Struct, tag=True, array_like=True):
@@ -29,6 +30,16 @@ class AddRequest(_Message):
     prompt_token_ids: list[int]
     params: SamplingParams
     images: list[WireImage] = []  # a vision model's encoder inputs, placeholders in the prompt
+
+    @classmethod
+    def of(cls, request_id: str, prompt: Prompt, params: SamplingParams) -> AddRequest:
+        """The message that carries ``prompt`` (its token ids and media parts) to a worker."""
+        return cls(request_id, list(prompt.token_ids), params,
+                   [to_wire(image) for image in prompt.images])
+
+    def prompt(self) -> Prompt:
+        """The prompt this message carries, its parts' tensors rebuilt (loads torch)."""
+        return Prompt(self.prompt_token_ids, tuple(from_wire(w) for w in self.images))
 
 
 class AbortRequests(_Message):

@@ -15,7 +15,7 @@ from PIL import Image
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.decode import decode_image
-from mstar.api_server.media.parts import image_parts
+from mstar.api_server.media.parts import image_parts, message_dicts
 from mstar.api_server.media.sources import allowed_hosts, image_bytes
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 
@@ -112,21 +112,21 @@ IMG = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 
 
 def test_parts_are_found_in_order_and_counted():
-    parts = image_parts(_chat(IMG, IMG).messages, True, 2)
+    parts = image_parts(message_dicts(_chat(IMG, IMG).messages), True, 2)
     assert [p.param for p in parts] == [P, "messages.0.content.2.image_url"]
-    err = _refused(image_parts, _chat(IMG, IMG, IMG).messages, True, 2)
+    err = _refused(image_parts, message_dicts(_chat(IMG, IMG, IMG).messages), True, 2)
     assert err.param == "messages.0.content.3.image_url"
 
 
 def test_a_text_only_model_refuses_the_part():
-    err = _refused(image_parts, _chat(IMG).messages, False, 8)
+    err = _refused(image_parts, message_dicts(_chat(IMG).messages), False, 8)
     assert (err.status, err.param) == (400, "messages.0.content.1")
 
 
 def test_detail_auto_is_taken_and_other_values_refused_by_name():
     auto = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA",
                                                "detail": "auto"}}
-    assert len(image_parts(_chat(auto).messages, True, 8)) == 1
+    assert len(image_parts(message_dicts(_chat(auto).messages), True, 8)) == 1
     high = {"type": "image_url", "image_url": {"url": "data:,", "detail": "high"}}
-    err = _refused(image_parts, _chat(high).messages, True, 8)
+    err = _refused(image_parts, message_dicts(_chat(high).messages), True, 8)
     assert err.param == "messages.0.content.1.image_url.detail"

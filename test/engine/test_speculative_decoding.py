@@ -264,7 +264,7 @@ def test_accept_is_the_matching_prefix(sampled, data):
 
 def test_metrics_show_proposed_accepted_and_phase_seconds(tiny_model_dir, make_engine, run,
                                                           prompts):
-    from mstar.api_server.metrics import Metrics
+    from mstar.api_server.context.metrics import Metrics
     from mstar.ipc.messages import WorkerStats
 
     engine = make_engine(tiny_model_dir("llama"), **NGRAM)

@@ -60,17 +60,12 @@ def _error(resp: httpx.Response) -> dict:
 
 @pytest.fixture()
 def crashing_app():
+    from api_stub import app_on
     from fastapi.responses import StreamingResponse
     from starlette.testclient import TestClient
 
-    from mstar.api_server.http.app import build_app
-    from mstar.api_server.metrics import Metrics
-    from mstar.api_server.state import ServerState
-    from mstar.settings import WorkerSettings
-
     idle_client = SimpleNamespace(failure=None, stats={})
-    app = build_app(ServerState(settings=WorkerSettings(), tokenizer=None, client=idle_client,
-                                model_name="m", max_model_len=16, metrics=Metrics()))
+    app = app_on(idle_client, None, model_name="m", max_model_len=16)
 
     @app.get("/crash")
     async def crash() -> None:

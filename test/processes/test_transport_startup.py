@@ -104,6 +104,7 @@ def test_children_hold_no_secret_and_share_the_fingerprint():
 
 def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
     from mstar.api_server.generation.engine_client import EngineClient, Failure
+    from mstar.prompt.value import Prompt
 
     async def scenario() -> tuple:
         endpoints = make_endpoints(WorkerSettings(), tmp_path)
@@ -112,7 +113,7 @@ def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
         client.connect(list(endpoints.workers))
         out = push_socket(client.ctx, endpoints.api, endpoints.security)
         try:
-            queue = client.submit([("r-0", [1, 2], m.SamplingParams(max_tokens=2))])
+            queue = client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))])
 
             def broken(msg: m.Message) -> None:
                 raise RuntimeError("a bug in routing")

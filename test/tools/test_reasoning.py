@@ -127,7 +127,8 @@ class ScriptedEngine(StubEngine):
         import asyncio
 
         queue: asyncio.Queue = asyncio.Queue()
-        for rid, ids, params in requests:
+        for rid, prompt, params in requests:
+            ids = prompt.token_ids
             self.submitted.append((rid, ids, params))
             pieces = [self.TEXT[i:i + 3] for i in range(0, len(self.TEXT), 3)]
             for k, piece in enumerate(pieces):
@@ -140,9 +141,7 @@ class ScriptedEngine(StubEngine):
 
 @pytest.fixture()
 def served(thinking_tokenizer):
-    app, _ = stub_app(thinking_tokenizer)
-    engine = ScriptedEngine()
-    app.state.server.client = engine
+    app, engine = stub_app(thinking_tokenizer, ScriptedEngine())
     return TestClient(app), engine
 
 
@@ -205,17 +204,16 @@ def test_any_text_streamed_in_any_pieces_splits_as_the_whole_text(start, text, c
 
 
 def test_calls_are_read_after_the_reasoning_never_inside_it():
-    from dataclasses import replace
-
+    from mstar.api_server.openai.chat_output import StreamedChoice, final_message
+    from mstar.api_server.openai.chat_plan import OutputReading
     from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
     from mstar.api_server.reasoning.split import ReasoningStream as Stream
     from mstar.api_server.tools.plan import tool_plan
-    from mstar.api_server.tools.response import StreamedChoice, final_message
 
     req = ChatCompletionRequest.model_validate({
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [{"type": "function", "function": {"name": "get_time"}}]})
-    plan = replace(tool_plan(req, "hermes", ""), new_reasoning=lambda: Stream("optional"))
+    plan = OutputReading(tool_plan(req, "hermes", ""), lambda: Stream("optional"))
     call = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
     text = f"<think>Maybe {call}?</think>\n{call}"
     message, reason = final_message(plan, text, "stop")

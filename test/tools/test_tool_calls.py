@@ -8,13 +8,14 @@ import json
 import pytest
 
 from mstar.api_server.http.errors import APIError
+from mstar.api_server.openai.chat_output import StreamedChoice, final_message
+from mstar.api_server.openai.chat_plan import OutputReading
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.tools.grammar import forced_call_grammar
 from mstar.api_server.tools.parsers import hermes
 from mstar.api_server.tools.parsers.calls import Declared, ParsedOutput, ToolCall, collect, parse_all
 from mstar.api_server.tools.parsers.registry import parser_name
 from mstar.api_server.tools.plan import tool_plan
-from mstar.api_server.tools.response import StreamedChoice, final_message
 from mstar.api_server.tools.template import template_inputs
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"},
@@ -95,7 +96,7 @@ def plan(**fields):
 
 
 def test_stream_deltas_are_shaped_like_openai():
-    choice = StreamedChoice(plan(tools=TOOLS))
+    choice = StreamedChoice(OutputReading(plan(tools=TOOLS)))
     chunks = []
     for ch in f"Hi {CALL}":
         chunks += choice.chunks({"index": 0, "logprobs": None, "finish_reason": None}, ch, False)
@@ -110,18 +111,19 @@ def test_stream_deltas_are_shaped_like_openai():
 
 
 def test_final_message_carries_tool_calls():
-    message, reason = final_message(plan(tools=TOOLS), f"{CALL}\n{CALL}", "stop")
+    message, reason = final_message(OutputReading(plan(tools=TOOLS)), f"{CALL}\n{CALL}", "stop")
     assert message["content"] is None and reason == "tool_calls"
     assert [c["function"] for c in message["tool_calls"]] == [
         {"name": "get_weather", "arguments": '{"city": "Paris"}'}] * 2
-    one, _ = final_message(plan(tools=TOOLS, parallel_tool_calls=False), f"{CALL}\n{CALL}", "stop")
+    one, _ = final_message(OutputReading(plan(tools=TOOLS, parallel_tool_calls=False)),
+                           f"{CALL}\n{CALL}", "stop")
     assert len(one["tool_calls"]) == 1
 
 
 def test_tool_choice_none_shows_no_tools_and_parses_nothing():
     p = plan(tools=TOOLS, tool_choice="none")
     assert p.shown_tools is None
-    assert final_message(p, CALL, "stop") == ({"role": "assistant", "content": CALL}, "stop")
+    assert final_message(OutputReading(p), CALL, "stop") == ({"role": "assistant", "content": CALL}, "stop")
 
 
 def accepts(grammar: str, text: str) -> bool:
@@ -188,8 +190,9 @@ def test_auto_tools_with_response_format_allow_a_call_or_the_json(strict):
     assert accepts(grammar, CALL)
     assert accepts(grammar, CALL.replace('"Paris"', "3")) is not strict  # strict: schema holds
     assert not accepts(grammar, '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>')
-    assert final_message(p, CALL, "stop")[0]["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert final_message(p, '{"city": "Rome"}', "stop")[0]["content"] == '{"city": "Rome"}'
+    called = final_message(OutputReading(p), CALL, "stop")[0]
+    assert called["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert final_message(OutputReading(p), '{"city": "Rome"}', "stop")[0]["content"] == '{"city": "Rome"}'
 
 
 def test_a_forced_call_with_response_format_constrains_this_turn_to_the_call():
@@ -210,7 +213,7 @@ def test_a_function_without_parameters_takes_an_empty_object():
 @pytest.mark.parametrize("undeclared, content", [("text", f"Sure. {CALL}"), ("drop", "Sure.")])
 def test_a_call_to_an_undeclared_function_is_never_a_tool_call(undeclared, content):
     p = tool_plan(request(tools=[TOOLS[1]]), "auto", "", None, undeclared)
-    message, reason = final_message(p, f"Sure. {CALL}", "stop")
+    message, reason = final_message(OutputReading(p), f"Sure. {CALL}", "stop")
     assert message == {"role": "assistant", "content": content} and reason == "stop"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -21,7 +22,9 @@ from mstar.api_server.anthropic import translate
 from mstar.api_server.anthropic.docs import MESSAGES_DOC
 from mstar.api_server.anthropic.output import ContentBlocks, Event, event
 from mstar.api_server.anthropic.protocol import MessagesRequest
-from mstar.api_server.generation.run import first_output, new_request_id, replay, run_requests
+from mstar.api_server.generation.facade import Generation
+from mstar.api_server.generation.run import first_output, new_request_id, replay
+from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError, anthropic_error_body, validation_error
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.chat_plan import (
@@ -30,9 +33,7 @@ from mstar.api_server.openai.chat_plan import (
     ReasoningText,
     plan_translated,
 )
-from mstar.api_server.state import ServerState
 from mstar.api_server.tools.parsers.calls import Piece, ToolCall
-from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.request.outputs import RequestOutput
 
 
@@ -60,19 +61,21 @@ router = APIRouter(route_class=AnthropicRoute)
 
 @router.post("/v1/messages", response_model=None, responses=MESSAGES_DOC)
 async def messages(req: MessagesRequest, request: Request) -> Any:
-    state: ServerState = request.app.state.server
-    headers = admit_fields(state, req, "messages", translate.check_request)
-    plan = await plan_translated(state, translate.to_chat(req))
+    generation: Generation = request.app.state.generation
+    settings = request.app.state.running.settings
+    headers = request.app.state.gate.admit_fields(req, "messages", translate.check_request)
+    plan = await plan_translated(generation, settings, translate.to_chat(req))
     message_id = new_request_id("msg").replace("-", "_")
     shell = {"id": message_id, "type": "message", "role": "assistant", "model": req.model,
              "content": [], "stop_reason": None, "stop_sequence": None}
+    reading = Reading(generation.tokenizer, settings.stream_interval)
     if req.stream:
-        outputs = run_requests(state, message_id, plan.jobs)
+        outputs = generation.run(message_id, plan.jobs)
         first = await first_output(outputs)
-        events = _events(state, req, plan, shell, replay(first, outputs))
+        events = _events(reading, req, plan, shell, replay(first, outputs))
         return StreamingResponse(_sse(events), media_type="text/event-stream", headers=headers)
-    outputs = run_requests(state, message_id, plan.jobs, request.is_disconnected)
-    async with aclosing(_events(state, req, plan, shell, outputs)) as events:
+    outputs = generation.run(message_id, plan.jobs, request.is_disconnected)
+    async with aclosing(_events(reading, req, plan, shell, outputs)) as events:
         final = [data for kind, data in [e async for e in events] if kind == "message_final"]
     return JSONResponse(final[-1]["message"] if final else shell, headers=headers)
 
@@ -101,16 +104,25 @@ def stop_reason(finish: str | None, called: bool, stop_sequence: str | None) -> 
     return "stop_sequence" if stop_sequence is not None else "end_turn"
 
 
-async def _events(state: ServerState, req: MessagesRequest, plan: ChatPlan, shell: dict[str, Any],
+@dataclass(frozen=True)
+class Reading:
+    """What the events are read with: the tokenizer (the matched stop sequence), and how many
+    tokens an event waits for."""
+
+    tokenizer: Any
+    stream_interval: int
+
+
+async def _events(reading: Reading, req: MessagesRequest, plan: ChatPlan, shell: dict[str, Any],
                   outputs: AsyncIterator[tuple[int, RequestOutput]]) -> AsyncIterator[Event]:
     """message_start ... message_stop, then (not sent) ``message_final`` with the whole message."""
     blocks = ContentBlocks()
-    reader = PieceReader(plan.tools)
+    reader = PieceReader(plan.reading)
     token_ids: list[int] = []
     cached, finish, finished = 0, None, False
-    yield event("message_start", message={**shell, "usage": usage(len(plan.prompt), 0, 0)})
+    yield event("message_start", message={**shell, "usage": usage(plan.prompt.num_tokens, 0, 0)})
     async with aclosing(outputs):
-        async for _, out in fmt.coalesce(outputs, state.settings.stream_interval):
+        async for _, out in fmt.coalesce(outputs, reading.stream_interval):
             token_ids += out.new_token_ids
             cached = out.num_cached_tokens
             for piece in reader.read(out.new_text, out.finished):
@@ -121,10 +133,10 @@ async def _events(state: ServerState, req: MessagesRequest, plan: ChatPlan, shel
         return
     for e in blocks.close():
         yield e
-    stop = matched_stop(state.tokenizer, token_ids, req.stop_sequences or []) \
+    stop = matched_stop(reading.tokenizer, token_ids, req.stop_sequences or []) \
         if finish == "stop" and not reader.calls else None
     reason = stop_reason(finish, reader.calls > 0, stop)
-    counts = usage(len(plan.prompt), len(token_ids), cached)
+    counts = usage(plan.prompt.num_tokens, len(token_ids), cached)
     yield event("message_delta", delta={"stop_reason": reason, "stop_sequence": stop},
                 usage={"output_tokens": counts["output_tokens"]})
     yield event("message_stop")
@@ -144,6 +156,6 @@ async def _sse(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
         try:
             async for kind, data in events:
                 if kind != "message_final":
-                    yield fmt.named_sse(kind, data)
+                    yield framing.named_sse(kind, data)
         except APIError as exc:
-            yield fmt.named_sse("error", anthropic_error_body(exc.status, exc.message, exc.param))
+            yield framing.named_sse("error", anthropic_error_body(exc.status, exc.message, exc.param))

@@ -20,7 +20,6 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from mstar.api_server.media.prompt import wire_images
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.ipc import messages as m
@@ -35,6 +34,7 @@ from mstar.ipc.sockets import (
     send,
 )
 from mstar.output.processor import RequestText, TextOutput, ends_in_engine, to_texts
+from mstar.prompt.value import Prompt
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -197,7 +197,7 @@ class EngineClient:
     def place(self) -> int:
         return least_loaded(self.load, self.stats)
 
-    def submit(self, requests: list[tuple[str, list[int], SamplingParams]]) -> asyncio.Queue:
+    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
 
         Every sub-request is encoded before the first is sent, so a request that cannot be encoded
@@ -207,18 +207,19 @@ class EngineClient:
         if self.failure is not None:
             queue.put_nowait(Failure(503, self.failure))
             return queue
-        try:
-            frames = [(rid, ids, params, encode_for(self.to_conductor, m.AddRequest(rid, list(ids), params,
-                                                               wire_images(ids))))
-                      for rid, ids, params in requests]
+        try:  # every worker's socket has the same size limit: the first one's stands for all
+            frames = [(rid, prompt, params,
+                       encode_for(self.to_workers[0], m.AddRequest.of(rid, prompt, params)))
+                      for rid, prompt, params in requests]
         except MessageTooLarge as exc:
             queue.put_nowait(Failure(413, str(exc)))
             return queue
         sent: list[str] = []
         try:
-            for rid, ids, params, frame in frames:
+            for rid, prompt, params, frame in frames:
                 worker = self.place()
-                self.live[rid] = LiveRequest(queue, RequestText(self.tokenizer, ids, params), worker)
+                self.live[rid] = LiveRequest(
+                    queue, RequestText(self.tokenizer, prompt.token_ids, params), worker)
                 self.load[worker] += 1
                 self.to_workers[worker].send(frame, copy=False)
                 sent.append(rid)

@@ -1,4 +1,4 @@
-"""Prompt token ids of a request, computed off the event loop.
+"""Prompt token ids of a request; ``facade.Generation`` computes them off the event loop.
 
 Rendering the chat template and tokenizing a multi-MB prompt take seconds, so both run in a worker
 thread (``asyncio.to_thread``) and ``/health`` and running streams stay responsive. A fast
@@ -15,7 +15,6 @@ MSTAR_SPECIAL_TOKENS_IN_CONTENT says: see ``special_text``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from mstar.api_server.generation.special_text import (
@@ -24,51 +23,34 @@ from mstar.api_server.generation.special_text import (
     refuse_special_text,
 )
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
-from mstar.api_server.state import ServerState
 from mstar.api_server.tools.template import template_inputs
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_pooled_prompt_fits, check_prompt_fits
 
 
-async def chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
-                          tools: list[dict] | None = None,
-                          template_kwargs: dict[str, Any] | None = None) -> list[int]:
-    """``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``);
+def chat_prompt_ids(tokenizer: Any, settings: Any, max_model_len: int, messages: list[Any],
+                    tools: list[dict] | None, template_kwargs: dict[str, Any]) -> list[int]:
+    """The token ids of a chat request's ``messages`` (validated, ``openai.chat_protocol``).
+    ``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``);
     ``template_kwargs``: more chat-template arguments (see ``reasoning.plan``)."""
-    return await asyncio.to_thread(_chat_prompt_ids, state, req, tools, template_kwargs or {})
-
-
-async def completion_prompt_ids(state: ServerState, prompts: list[str | list[int]]
-                                ) -> list[list[int]]:
-    """The token ids of each prompt of a batch (a 400 names ``prompt``, or ``prompt.k``)."""
-    def field(k: int) -> str:
-        return f"prompt.{k}" if len(prompts) > 1 else "prompt"
-
-    return await asyncio.to_thread(
-        lambda: [_completion_prompt_ids(state, p, field(k)) for k, p in enumerate(prompts)])
-
-
-def _chat_prompt_ids(state: ServerState, req: ChatCompletionRequest,
-                     tools: list[dict] | None, template_kwargs: dict[str, Any]) -> list[int]:
-    messages, extra = template_inputs(req.messages, tools, state.tokenizer.chat_template)
-    text, contents = render_chat(state, req.messages, messages, extra, True, template_kwargs)
+    rendered, extra = template_inputs(messages, tools, tokenizer.chat_template)
+    text, contents = render_chat(tokenizer, settings, messages, rendered, extra, True,
+                                 template_kwargs)
     if not contents:
-        return encode(state.tokenizer, text, False, state.max_model_len, "messages")
-    ids = encode_marked(state.tokenizer, text, contents)
-    check_prompt_len(len(ids), state.max_model_len, "messages")
+        return encode(tokenizer, text, False, max_model_len, "messages")
+    ids = encode_marked(tokenizer, text, contents)
+    check_prompt_len(len(ids), max_model_len, "messages")
     return ids
 
 
-def render_chat(state: ServerState, given: list[Any], messages: list[dict],
+def render_chat(tokenizer: Any, settings: Any, given: list[Any], messages: list[dict],
                 extra: dict[str, Any], add_generation_prompt: bool,
                 template_kwargs: dict[str, Any] | None = None) -> tuple[str, dict[str, str]]:
     """The chat template over ``messages`` (made from the request's ``given`` messages), and the
     contents that hold special-token text, each at its marker (``special_text``): tokenize with
     ``encode_marked`` when there are any."""
-    tokenizer = state.tokenizer
     contents: dict[str, str] = {}
-    if state.settings.special_tokens_in_content == "reject":
+    if settings.special_tokens_in_content == "reject":
         refuse_special_text(tokenizer, given)
     else:
         messages, contents = mark_special_contents(tokenizer, messages)
@@ -78,19 +60,28 @@ def render_chat(state: ServerState, given: list[Any], messages: list[dict],
                                              **(template_kwargs or {}))
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
-    check_prompt_chars(text, state.settings.max_prompt_chars, "messages")
+    check_prompt_chars(text, settings.max_prompt_chars, "messages")
     return text, contents
 
 
-def _completion_prompt_ids(state: ServerState, prompt: str | list[int], param: str) -> list[int]:
+def batch_field(name: str, k: int, count: int) -> str:
+    """The field an error about item ``k`` of a batch names: ``name``, or ``name.k``."""
+    return f"{name}.{k}" if count > 1 else name
+
+
+def given_prompt_ids(tokenizer: Any, max_chars: int, max_model_len: int,
+                     prompt: str | list[int], param: str, pooled: bool = False) -> list[int]:
+    """The token ids of one prompt given as text or as ids (a completion's ``prompt``, or an
+    embedding's ``input``: ``pooled``), every limit checked; an error names ``param``."""
     if isinstance(prompt, str):
-        check_prompt_chars(prompt, state.settings.max_prompt_chars, param)
-        return encode(state.tokenizer, prompt, True, state.max_model_len, param)
-    vocab = len(state.tokenizer)
+        check_prompt_chars(prompt, max_chars, param)
+        return encode(tokenizer, prompt, True, max_model_len, param, pooled)
+    vocab = len(tokenizer)
     bad = [t for t in prompt if not 0 <= t < vocab]
     if bad:
-        raise APIError(400, f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param)
-    check_prompt_len(len(prompt), state.max_model_len, param)
+        raise APIError(400, f"{param.split('.')[0]} token ids out of range [0, {vocab}): "
+                       f"{bad[:5]}", param)
+    check_prompt_len(len(prompt), max_model_len, param, pooled)
     return list(prompt)
 
 

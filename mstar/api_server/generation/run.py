@@ -12,43 +12,42 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing
 from typing import Any
 
-from mstar.api_server.generation.engine_client import Failure
+from mstar.api_server.context.metrics import Metrics
+from mstar.api_server.generation.engine_client import EngineClient, Failure
+from mstar.api_server.generation.prompts import batch_field
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.openai import formatting as fmt
-from mstar.api_server.openai.protocol import SEED_LIMIT
-from mstar.api_server.state import ServerState
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 from mstar.output.processor import TextOutput
+from mstar.prompt.value import Prompt
 
 DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there
+SEED_LIMIT = 2**64  # seeds are 0 .. SEED_LIMIT - 1 (choice i of a request: (seed + i) mod this)
 
 
-Job = tuple[list[int], SamplingParams]  # one choice: its prompt's token ids and how to sample
+Job = tuple[Prompt, SamplingParams]  # one choice: its prompt and how to sample
 
 
-def jobs_for(state: ServerState, req: Any, prompts: list[list[int]], prompt_field: str,
+def jobs_for(max_model_len: int, req: Any, prompts: list[Prompt], prompt_field: str,
              structured: StructuredOutput | None = None) -> list[Job]:
     """Every choice of a request: prompt-major, n per prompt (choice index = prompt * n + i)."""
-    def field(k: int) -> str:
-        return f"{prompt_field}.{k}" if len(prompts) > 1 else prompt_field
-
-    return [(ids, params) for k, ids in enumerate(prompts)
-            for params in sampling_params(state, req, len(ids), field(k), structured)]
+    return [(prompt, params) for k, prompt in enumerate(prompts)
+            for params in sampling_params(max_model_len, req, prompt.num_tokens,
+                                          batch_field(prompt_field, k, len(prompts)), structured)]
 
 
 def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def sampling_params(state: ServerState, req: Any, prompt_len: int, prompt_field: str = "prompt",
+def sampling_params(max_model_len: int, req: Any, prompt_len: int, prompt_field: str = "prompt",
                     structured: StructuredOutput | None = None) -> list[SamplingParams]:
-    """One SamplingParams per choice (n), validated by the engine's own class and limit rule."""
-    limit = state.max_model_len
+    """One SamplingParams per choice (n), validated by the engine's own class and limit rule.
+    ``req``: a validated request's sampling fields (``openai.protocol.SamplingFields``)."""
+    limit = max_model_len
     max_tokens = req.requested_max_tokens()
     if max_tokens is None:
         max_tokens = max(1, limit - prompt_len)
@@ -104,19 +103,18 @@ async def replay(first: tuple[int, TextOutput], outputs: AsyncIterator
 
 
 async def run_requests(
-    state: ServerState, request_id: str, jobs: list[Job],
+    client: EngineClient, metrics: Metrics, timeout: float, request_id: str, jobs: list[Job],
     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[tuple[int, TextOutput]]:
-    """Yield (choice index, text output) until every choice (job) finished."""
-    metrics = state.metrics
+    """Yield (choice index, text output) until every choice (job) finished or ``timeout``
+    (request_timeout_s) passed."""
     ids = [f"{request_id}-{i}" for i in range(len(jobs))]
     index = {rid: i for i, rid in enumerate(ids)}
     started = time.perf_counter()
     last: dict[str, float] = {}
     unfinished = set(ids)
-    queue = state.client.submit([(rid, ids_, p) for rid, (ids_, p) in zip(ids, jobs, strict=True)])
-    metrics.prompt_tokens.inc(sum(len(prompt_ids) for prompt_ids, _ in jobs))
-    timeout = state.settings.request_timeout_s
+    queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)])
+    metrics.prompt_tokens.inc(sum(prompt.num_tokens for prompt, _ in jobs))
     deadline = started + timeout
     next_check = started + DISCONNECT_CHECK_S
     try:
@@ -151,15 +149,5 @@ async def run_requests(
                 unfinished.discard(rid)
             yield index[rid], item
     finally:
-        state.client.abort(sorted(unfinished))
-        state.client.release(ids)
-
-
-async def collect_choices(state: ServerState, request_id: str, jobs: list[Job],
-                          is_disconnected: Callable[[], Awaitable[bool]]) -> list[fmt.Choice]:
-    """Run every choice to the end for a non-streaming response."""
-    choices = [fmt.Choice() for _ in jobs]
-    async with aclosing(run_requests(state, request_id, jobs, is_disconnected)) as outputs:
-        async for i, out in outputs:
-            choices[i].add(out)
-    return choices
+        client.abort(sorted(unfinished))
+        client.release(ids)

@@ -1,2 +1,3 @@
-"""The HTTP shell of the API server: the app, admission control, error shapes, the catch-all guard,
-the published schema and the listening socket."""
+"""The HTTP base of the API server, below every router: error shapes and models, admission control
+(middleware), the catch-all guard, the published schema, the stream framing and the listening
+socket. The app that wires the routers is ``api_server.app``, above them."""

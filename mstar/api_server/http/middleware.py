@@ -17,8 +17,10 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Match
 
+from mstar.api_server.context.admission import Admission
+from mstar.api_server.context.metrics import Metrics
+from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.http.errors import send_error
-from mstar.api_server.state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
 UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics", "/v1/config", "/openapi.json"})
@@ -72,11 +74,14 @@ def with_fingerprint(send: Any, fingerprint: bytes) -> Any:
 
 
 class LimitsMiddleware:
-    def __init__(self, app: Any, state: ServerState, routes: list[BaseRoute]):
+    def __init__(self, app: Any, running: RunningSettings, admission: Admission, metrics: Metrics,
+                 routes: list[BaseRoute]):
         self.app = app
-        self.state = state
+        self.running = running
+        self.admission = admission
+        self.metrics = metrics
         self.routes = routes
-        self.max_body = int(state.settings.max_body_mb * 1024 * 1024)
+        self.max_body = int(running.settings.max_body_mb * 1024 * 1024)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -84,8 +89,9 @@ class LimitsMiddleware:
             return
         path = scope["path"]
         headers = dict(scope["headers"])
-        send = with_fingerprint(send, self.state.settings.fingerprint().encode())
-        key = self.state.settings.api_key  # read per request: a reload may rotate it
+        settings = self.running.settings  # read per request: a reload may change them
+        send = with_fingerprint(send, settings.fingerprint().encode())
+        key = settings.api_key  # a reload may rotate it
         if key is not None and path not in OPEN_PATHS:
             given = presented_key(headers)
             if given is None or not hmac.compare_digest(given, key.get_secret_value().encode()):
@@ -107,28 +113,28 @@ class LimitsMiddleware:
         try:
             await self._admit(as_json(scope), headers, receive, counting_send)
         finally:
-            self.state.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
+            self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
 
     async def _admit(self, scope: dict, headers: dict, receive: Any, send: Any) -> None:
-        state = self.state
-        reason = state.unavailable_reason()
+        admission, settings = self.admission, self.running.settings
+        reason = admission.unavailable_reason()
         if reason is not None:
             await send_error(send, 503, reason, scope["path"])
             return
-        if state.in_flight >= state.settings.max_concurrent_requests:
+        if admission.in_flight >= settings.max_concurrent_requests:
             await send_error(send, 503, "too many requests in flight (max_concurrent_requests="
-                             f"{state.settings.max_concurrent_requests}); retry later", scope["path"])
+                             f"{settings.max_concurrent_requests}); retry later", scope["path"])
             return
-        state.in_flight += 1
+        admission.enter()
         try:
             body_receive = await self._read_body(headers, receive)
             if body_receive is None:
                 await send_error(send, 413, "request body exceeds max_body_mb="
-                                 f"{state.settings.max_body_mb:g} MiB", scope["path"])
+                                 f"{settings.max_body_mb:g} MiB", scope["path"])
                 return
             await self.app(scope, body_receive, send)
         finally:
-            state.in_flight -= 1
+            admission.leave()
 
     async def _read_body(self, headers: dict, receive: Any) -> Any:
         """Buffer the body within the limit and replay it; None when it is too large."""

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from mstar.api_server.openai.response_models import ErrorResponse
+from mstar.api_server.http.error_models import ErrorResponse
 
 ERROR_MEANINGS = {
     400: "Invalid request: `error.param` names the field (its dotted path).",

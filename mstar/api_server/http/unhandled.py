@@ -15,8 +15,8 @@ from typing import Any
 
 import structlog
 
+from mstar.api_server.http import framing
 from mstar.api_server.http.errors import error_body, send_error
-from mstar.api_server.openai import formatting as fmt
 
 log = structlog.get_logger(__name__)
 
@@ -44,9 +44,9 @@ def stream_tail(content_type: bytes, status: int, message: str) -> bytes:
     """What ends a stream that failed midway: an error event (and [DONE]) in the stream's format."""
     body = error_body(status, message)
     if content_type.startswith(b"text/event-stream"):
-        return fmt.sse(body) + fmt.SSE_DONE
+        return framing.sse(body) + framing.SSE_DONE
     if content_type.startswith(b"application/x-ndjson"):
-        return fmt.json_line(body)
+        return framing.json_line(body)
     return b""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from mstar.api_server.state import ServerState
+from mstar.api_server.context.running import RunningSettings
 from mstar.settings.catalog import KNOBS
 from mstar.settings.records import settings_records
 from mstar.settings.sources import LoadedSettings, Source
@@ -17,15 +17,15 @@ from mstar.settings.sources import LoadedSettings, Source
 router = APIRouter()
 
 
-def running_settings(state: ServerState) -> LoadedSettings:
+def running_settings(running: RunningSettings) -> LoadedSettings:
     """The running settings with their sources (an app built without them: source unknown)."""
-    if state.loaded is not None:
-        return state.loaded
-    return LoadedSettings(state.settings, {k.name: Source("unknown") for k in KNOBS}, ())
+    if running.loaded is not None:
+        return running.loaded
+    return LoadedSettings(running.settings, {k.name: Source("unknown") for k in KNOBS}, ())
 
 
 @router.get("/v1/config")
 async def config(request: Request) -> dict:
-    state: ServerState = request.app.state.server
-    return {"object": "config", "fingerprint": state.settings.fingerprint(),
-            "settings": settings_records(running_settings(state), state.pending_restart)}
+    running: RunningSettings = request.app.state.running
+    return {"object": "config", "fingerprint": running.settings.fingerprint(),
+            "settings": settings_records(running_settings(running), running.pending_restart)}

@@ -15,23 +15,17 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from mstar.api_server.generation.prompts import completion_prompt_ids
-from mstar.api_server.generation.run import (
-    collect_choices,
-    first_output,
-    jobs_for,
-    new_request_id,
-    replay,
-    run_requests,
-)
+from mstar.api_server.generation.choice import finish_reason
+from mstar.api_server.generation.facade import Generation
+from mstar.api_server.generation.run import first_output, new_request_id, replay
+from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.completion_protocol import GenerateRequest
 from mstar.api_server.openai.response_models import GenerateResponse
 from mstar.api_server.openai.structured import structured_output
-from mstar.api_server.state import ServerState
-from mstar.api_server.validation.request_rules import admit
+from mstar.api_server.validation.request_rules import check_batch_size
 from mstar.output.processor import TextOutput
 
 router = APIRouter()
@@ -39,7 +33,7 @@ router = APIRouter()
 
 def _line(i: int, out: TextOutput) -> dict[str, Any]:
     line: dict[str, Any] = {"index": i, "text": out.new_text, "token_ids": out.new_token_ids,
-                            "finished": out.finished, "finish_reason": fmt.finish_reason(out)}
+                            "finished": out.finished, "finish_reason": finish_reason(out)}
     if out.logprobs:
         line["logprobs"] = [msgspec.structs.asdict(e) for e in out.logprobs]
     if out.finished:
@@ -51,28 +45,31 @@ def _line(i: int, out: TextOutput) -> dict[str, Any]:
 @router.post("/generate", response_model=None,
              responses=documented(GenerateResponse, GENERATION_ERRORS, "application/x-ndjson"))
 async def generate(req: GenerateRequest, request: Request) -> Any:
-    state: ServerState = request.app.state.server
-    headers = admit(state, req, None)
-    structured = await structured_output(req, state.settings)
-    prompts = await completion_prompt_ids(state, req.prompts())
-    jobs = jobs_for(state, req, prompts, "prompt", structured)
+    generation: Generation = request.app.state.generation
+    settings = request.app.state.running.settings
+    headers = request.app.state.gate.admit(req, None, (check_batch_size,))
+    structured = await structured_output(req, settings)
+    prompts = await generation.given_prompts(req.prompts(), "prompt")
+    jobs = generation.jobs(req, prompts, "prompt", structured)
     request_id = new_request_id("gen")
     if not req.stream:
-        choices = await collect_choices(state, request_id, jobs, request.is_disconnected)
+        choices = await generation.collect(request_id, jobs, request.is_disconnected)
         return JSONResponse({
-            "id": request_id, "model": state.model_name,
+            "id": request_id, "model": request.app.state.model.name,
             "choices": [{"index": i, "text": c.text, "token_ids": c.token_ids,
                          "finish_reason": c.finish_reason} for i, c in enumerate(choices)],
-            "usage": fmt.total_usage(choices, [len(p) for p in prompts])}, headers=headers)
-    outputs = run_requests(state, request_id, jobs)
+            "usage": fmt.total_usage(choices, [p.num_tokens for p in prompts])},
+            headers=headers)
+    outputs = generation.run(request_id, jobs)
     first = await first_output(outputs)
+    interval = settings.stream_interval
 
     async def lines() -> AsyncIterator[bytes]:
         async with aclosing(outputs):
             try:
-                async for i, out in fmt.coalesce(replay(first, outputs), state.settings.stream_interval):
-                    yield fmt.json_line(_line(i, out))
+                async for i, out in fmt.coalesce(replay(first, outputs), interval):
+                    yield framing.json_line(_line(i, out))
             except APIError as exc:
-                yield fmt.json_line(exc.body())
+                yield framing.json_line(exc.body())
 
     return StreamingResponse(lines(), media_type="application/x-ndjson", headers=headers)

@@ -24,8 +24,8 @@ from mstar.api_server.http.openapi import REQUEST_ERRORS, documented
 from mstar.api_server.openai.chat_protocol import ChatMessage
 from mstar.api_server.openai.protocol import StrictModel, TokenId
 from mstar.api_server.openai.response_models import DetokenizeResponse, TokenizeResponse
-from mstar.api_server.state import ServerState
-from mstar.api_server.validation.request_rules import admit_fields, check_content_parts
+from mstar.api_server.validation.gate import RequestGate
+from mstar.api_server.validation.request_rules import check_content_parts
 
 router = APIRouter()
 
@@ -46,13 +46,13 @@ class DetokenizeRequest(StrictModel):
     tokens: list[TokenId]
 
 
-def _tokenize(state: ServerState, req: TokenizeRequest) -> list[int]:
-    tokenizer = state.tokenizer
+def _tokenize(tokenizer: Any, settings: Any, req: TokenizeRequest) -> list[int]:
     if req.messages is None:
         add_special = True if req.add_special_tokens is None else req.add_special_tokens
         return tokenizer.encode(req.prompt, add_special_tokens=add_special)
     messages = [{"role": msg.role, "content": msg.text()} for msg in req.messages]
-    text, contents = render_chat(state, req.messages, messages, {}, req.add_generation_prompt)
+    text, contents = render_chat(tokenizer, settings, req.messages, messages, {},
+                                 req.add_generation_prompt)
     if contents:
         return encode_marked(tokenizer, text, contents)
     return tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
@@ -61,36 +61,39 @@ def _tokenize(state: ServerState, req: TokenizeRequest) -> list[int]:
 @router.post("/tokenize", response_model=None, responses=documented(TokenizeResponse,
                                                                      REQUEST_ERRORS))
 async def tokenize(req: TokenizeRequest, request: Request) -> Any:
-    state: ServerState = request.app.state.server
-    headers = admit_fields(state, req)
+    gate: RequestGate = request.app.state.gate
+    settings = request.app.state.running.settings
+    headers = gate.admit_fields(req)
     if (req.prompt is None) == (req.messages is None):
         raise APIError(400, "give exactly one of 'prompt' and 'messages'", "prompt")
     if req.messages is not None:
         check_content_parts(req)
     else:
-        check_prompt_chars(req.prompt, state.settings.max_prompt_chars, "prompt")
-    body = await asyncio.to_thread(_tokenize_body, state, req)
+        check_prompt_chars(req.prompt, settings.max_prompt_chars, "prompt")
+    body = await asyncio.to_thread(_tokenize_body, request.app.state.generation.tokenizer,
+                                   settings, request.app.state.model.max_model_len, req)
     return Response(body, media_type="application/json", headers=headers)
 
 
-def _tokenize_body(state: ServerState, req: TokenizeRequest) -> bytes:
+def _tokenize_body(tokenizer: Any, settings: Any, max_model_len: int,
+                   req: TokenizeRequest) -> bytes:
     """The whole answer, encoded: a 40 MB prompt's token strings and their ~100 MB of JSON are
     made here, in a worker thread, never on the event loop."""
-    ids = _tokenize(state, req)
-    strs = state.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
-    return msgspec.json.encode({"count": len(ids), "max_model_len": state.max_model_len,
+    ids = _tokenize(tokenizer, settings, req)
+    strs = tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
+    return msgspec.json.encode({"count": len(ids), "max_model_len": max_model_len,
                                 "tokens": ids, "token_strs": strs})
 
 
 @router.post("/detokenize", response_model=None, responses=documented(DetokenizeResponse,
                                                                        REQUEST_ERRORS))
 async def detokenize(req: DetokenizeRequest, request: Request) -> Any:
-    state: ServerState = request.app.state.server
-    headers = admit_fields(state, req)
-    vocab = len(state.tokenizer)
+    headers = request.app.state.gate.admit_fields(req)
+    tokenizer = request.app.state.generation.tokenizer
+    vocab = len(tokenizer)
     for i, token in enumerate(req.tokens):
         if token >= vocab:
             raise APIError(400, f"tokens[{i}]={token} is not a token id in [0, {vocab})",
                            f"tokens.{i}")
-    text = await asyncio.to_thread(state.tokenizer.decode, req.tokens)
+    text = await asyncio.to_thread(tokenizer.decode, req.tokens)
     return JSONResponse({"prompt": text}, headers=headers)

@@ -2,51 +2,64 @@
 
 The chat route, the Responses API and the Anthropic Messages API all plan their generation here:
 the other two translate their request into a ``ChatCompletionRequest`` (``ChatTranslation``) and
-read the output with ``PieceReader`` (chat builds its own chunks in ``tools.response``), so every
+read the output with ``PieceReader`` (chat's stream chunks are built on it in ``chat_output``), so every
 API gets the same prompt, tool planning, output constraint and call parsing.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from mstar.api_server.generation.prompts import chat_prompt_ids
-from mstar.api_server.generation.run import Job, jobs_for
+from mstar.api_server.generation.facade import Generation
+from mstar.api_server.generation.run import Job
 from mstar.api_server.http.errors import APIError, validation_error
-from mstar.api_server.media.prompt import has_images, image_chat_prompt
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
 from mstar.api_server.openai.structured import structured_output
 from mstar.api_server.reasoning.plan import request_reasoning_plan
-from mstar.api_server.state import ServerState
+from mstar.api_server.reasoning.split import ReasoningStream
 from mstar.api_server.tools.parsers.calls import Piece, ToolCall
-from mstar.api_server.tools.plan import ToolPlan, request_tool_plan
+from mstar.api_server.tools.plan import NO_TOOLS, ToolPlan, request_tool_plan
+from mstar.prompt.value import Prompt
+
+
+@dataclass(frozen=True)
+class OutputReading:
+    """How one choice's text is read back: reasoning split out first (``new_reasoning``, from
+    ``reasoning.plan``; None: none is), then tool calls parsed from the rest (``tools``)."""
+
+    tools: ToolPlan = NO_TOOLS
+    new_reasoning: Callable[[], ReasoningStream] | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether the text is all content, read as it comes."""
+        return self.tools.new_parser is None and self.new_reasoning is None
 
 
 @dataclass(frozen=True)
 class ChatPlan:
-    tools: ToolPlan
-    prompt: list[int]  # the prompt's token ids
+    reading: OutputReading
+    prompt: Prompt
     jobs: list[Job]  # one per choice (n)
 
 
-async def plan_chat(state: ServerState, req: ChatCompletionRequest) -> ChatPlan:
-    """Tools, reasoning, output constraint, prompt and sub-requests of a validated chat request."""
-    requested = await structured_output(req, state.settings)
-    tools = await request_tool_plan(req, state.settings.tool_call_parser,
-                                    state.tokenizer.chat_template, requested,
-                                    state.settings.tool_call_undeclared)
-    reasoning = await request_reasoning_plan(req, state.settings.reasoning_parser,
-                                             state.tokenizer, tools.structured_output)
-    if state.processor is not None and has_images(req):  # a vision model's image request
-        prompt = await image_chat_prompt(state, req)
-    else:
-        prompt = await chat_prompt_ids(state, req, tools.shown_tools, reasoning.template_kwargs)
-    jobs = jobs_for(state, req, [prompt], "messages", reasoning.structured_output)
-    return ChatPlan(replace(tools, new_reasoning=reasoning.new_stream), prompt, jobs)
+async def plan_chat(generation: Generation, settings: Any, req: ChatCompletionRequest) -> ChatPlan:
+    """Tools, reasoning, output constraint, prompt and sub-requests of a validated chat request
+    (``settings``: the running ones)."""
+    tokenizer = generation.tokenizer
+    requested = await structured_output(req, settings)
+    tools = await request_tool_plan(req, settings.tool_call_parser, tokenizer.chat_template,
+                                    requested, settings.tool_call_undeclared)
+    reasoning = await request_reasoning_plan(req, settings.reasoning_parser, tokenizer,
+                                             tools.structured_output)
+    prompt = await generation.chat_prompt(req, tools.shown_tools, reasoning.template_kwargs)
+    jobs = generation.jobs(req, [prompt], "messages", reasoning.structured_output)
+    return ChatPlan(OutputReading(tools, reasoning.new_stream), prompt, jobs)
 
 
 Renames = list[tuple[re.Pattern[str], str]]  # chat field path -> the original API's
@@ -75,11 +88,13 @@ class ChatTranslation:
         return param
 
 
-async def plan_translated(state: ServerState, chat: ChatTranslation) -> ChatPlan:
+async def plan_translated(generation: Generation, settings: Any,
+                          chat: ChatTranslation) -> ChatPlan:
     """The plan of a chat request another API's request was translated into; an error's
     ``param`` names the field of the original request."""
     try:
-        return await plan_chat(state, ChatCompletionRequest.model_validate(chat.body))
+        return await plan_chat(generation, settings,
+                               ChatCompletionRequest.model_validate(chat.body))
     except ValidationError as exc:
         err = validation_error(exc, chat.body)
         raise APIError(400, err.message, chat.original_param(err.param)) from None
@@ -99,11 +114,12 @@ class PieceReader:
     """One choice's output text as it streams: reasoning first (with a reasoning parser), then
     content text and complete tool calls (only the first call without parallel_tool_calls)."""
 
-    def __init__(self, plan: ToolPlan) -> None:
-        self._parser = plan.new_parser() if plan.new_parser is not None else None
-        self._reasoning = plan.new_reasoning() if plan.new_reasoning is not None else None
-        self._parallel = plan.parallel
-        self.calls = 0
+    def __init__(self, reading: OutputReading) -> None:
+        tools = reading.tools
+        self._parser = tools.new_parser() if tools.new_parser is not None else None
+        self._reasoning = reading.new_reasoning() if reading.new_reasoning is not None else None
+        self._parallel = tools.parallel
+        self.calls = 0  # tool calls read so far (those returned)
 
     def read(self, text: str, finished: bool) -> list[Piece | ReasoningText]:
         out: list[Piece | ReasoningText] = []

@@ -7,8 +7,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag
 
 from mstar.api_server.openai.protocol import MAX_INT32, SamplingFields, TokenId
-
-MAX_PROMPTS = 1024  # prompts in one batch request
+from mstar.api_server.validation.request_rules import MAX_PROMPTS
 
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 

@@ -7,7 +7,6 @@ unit length here, as OpenAI's are, and sent as numbers or as base64 of little-en
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from contextlib import aclosing
 from typing import Any
@@ -16,15 +15,14 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from mstar.api_server.generation.prompts import check_prompt_chars, check_prompt_len, encode
-from mstar.api_server.generation.run import new_request_id, run_requests
+from mstar.api_server.generation.facade import Generation
+from mstar.api_server.generation.run import new_request_id
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai.embedding_protocol import EmbeddingRequest, EmbeddingResponse
-from mstar.api_server.state import ServerState
-from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.runner.pooling import bytes_vector
+from mstar.prompt.value import Prompt
 
 router = APIRouter()
 
@@ -34,47 +32,30 @@ POOLING = SamplingParams(max_tokens=1, pooling="auto")  # the engine's rule pick
 @router.post("/v1/embeddings", response_model=None,
              responses=documented(EmbeddingResponse, GENERATION_ERRORS))
 async def embeddings(req: EmbeddingRequest, request: Request) -> Any:
-    state: ServerState = request.app.state.server
-    headers = admit_fields(state, req, "embeddings")
+    generation: Generation = request.app.state.generation
+    headers = request.app.state.gate.admit_fields(req, "embeddings")
     inputs = req.inputs()
-    most = state.settings.embedding_max_inputs
+    most = request.app.state.running.settings.embedding_max_inputs
     if len(inputs) > most:
         raise APIError(400, f"input has {len(inputs)} items; at most {most} per request "
                        "(MSTAR_EMBEDDING_MAX_INPUTS)", "input")
-    prompts = await asyncio.to_thread(_input_ids, state, inputs)
-    vectors = await _pooled(state, request, prompts)
+    prompts = await generation.given_prompts(inputs, "input", pooled=True)
+    vectors = await _pooled(generation, request, prompts)
     data = [{"object": "embedding", "index": i, "embedding": _encoded(v, req.encoding_format)}
             for i, v in enumerate(vectors)]
-    num_tokens = sum(len(p) for p in prompts)
-    return JSONResponse({"object": "list", "data": data, "model": req.model or state.model_name,
+    num_tokens = sum(p.num_tokens for p in prompts)
+    model = req.model or request.app.state.model.name
+    return JSONResponse({"object": "list", "data": data, "model": model,
                          "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}},
                         headers=headers)
 
 
-def _input_ids(state: ServerState, inputs: list[str | list[int]]) -> list[list[int]]:
-    """Each input's token ids; a 400 names ``input`` (or ``input.k`` in a batch)."""
-    ids = []
-    for k, item in enumerate(inputs):
-        param = f"input.{k}" if len(inputs) > 1 else "input"
-        if isinstance(item, str):
-            check_prompt_chars(item, state.settings.max_prompt_chars, param)
-            ids.append(encode(state.tokenizer, item, True, state.max_model_len, param, pooled=True))
-            continue
-        vocab = len(state.tokenizer)
-        bad = [t for t in item if not 0 <= t < vocab]
-        if bad:
-            raise APIError(400, f"input token ids out of range [0, {vocab}): {bad[:5]}", param)
-        check_prompt_len(len(item), state.max_model_len, param, pooled=True)
-        ids.append(list(item))
-    return ids
-
-
-async def _pooled(state: ServerState, request: Request, prompts: list[list[int]]
+async def _pooled(generation: Generation, request: Request, prompts: list[Prompt]
                   ) -> list[np.ndarray]:
     vectors: list[np.ndarray | None] = [None] * len(prompts)
-    jobs = [(ids, POOLING) for ids in prompts]
-    async with aclosing(run_requests(state, new_request_id("embd"), jobs,
-                                     request.is_disconnected)) as outputs:
+    jobs = [(prompt, POOLING) for prompt in prompts]
+    async with aclosing(generation.run(new_request_id("embd"), jobs,
+                                       request.is_disconnected)) as outputs:
         async for i, out in outputs:
             if out.embedding is not None:
                 vectors[i] = bytes_vector(out.embedding)

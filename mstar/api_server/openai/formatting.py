@@ -1,36 +1,19 @@
-"""OpenAI response pieces: usage, logprobs, SSE framing and per-choice accumulation."""
+"""OpenAI response pieces: usage, logprobs and stream coalescing (the SSE framing is
+``http.framing``; per-choice accumulation is ``generation.choice``)."""
 
 from __future__ import annotations
 
 import codecs
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from mstar.api_server.generation.choice import Choice
 from mstar.engine.request.outputs import TokenLogprob
 from mstar.output.processor import TextOutput
 from mstar.output.token_bytes import TokenBytes
-
-_json = msgspec.json.Encoder()
-
-
-def sse(payload: Any) -> bytes:
-    return b"data: " + _json.encode(payload) + b"\n\n"
-
-
-def named_sse(event: str, payload: Any) -> bytes:
-    """A server-sent event with its type on an ``event:`` line (the Responses and Anthropic APIs)."""
-    return b"event: " + event.encode() + b"\ndata: " + _json.encode(payload) + b"\n\n"
-
-
-def json_line(payload: Any) -> bytes:
-    return _json.encode(payload) + b"\n"
-
-
-SSE_DONE = b"data: [DONE]\n\n"
 
 
 async def coalesce(outputs: AsyncIterator[tuple[int, TextOutput]], interval: int
@@ -66,11 +49,6 @@ def envelope(request_id: str, obj: str, model: str, created: int,
 
 def now() -> int:
     return int(time.time())
-
-
-def finish_reason(out: TextOutput) -> str | None:
-    """The engine's 'abort' never reaches a client as such; it only ends an aborted stream."""
-    return "stop" if out.finish_reason == "abort" else out.finish_reason
 
 
 def chat_logprobs(vocab: TokenBytes, entries: list[TokenLogprob]) -> dict[str, Any]:
@@ -120,25 +98,6 @@ def completion_logprobs(vocab: TokenBytes, entries: list[TokenLogprob],
             "token_logprobs": [e.logprob for e in entries],
             "top_logprobs": [top_logprobs_dict(vocab, e) for e in entries],
             "text_offset": [offsets.advance(vocab.of(e.token_id)) for e in entries]}
-
-
-@dataclass
-class Choice:
-    """What one choice accumulated (non-streaming responses, usage in streams)."""
-
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: str | None = None
-    cached_tokens: int = 0
-
-    def add(self, out: TextOutput) -> None:
-        self.cached_tokens = out.num_cached_tokens
-        self.text += out.new_text
-        self.token_ids.extend(out.new_token_ids)
-        self.logprobs.extend(out.logprobs or [])
-        if out.finished:
-            self.finish_reason = finish_reason(out)
 
 
 def total_usage(choices: list[Choice], prompt_lens: list[int]) -> dict[str, Any]:

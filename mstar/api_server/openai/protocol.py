@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mstar.api_server.generation.run import SEED_LIMIT
 from mstar.engine.request.sampling_params import MAX_LOGIT_BIAS, MAX_PENALTY
 
-SEED_LIMIT = 2**64  # seeds are 0 .. SEED_LIMIT - 1
 MAX_INT32 = 2**31 - 1
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]

@@ -5,18 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = Field(description="Dotted path of the field to blame, if one is.")
-    code: str | None = Field(description="model_not_found for an unknown model, else null.")
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail
+from pydantic import BaseModel
 
 
 class Usage(BaseModel):

@@ -12,8 +12,8 @@ import copy
 import uuid
 from typing import Any
 
+from mstar.api_server.openai.chat_output import new_call_id
 from mstar.api_server.tools.parsers.calls import ToolCall
-from mstar.api_server.tools.response import new_call_id
 
 
 def new_item_id(prefix: str) -> str:

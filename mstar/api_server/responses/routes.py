@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from mstar.api_server.generation.run import first_output, new_request_id, replay, run_requests
+from mstar.api_server.generation.facade import Generation
+from mstar.api_server.generation.run import first_output, new_request_id, replay
+from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.middleware import presented_key
 from mstar.api_server.openai import formatting as fmt
@@ -31,18 +34,15 @@ from mstar.api_server.responses.objects import as_input, response_object, usage
 from mstar.api_server.responses.output import OutputItems
 from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
 from mstar.api_server.responses.store import ResponseStore, StoredResponse, owner_of
-from mstar.api_server.state import ServerState
 from mstar.api_server.tools.parsers.calls import Piece, ToolCall
-from mstar.api_server.validation.request_rules import admit_fields
 from mstar.engine.request.outputs import RequestOutput
 
 router = APIRouter()
 
 
 def _owner(request: Request) -> str:
-    state: ServerState = request.app.state.server
     return owner_of(presented_key(dict(request.scope["headers"])),
-                    state.settings.responses_store_per_key)
+                    request.app.state.running.settings.responses_store_per_key)
 
 
 def _store(request: Request) -> ResponseStore:
@@ -56,8 +56,9 @@ def _not_found(response_id: str, param: str = "response_id") -> APIError:
 
 @router.post("/v1/responses", response_model=None, responses=CREATE_DOC)
 async def create_response(req: ResponsesRequest, request: Request) -> Any:
-    state: ServerState = request.app.state.server
-    headers = admit_fields(state, req, "responses", translate.check_request)
+    generation: Generation = request.app.state.generation
+    settings = request.app.state.running.settings
+    headers = request.app.state.gate.admit_fields(req, "responses", translate.check_request)
     history: list[InputItem] = []
     if req.previous_response_id is not None:
         previous = _store(request).get(_owner(request), req.previous_response_id)
@@ -65,16 +66,17 @@ async def create_response(req: ResponsesRequest, request: Request) -> Any:
             raise _not_found(req.previous_response_id, "previous_response_id")
         history = previous.conversation
     chat = translate.to_chat(req, history)
-    plan = await plan_translated(state, chat)
+    plan = await plan_translated(generation, settings, chat)
     response_id = new_request_id("resp").replace("-", "_")
     keep = _keeper(request, req, response_id, history)
+    shown = Shown(request.app.state.model.name, settings.stream_interval)
     if req.stream:
-        outputs = run_requests(state, response_id, plan.jobs)
+        outputs = generation.run(response_id, plan.jobs)
         first = await first_output(outputs)
-        events = _events(state, req, response_id, plan, replay(first, outputs), keep)
+        events = _events(shown, req, response_id, plan, replay(first, outputs), keep)
         return StreamingResponse(_sse(events), media_type="text/event-stream", headers=headers)
-    outputs = run_requests(state, response_id, plan.jobs, request.is_disconnected)
-    async with aclosing(_events(state, req, response_id, plan, outputs, keep)) as events:
+    outputs = generation.run(response_id, plan.jobs, request.is_disconnected)
+    async with aclosing(_events(shown, req, response_id, plan, outputs, keep)) as events:
         body = [event async for event in events][-1].get("response")
     return JSONResponse(body, headers=headers)
 
@@ -109,20 +111,28 @@ def _keeper(request: Request, req: ResponsesRequest, response_id: str,
     return keep
 
 
-async def _events(state: ServerState, req: ResponsesRequest, response_id: str, plan: ChatPlan,
+@dataclass(frozen=True)
+class Shown:
+    """What the events show besides the output: the served model's name; how often they come."""
+
+    model_name: str
+    stream_interval: int
+
+
+async def _events(shown: Shown, req: ResponsesRequest, response_id: str, plan: ChatPlan,
                   outputs: AsyncIterator[tuple[int, RequestOutput]], keep: Any
                   ) -> AsyncIterator[dict[str, Any]]:
     """The stream's events, from response.created to response.completed (or .incomplete)."""
     created = fmt.now()
     items = OutputItems()
-    reader = PieceReader(plan.tools)
-    opening = response_object(response_id, req, state.model_name, created, "in_progress", [],
+    reader = PieceReader(plan.reading)
+    opening = response_object(response_id, req, shown.model_name, created, "in_progress", [],
                               None)
     yield items.event("response.created", response=opening)
     yield items.event("response.in_progress", response=opening)
     output_tokens, cached, finish = 0, 0, None
     async with aclosing(outputs):
-        async for _, out in fmt.coalesce(outputs, state.settings.stream_interval):
+        async for _, out in fmt.coalesce(outputs, shown.stream_interval):
             output_tokens += len(out.new_token_ids)
             cached = out.num_cached_tokens
             for piece in reader.read(out.new_text, out.finished):
@@ -135,8 +145,8 @@ async def _events(state: ServerState, req: ResponsesRequest, response_id: str, p
     status = "incomplete" if finish == "length" else "completed"
     for event in items.close(status):
         yield event
-    body = response_object(response_id, req, state.model_name, created, status, items.items,
-                           usage(len(plan.prompt), output_tokens, cached))
+    body = response_object(response_id, req, shown.model_name, created, status, items.items,
+                           usage(plan.prompt.num_tokens, output_tokens, cached))
     keep(body)
     yield items.event(f"response.{status}", response=body)
 
@@ -154,8 +164,8 @@ async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         try:
             async for event in events:
                 sequence = event["sequence_number"] + 1
-                yield fmt.named_sse(event["type"], event)
+                yield framing.named_sse(event["type"], event)
         except APIError as exc:
-            yield fmt.named_sse("error", {"type": "error", "sequence_number": sequence,
+            yield framing.named_sse("error", {"type": "error", "sequence_number": sequence,
                                           "code": exc.code, "message": exc.message,
                                           "param": exc.param})

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.reasoning.split import ReasoningStream
 from mstar.api_server.tools.checks import check_tool_messages, check_tools
 from mstar.api_server.tools.parsers.calls import CallStream, Declared
 from mstar.api_server.tools.parsers.registry import CONSTRAINED_FORMAT, parser_name, stream_factory
@@ -40,8 +39,6 @@ class ToolPlan:
     new_parser: Callable[[], CallStream] | None = None  # None: the output is plain content
     structured_output: StructuredOutput | None = None  # the request's whole output constraint
     parallel: bool = True  # more than one call per reply
-    # Splits reasoning out before calls are parsed (set by the route from ``reasoning.plan``).
-    new_reasoning: Callable[[], ReasoningStream] | None = None
 
 
 NO_TOOLS = ToolPlan()

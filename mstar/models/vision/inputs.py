@@ -8,9 +8,7 @@ encoded the same way whatever else shares its prompt, and its content hash names
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -113,33 +111,3 @@ def build_prompt(processor, text: str, images: list) -> tuple[list[int], list[Im
         raise ValueError(f"the prompt has {len(where)} image tokens; its images fill {used}")
     return ids, inputs
 
-
-def chat_prompt(processor, messages: list[dict]) -> tuple[list[int], list[ImageInput]]:
-    """An OpenAI-shaped conversation (``image_url`` parts with ``data:`` URLs, or ``image``
-    parts holding a PIL image) rendered by the processor's chat template: ids and images.
-    Offline use (``mstar.LLM.chat``); the API server checks and loads its parts itself."""
-    from PIL import Image
-
-    images, rendered = [], []
-    for msg in messages:
-        content = msg.get("content")
-        if isinstance(content, list):
-            parts = []
-            for part in content:
-                if part.get("type") == "text":
-                    parts.append({"type": "text", "text": part.get("text", "")})
-                    continue
-                if part.get("type") == "image_url":
-                    url = part["image_url"]["url"]
-                    if not url.startswith("data:"):
-                        raise ValueError("offline image parts take data: URLs only")
-                    data = base64.b64decode(url.partition(",")[2], validate=True)
-                    picture = Image.open(io.BytesIO(data))
-                else:
-                    picture = part["image"]
-                images.append(picture.convert("RGB"))
-                parts.append({"type": "image"})
-            content = parts
-        rendered.append({**msg, "content": content})
-    text = processor.apply_chat_template(rendered, tokenize=False, add_generation_prompt=True)
-    return build_prompt(processor, text, images)

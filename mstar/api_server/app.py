@@ -1,6 +1,14 @@
-"""The FastAPI application: routes, error handlers, admission control and the catch-all guard."""
+"""The composition root: the FastAPI application wired from the server's collaborators (the engine
+client, the running settings, the served model, admission, metrics) with its routes, error
+handlers, admission control and the catch-all guard.
+
+Routes find what they call on ``app.state``: ``generation`` (prompts and runs), ``gate`` (request
+checks), ``running`` (the settings), ``model`` (the served model) and ``response_store``.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -8,6 +16,12 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mstar.api_server.anthropic import routes as anthropic_routes
+from mstar.api_server.context.admission import Admission
+from mstar.api_server.context.metrics import Metrics
+from mstar.api_server.context.running import RunningSettings
+from mstar.api_server.context.served import ServedModel
+from mstar.api_server.generation.engine_client import EngineClient
+from mstar.api_server.generation.facade import Generation
 from mstar.api_server.http.errors import error_body, install_error_handlers
 from mstar.api_server.http.middleware import LimitsMiddleware
 from mstar.api_server.http.openapi import documented, error_responses, install_openapi
@@ -19,7 +33,7 @@ from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
 from mstar.api_server.responses.store import ResponseStore
-from mstar.api_server.state import ServerState
+from mstar.api_server.validation.gate import RequestGate
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
@@ -28,37 +42,45 @@ METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
-def build_app(state: ServerState) -> FastAPI:
+def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, model: ServedModel,
+              admission: Admission, metrics: Metrics, processor: Any = None) -> FastAPI:
+    """``processor``: a vision model's transformers processor (None: the model takes text)."""
     app = FastAPI(title="mstar", version="1", docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json",
                   description="OpenAI-compatible serving (chat, completions, Responses) and "
                   "Anthropic's Messages API. Which request fields are supported, rejected or "
                   "ignored: docs/openai_api.rst and docs/anthropic_api.rst.")
-    app.state.server = state
-    app.state.response_store = ResponseStore(state.settings.responses_store_capacity,
-                                             state.settings.responses_store_ttl_s)
+    settings = running.settings
+    app.state.generation = Generation(client, tokenizer, model, running, metrics, processor)
+    app.state.gate = RequestGate(model, running, 0 if tokenizer is None else len(tokenizer))
+    app.state.running = running
+    app.state.model = model
+    app.state.response_store = ResponseStore(settings.responses_store_capacity,
+                                             settings.responses_store_ttl_s)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
 
     @app.get("/health", response_model=None, responses=documented(HealthResponse, (503,)))
     async def health() -> Response:
-        reason = state.unavailable_reason()
+        reason = admission.unavailable_reason()
         if reason is not None:
             return JSONResponse(error_body(503, reason), status_code=503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/metrics", response_model=None, responses={**METRICS_DOC, **error_responses((401,))})
-    async def metrics(request: Request) -> Response:
-        state.metrics.update_workers(state.client.stats)
-        state.metrics.update_dropped_frames(state.client.dropped_frames())
-        state.metrics.in_flight.set(state.in_flight)
-        state.metrics.show_fingerprint(state.settings.fingerprint())
-        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    @app.get("/metrics", name="metrics", response_model=None,
+             responses={**METRICS_DOC, **error_responses((401,))})
+    async def prometheus(request: Request) -> Response:
+        metrics.update_workers(client.stats)
+        metrics.update_dropped_frames(client.dropped_frames())
+        metrics.in_flight.set(admission.in_flight)
+        metrics.show_fingerprint(running.settings.fingerprint())
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     install_openapi(app)
     routes = [route for router in ROUTERS for route in router.routes]
     routes += [route for route in app.routes if isinstance(route, APIRoute)]
-    app.add_middleware(LimitsMiddleware, state=state, routes=routes)
+    app.add_middleware(LimitsMiddleware, running=running, admission=admission, metrics=metrics,
+                       routes=routes)
     app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two
     return app

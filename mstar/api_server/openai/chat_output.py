@@ -13,21 +13,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from mstar.api_server.openai.chat_plan import OutputReading, PieceReader, ReasoningText
 from mstar.api_server.reasoning.split import read_all
-from mstar.api_server.tools.parsers.calls import Piece, ToolCall, parse_all
-from mstar.api_server.tools.plan import ToolPlan
+from mstar.api_server.tools.parsers.calls import ToolCall, parse_all
 
 
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def final_message(plan: ToolPlan, text: str, finish_reason: str | None
+def final_message(reading: OutputReading, text: str, finish_reason: str | None
                   ) -> tuple[dict[str, Any], str | None]:
     """The assistant message of a non-streaming choice, and its finish_reason."""
     message: dict[str, Any] = {"role": "assistant"}
-    if plan.new_reasoning is not None:
-        message["reasoning_content"], text = read_all(plan.new_reasoning(), text)
+    if reading.new_reasoning is not None:
+        message["reasoning_content"], text = read_all(reading.new_reasoning(), text)
+    plan = reading.tools
     if plan.new_parser is None:
         return {**message, "content": text}, finish_reason
     parsed = parse_all(plan.new_parser(), text)
@@ -41,33 +42,29 @@ def final_message(plan: ToolPlan, text: str, finish_reason: str | None
 
 
 class StreamedChoice:
-    """One choice of a chat stream: its chunks, built from the text as it comes."""
+    """One choice of a chat stream: its chunks, built from the pieces ``PieceReader`` reads."""
 
-    def __init__(self, plan: ToolPlan) -> None:
-        self._parser = plan.new_parser() if plan.new_parser is not None else None
-        self._reasoning = plan.new_reasoning() if plan.new_reasoning is not None else None
-        self._parallel = plan.parallel
-        self._calls = 0
+    def __init__(self, reading: OutputReading) -> None:
+        self._plain = reading.plain
+        self._reader = PieceReader(reading)
 
     def chunks(self, item: dict[str, Any], text: str, finished: bool) -> list[dict[str, Any]]:
         """The stream choices for this new text. ``item`` holds index, logprobs and finish_reason:
         logprobs go on the first chunk, finish_reason on the last. Nothing when the text was all
         held back (a possible tag) and there is nothing else to send."""
-        if self._parser is None and self._reasoning is None:
+        if self._plain:
             return [{**item, "delta": {"content": text}}]
-        deltas = []
-        if self._reasoning is not None:
-            reasoning, text = self._reasoning.feed(text)
-            if finished:
-                more_reasoning, more_text = self._reasoning.finish()
-                reasoning, text = reasoning + more_reasoning, text + more_text
-            deltas += [{"reasoning_content": reasoning}] if reasoning else []
-        if self._parser is None:
-            deltas += [{"content": text}] if text else []
-        else:
-            pieces = self._parser.feed(text) + (self._parser.finish() if finished else [])
-            deltas += [d for piece in pieces for d in self._deltas(piece)]
-        reason = _finish_reason(item["finish_reason"], self._calls > 0)
+        index = self._reader.calls  # the index of the next call read
+        deltas: list[dict[str, Any]] = []
+        for piece in self._reader.read(text, finished):
+            if isinstance(piece, ReasoningText):
+                deltas.append({"reasoning_content": piece.text})
+            elif isinstance(piece, ToolCall):
+                deltas += _call_deltas(index, piece)
+                index += 1
+            else:
+                deltas.append({"content": piece})
+        reason = _finish_reason(item["finish_reason"], self._reader.calls > 0)
         if not deltas:
             return [{**item, "delta": {}, "finish_reason": reason}] if (
                 reason is not None or item["logprobs"]) else []
@@ -75,14 +72,6 @@ class StreamedChoice:
         out[0]["logprobs"] = item["logprobs"]
         out[-1]["finish_reason"] = reason
         return out
-
-    def _deltas(self, piece: Piece) -> list[dict[str, Any]]:
-        if isinstance(piece, str):
-            return [{"content": piece}]
-        if not self._parallel and self._calls:
-            return []
-        self._calls += 1
-        return _call_deltas(self._calls - 1, piece)
 
 
 def _call_deltas(index: int, call: ToolCall) -> list[dict[str, Any]]:

@@ -1,0 +1,39 @@
+"""The settings one API server runs with: their one owner."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mstar.settings import LoadedSettings, WorkerSettings
+
+
+class RunningSettings:
+    """The running settings, their sources and the restart-only changes the last reload found.
+
+    Routes and helpers read ``settings`` when they need a knob (per request: a reload may change
+    it); only ``reload.apply_reload`` replaces them (``replace``).
+    """
+
+    def __init__(self, settings: WorkerSettings, loaded: LoadedSettings | None = None) -> None:
+        self._settings = settings
+        self._loaded = loaded  # None: an app built without sources (tests)
+        self._pending_restart: dict[str, dict] = {}
+
+    @property
+    def settings(self) -> WorkerSettings:
+        return self._settings
+
+    @property
+    def loaded(self) -> LoadedSettings | None:
+        return self._loaded
+
+    @property
+    def pending_restart(self) -> dict[str, dict]:
+        """Restart-only knobs the last reload found changed: env -> {"value", "source"}."""
+        return dict(self._pending_restart)
+
+    def replace(self, loaded: LoadedSettings, pending_restart: dict[str, dict]) -> None:
+        self._loaded = loaded
+        self._settings = loaded.settings
+        self._pending_restart = dict(pending_restart)

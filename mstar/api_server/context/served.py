@@ -1,0 +1,30 @@
+"""The served model as the routes see it: its names, its length and what a request may carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mstar.api_server.context.running import RunningSettings
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str  # the name the workers report
+    max_model_len: int
+    running: RunningSettings  # the aliases (MSTAR_SERVED_MODEL_NAMES) are read per request
+    # What a request may carry (``models.registry.accepted_modalities``): "text", "image".
+    modalities: tuple[str, ...] = ("text",)
+
+    def served_names(self) -> list[str]:
+        """The names /v1/models lists: the served name, then MSTAR_SERVED_MODEL_NAMES."""
+        settings = self.running.settings
+        aliases = (settings.served_model_names or "").split(",")
+        return list(dict.fromkeys([self.name, *(a.strip() for a in aliases if a.strip())]))
+
+    def serves(self, model: str | None) -> bool:
+        """Whether a request's ``model`` names this model (absent: yes; MSTAR_MODEL works too)."""
+        return model is None or model in self.served_names() or model == self.running.settings.model
+
+    @property
+    def takes_images(self) -> bool:
+        return "image" in self.modalities

@@ -1,0 +1,62 @@
+"""What a request passes before any work: the served model, the endpoint's rejected fields, the
+list caps, the rules of its kind and the common ones; the headers it gets (unknown fields)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mstar.api_server.context.running import RunningSettings
+from mstar.api_server.context.served import ServedModel
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.validation.field_table import Endpoint
+from mstar.api_server.validation.request_rules import (
+    ChatRequest,
+    Rule,
+    check_content_parts,
+    check_list_caps,
+    check_rejected_fields,
+    check_request,
+)
+from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy, unknown_fields
+
+
+class RequestGate:
+    def __init__(self, model: ServedModel, running: RunningSettings, vocab_size: int) -> None:
+        self._model = model
+        self._running = running
+        self._vocab_size = vocab_size
+        # As the server started: MSTAR_UNKNOWN_REQUEST_FIELDS is not reloaded here.
+        self._unknown = UnknownFieldPolicy(running.settings.unknown_request_fields)
+
+    def check_model(self, model: str | None) -> None:
+        if not self._model.serves(model):
+            served = ", ".join(self._model.served_names())
+            raise APIError(404, f"The model `{model}` does not exist; this server serves: "
+                           f"{served}", "model", code="model_not_found",
+                           kind="invalid_request_error")
+
+    def content_parts(self, req: ChatRequest) -> None:
+        """A chat request's content parts, images as far as the served model takes them."""
+        check_content_parts(req, self._model.takes_images,
+                            self._running.settings.max_images_per_request)
+
+    def admit(self, req: Any, endpoint: Endpoint | None,
+              rules: tuple[Rule, ...] = ()) -> dict[str, str]:
+        """Check a generation request before any work (``rules``: those of its kind); the
+        response headers it gets (unknown fields)."""
+        self.check_model(req.model)
+        check_list_caps(req, self._running.settings)
+        check_request(req, endpoint, self._vocab_size, rules)
+        return self._unknown.headers(unknown_fields(req))
+
+    def admit_fields(self, req: Any, endpoint: Endpoint | None = None,
+                     check: Callable[[Any], None] | None = None) -> dict[str, str]:
+        """The model, the endpoint's rejected fields and ``check`` (a route's own rules), for the
+        routes that do not generate through ``admit``; the response headers (unknown fields)."""
+        self.check_model(req.model)
+        if endpoint is not None:
+            check_rejected_fields(req, endpoint)
+        if check is not None:
+            check(req)
+        return self._unknown.headers(unknown_fields(req))

@@ -1,0 +1,92 @@
+"""OpenAI chat messages with media parts, read once for both callers: the media parts in order
+(``media_refs``), the messages as a processor's chat template takes them (``template_messages``,
+one ``{"type": "image"}`` marker per part), and the ``Prompt`` the processor makes of the rendered
+text and the decoded pictures (``render``, ``build``).
+
+Messages are plain dicts in OpenAI's shape. ``mstar.LLM.chat`` passes its own (``image_url`` parts
+with ``data:`` URLs, or ``image`` parts holding a PIL image: ``offline_picture``); the API server
+passes its validated messages dumped to dicts, checks each part (``api_server.media.parts``) and
+loads the pictures with its limits (``api_server.media.pool``).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from mstar.models.vision.inputs import build_prompt
+from mstar.prompt.value import Prompt
+
+MEDIA_TYPES = ("image_url", "image")  # the content part types that carry a picture
+
+
+@dataclass(frozen=True)
+class MediaRef:
+    """One media part of a conversation, where it sits and what it names."""
+
+    param: str  # messages.<i>.content.<j>
+    type: str  # "image_url" or "image"
+    url: str | None = None  # an image_url part's URL (None: the part has no image_url)
+    detail: str | None = None  # an image_url part's detail
+    picture: Any = None  # an image part's PIL image (offline only)
+
+
+def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
+
+
+def media_refs(messages: list[dict[str, Any]]) -> list[MediaRef]:
+    """Every media part, in prompt order."""
+    found = []
+    for i, msg in enumerate(messages):
+        for j, part in enumerate(_parts(msg)):
+            kind = part.get("type")
+            if kind not in MEDIA_TYPES:
+                continue
+            image_url = part.get("image_url") or {}
+            found.append(MediaRef(f"messages.{i}.content.{j}", kind, image_url.get("url"),
+                                  image_url.get("detail"), part.get("image")))
+    return found
+
+
+def has_media(messages: list[dict[str, Any]]) -> bool:
+    return any(part.get("type") in MEDIA_TYPES for msg in messages for part in _parts(msg))
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as a processor's chat template takes them: media parts become markers."""
+    out = []
+    for msg in messages:
+        if isinstance(msg.get("content"), list):
+            msg = {**msg, "content": [
+                {"type": "image"} if part.get("type") in MEDIA_TYPES
+                else {"type": "text", "text": part.get("text") or ""} for part in msg["content"]]}
+        out.append(msg)
+    return out
+
+
+def render(processor: Any, messages: list[dict[str, Any]]) -> str:
+    """The processor's chat template over the messages, generation prompt added."""
+    return processor.apply_chat_template(template_messages(messages), tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def build(processor: Any, text: str, pictures: list) -> Prompt:
+    """The prompt of rendered ``text`` (one marker per picture, in order) and the pictures."""
+    ids, inputs = build_prompt(processor, text, pictures)
+    return Prompt(ids, tuple(inputs))
+
+
+def offline_picture(ref: MediaRef) -> Any:
+    """An offline part's RGB picture: the PIL image given, or a ``data:`` URL decoded."""
+    if ref.picture is not None:
+        return ref.picture.convert("RGB")
+    from PIL import Image
+
+    if ref.url is None or not ref.url.startswith("data:"):
+        raise ValueError("offline image parts take data: URLs only")
+    data = base64.b64decode(ref.url.partition(",")[2], validate=True)
+    return Image.open(io.BytesIO(data)).convert("RGB")
