@@ -63,12 +63,13 @@ def crashing_app():
     from fastapi.responses import StreamingResponse
     from starlette.testclient import TestClient
 
+    from mstar.api_server.generation.replica_health import ReplicaHealth
     from mstar.api_server.http.app import build_app
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.state import ServerState
     from mstar.settings import WorkerSettings
 
-    idle_client = SimpleNamespace(failure=None, stats={})
+    idle_client = SimpleNamespace(failure=None, stats={}, replicas=ReplicaHealth(1))
     app = build_app(ServerState(settings=WorkerSettings(), tokenizer=None, client=idle_client,
                                 model_name="m", max_model_len=16, metrics=Metrics()))
 

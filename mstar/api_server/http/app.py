@@ -43,9 +43,12 @@ def build_app(state: ServerState) -> FastAPI:
 
     @app.get("/health", response_model=None, responses=documented(HealthResponse, (503,)))
     async def health() -> Response:
-        reason = state.unavailable_reason()
+        replicas = state.client.replicas  # some down: degraded; all down: a 503 that says so
+        reason = state.unavailable_reason() or replicas.unavailable()
         if reason is not None:
             return JSONResponse(error_body(503, reason), status_code=503)
+        if replicas.degraded() is not None:
+            return JSONResponse({"status": "degraded", "message": replicas.degraded()})
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics", response_model=None, responses={**METRICS_DOC, **error_responses((401,))})
