@@ -194,7 +194,7 @@ class Conductor:
         while True:
             for msg in self.poll(POLL_MS):
                 if isinstance(msg, m.ReloadSettings):
-                    self.reload(msg)
+                    self.reload(msg, liveness.down)
                 elif isinstance(msg, m.Alive):
                     liveness.heard(msg, time.monotonic())
                 elif isinstance(msg, m.Shutdown):
@@ -209,11 +209,13 @@ class Conductor:
             log.warning("replicas_down" if report.down else "replicas_up", down=report.down)
             send(self.to_api, report)
 
-    def reload(self, msg: m.ReloadSettings) -> None:
-        """SIGHUP: take the reloadable knobs, then pass them on to every worker."""
+    def reload(self, msg: m.ReloadSettings, down: dict[int, str]) -> None:
+        """SIGHUP: take the reloadable knobs, then pass them on to every worker that is up (a
+        down one's queue would fill, and then block the conductor)."""
         self.settings = apply_reloaded(self.settings, msg, "conductor")
         for w in self.workers:
-            send(w.channel, msg)
+            if w.index not in down:
+                send(w.channel, msg)
 
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""
