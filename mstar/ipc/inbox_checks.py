@@ -15,6 +15,7 @@ from crashing the receiver, not from being obeyed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from mstar.ipc.check_rules import (
 from mstar.ipc.image_checks import check_image
 
 if TYPE_CHECKING:
+    from mstar.engine.request.outputs import RequestOutput
     from mstar.settings import WorkerSettings
 
 # Why an inbox drops a frame: the label values of mstar_transport_dropped_frames{reason=...}.
@@ -43,6 +45,9 @@ DROP_REASONS = (UNDECODABLE, UNEXPECTED_TYPE, INVALID)
 
 SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
 FINISH_REASONS = (None, "stop", "length", "abort")
+# Output token ids: the tokenizer takes them as u32 (the API server does not know the model's
+# vocabulary; an id past the tokenizer's decodes to nothing, ``mstar.output``).
+TOKEN_ID_LIMIT = 2**32
 
 
 @dataclass(frozen=True)
@@ -151,16 +156,29 @@ def check_settings_sync(msg: m.SettingsSync, bounds: InboxBounds) -> None:
 # -- worker or conductor -> API server --------------------------------------------------------------
 
 def check_outputs(msg: m.Outputs, bounds: InboxBounds) -> None:
-    for out in msg.outputs:
-        text(out.request_id, "outputs.request_id", MAX_ID_CHARS)
-        token_ids(out.new_token_ids, 2**32, "outputs.new_token_ids")
-        member(out.finish_reason, FINISH_REASONS, "outputs.finish_reason")
-        for name in ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens"):
-            count(getattr(out, name), f"outputs.{name}")
-        if out.embedding is not None and len(out.embedding) % 4:
-            raise Invalid("outputs.embedding is not a whole number of float32 values")
-        for lp in out.logprobs or ():
-            token_ids([lp.token_id, *(t for t, _ in lp.top)], 2**32, "outputs.logprobs")
+    """The hottest message (one per engine step): one cheap pass over all outputs; only when it
+    fails are they taken apart, rule by rule, to name the field."""
+    outs = msg.outputs
+    plain = all(len(o.request_id) <= MAX_ID_CHARS and o.finish_reason in FINISH_REASONS
+                and o.num_prompt_tokens >= 0 and o.num_output_tokens >= 0
+                and o.num_cached_tokens >= 0 and o.logprobs is None and o.embedding is None
+                for o in outs)
+    ids = list(itertools.chain.from_iterable([o.new_token_ids for o in outs]))
+    if not (plain and (not ids or (min(ids) >= 0 and max(ids) < TOKEN_ID_LIMIT))):
+        for out in outs:
+            _check_output(out)
+
+
+def _check_output(out: RequestOutput) -> None:
+    text(out.request_id, "outputs.request_id", MAX_ID_CHARS)
+    token_ids(out.new_token_ids, TOKEN_ID_LIMIT, "outputs.new_token_ids")
+    member(out.finish_reason, FINISH_REASONS, "outputs.finish_reason")
+    for name in ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens"):
+        count(getattr(out, name), f"outputs.{name}")
+    if out.embedding is not None and len(out.embedding) % 4:
+        raise Invalid("outputs.embedding is not a whole number of float32 values")
+    for lp in out.logprobs or ():
+        token_ids([lp.token_id, *(t for t, _ in lp.top)], TOKEN_ID_LIMIT, "outputs.logprobs")
 
 
 def check_request_failed(msg: m.RequestFailed, bounds: InboxBounds) -> None:

@@ -15,6 +15,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from wire_strategies import messages
 
+from mstar.engine.request.outputs import RequestOutput, TokenLogprob
 from mstar.ipc import messages as m
 from mstar.ipc.images import WireImage, WireTensor, from_wire
 from mstar.ipc.inbox_checks import InboxBounds, Invalid, check
@@ -84,11 +85,21 @@ def test_an_image_must_be_the_bytes_its_shape_says():
     m.WorkerStats(0, 0, 0, float("nan"), 0), m.TransportDrops("intruder", {"invalid": 1}),
     m.TransportDrops("worker 0", {"made up": 1}), m.RequestFailed("r", 200, "ok"),
     m.Ready("m", 64, 3, [], ["tcp://a:1"] * 3), m.Ready("m", 64, 2, [], ["x", "y"]),
-    m.Liveness({5: "down"}),
+    m.Liveness({5: "down"}), m.Outputs([RequestOutput("r", [1]), RequestOutput("s", [-1])]),
+    m.Outputs([RequestOutput("r", [1], logprobs=[TokenLogprob(1, -0.5, [(2**32, -1.0)])])]),
+    m.Outputs([RequestOutput("r", finish_reason="exploded")]),
+    m.Outputs([RequestOutput("r", embedding=b"abc")]),
 ], ids=lambda msg: type(msg).__name__)
 def test_reports_are_checked_against_the_replica_table(msg):
     with pytest.raises(Invalid):
         check(msg, InboxBounds(replicas=2))
+
+
+def test_the_outputs_a_worker_sends_pass():
+    check(m.Outputs([RequestOutput("r", [1, 2**32 - 1], True, "stop", 3, 2, num_cached_tokens=1),
+                     RequestOutput("e", [], True, "stop", 3, embedding=bytes(8)),
+                     RequestOutput("l", [4], logprobs=[TokenLogprob(4, -0.5, [(5, -1.0)])])]),
+          InboxBounds(replicas=2))
 
 
 def consume(msg: m.Message) -> None:
