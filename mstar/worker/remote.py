@@ -9,6 +9,7 @@ do: 0 after the conductor's shutdown, non-zero (and stopping the other ranks) wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 from multiprocessing.connection import wait
 
@@ -95,11 +96,13 @@ def supervise(procs: list, settings: WorkerSettings, endpoints: Endpoints, repli
     failed (the others are then killed)."""
     ctx = zmq.Context()
     to_conductor = push_socket(ctx, endpoints.conductor, endpoints.security)
+    to_conductor.setsockopt(zmq.SNDTIMEO, 0)  # never wait: a late heartbeat is worth nothing
     alive = m.Alive(replica, os.getpid())
     code = False
     try:
         while procs:
-            send(to_conductor, alive)
+            with contextlib.suppress(zmq.Again):  # the conductor's queue is full: it is gone
+                send(to_conductor, alive)
             for sentinel in wait([p.sentinel for p in procs], heartbeat_s(
                     settings.liveness_interval_s)):
                 proc = next(p for p in procs if p.sentinel == sentinel)
