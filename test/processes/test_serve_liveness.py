@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -85,3 +86,33 @@ def test_a_killed_remote_replica_gets_no_new_request_and_health_says_degraded(tw
         assert list(pool.map(complete, range(8))) == [200] * 8
     assert worker.wait(10) == -signal.SIGKILL
     assert "replicas_down" in server.log()
+
+
+def test_health_is_degraded_while_a_replica_is_down_and_503_once_none_is_up():
+    from starlette.testclient import TestClient
+
+    from mstar.api_server.generation.replica_health import ReplicaHealth
+    from mstar.api_server.http.app import build_app
+    from mstar.api_server.metrics import Metrics
+    from mstar.api_server.state import ServerState
+    from mstar.ipc.messages import Liveness
+    from mstar.settings import WorkerSettings
+
+    replicas = ReplicaHealth(2)
+    client = SimpleNamespace(failure=None, stats={}, replicas=replicas)
+    app = TestClient(build_app(ServerState(settings=WorkerSettings(), tokenizer=None,
+                                           client=client, model_name="m", max_model_len=16,
+                                           metrics=Metrics())))
+    assert app.get("/health").json() == {"status": "ok"}
+    replicas.update(Liveness({1: "worker 1 (pid 9) is down: not heard from for 2.1 s"}))
+    resp = app.get("/health")
+    assert resp.status_code == 200
+    assert resp.json() == {"status": "degraded",
+                           "message": "worker 1 (pid 9) is down: not heard from for 2.1 s"}
+    replicas.update(Liveness({0: "worker 0 (pid 8) is down", 1: "worker 1 (pid 9) is down"}))
+    resp = app.get("/health")
+    assert resp.status_code == 503
+    assert resp.json()["error"]["message"] == ("degraded, no replica is up: worker 0 (pid 8) is "
+                                               "down; worker 1 (pid 9) is down")
+    replicas.update(Liveness({}))
+    assert app.get("/health").json() == {"status": "ok"}
