@@ -160,12 +160,12 @@ class Conductor:
         return True
 
     def setup_done(self, msg: m.SetupDone) -> None:
-        """(The inbox checked that the replica and rank exist.)"""
+        """Record a rank's readiness (the inbox checked that its replica and rank exist)."""
         self.workers[msg.worker].ranks[msg.rank].setup = msg
 
     def join(self, msg: m.Join) -> None:
-        """A replica on another host asks for the settings: it runs with the conductor's. (The
-        inbox checked that it is one of the MSTAR_REMOTE_WORKERS replicas.)"""
+        """A replica on another host asks for the settings: it runs with the conductor's (the
+        inbox checked that it is one of the MSTAR_REMOTE_WORKERS replicas)."""
         w = self.workers[msg.worker]
         if w.channel is None:
             try:
