@@ -34,6 +34,8 @@ from mstar.ipc.check_rules import (
     token_ids,
 )
 from mstar.ipc.image_checks import check_image
+from mstar.settings.reload import reloadable_values, with_values
+from mstar.settings.wire import settings_from_json
 
 if TYPE_CHECKING:
     from mstar.engine.request.outputs import RequestOutput
@@ -107,8 +109,6 @@ def check_shutdown(msg: m.Shutdown, bounds: InboxBounds) -> None:
 def check_reload(msg: m.ReloadSettings, bounds: InboxBounds) -> None:
     """Exactly the reloadable knobs (the API server sends every one), with values the settings
     parser takes: applying it can then not fail, in whichever process."""
-    from mstar.settings.reload import reloadable_values, with_values
-
     text(msg.fingerprint, "fingerprint")
     if bounds.settings is None:
         raise Invalid("this process takes no reload")
@@ -145,8 +145,6 @@ def check_alive(msg: m.Alive, bounds: InboxBounds) -> None:
 
 
 def check_settings_sync(msg: m.SettingsSync, bounds: InboxBounds) -> None:
-    from mstar.settings.wire import settings_from_json
-
     try:
         settings_from_json(msg.settings_json)
     except (ValueError, TypeError) as exc:
