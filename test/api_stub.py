@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 
+from mstar.api_server.generation.replica_health import ReplicaHealth
 from mstar.engine.request.outputs import TokenLogprob
 from mstar.ipc import messages as m
 from mstar.output.processor import TextOutput
@@ -31,6 +32,7 @@ class StubEngine:
     def __init__(self) -> None:
         self.failure = None
         self.stats: dict = {}
+        self.replicas = ReplicaHealth(1)
         self.submitted: list = []
 
     def submit(self, requests: list) -> asyncio.Queue:

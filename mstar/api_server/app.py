@@ -63,9 +63,12 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
 
     @app.get("/health", response_model=None, responses=documented(HealthResponse, (503,)))
     async def health() -> Response:
-        reason = admission.unavailable_reason()
+        replicas = client.replicas  # some down: degraded; all down: a 503 that says so
+        reason = admission.unavailable_reason() or replicas.unavailable()
         if reason is not None:
             return JSONResponse(error_body(503, reason), status_code=503)
+        if replicas.degraded() is not None:
+            return JSONResponse({"status": "degraded", "message": replicas.degraded()})
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics", name="metrics", response_model=None,

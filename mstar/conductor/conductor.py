@@ -6,7 +6,10 @@ immediate: the process sentinel of each rank of each replica is polled next to t
 tensor-parallel replica is one worker here; its ranks each report SETUP_DONE and must all run with
 the conductor's settings fingerprint. Replicas on other hosts
 (MSTAR_REMOTE_WORKERS) join with JOIN and get the settings in return; their processes are not
-the conductor's, so their death is not watched here (see docs/distributed.rst).
+the conductor's: their heartbeats are (``mstar.conductor.liveness``), and one that falls silent
+degrades the server instead of ending it (see docs/distributed.rst). Every message is checked at
+the inbox (``mstar.ipc.inbox_checks``): indices against the replica and rank tables, reloads
+through the settings parser.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import zmq
 
+from mstar.conductor.liveness import RemoteLiveness
 from mstar.conductor.replica import RankProcess, WorkerHandle, describe_exit
 from mstar.engine.rendezvous import check_deterministic_loop, group_rendezvous
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
+from mstar.ipc.inbox_checks import InboxBounds
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.sockets import drops_report, pull_socket, push_socket, receive, send
@@ -54,7 +59,9 @@ class Conductor:
         self.endpoints = endpoints
         self.ctx = zmq.Context()
         self.security = endpoints.security
-        self.inbox = pull_socket(self.ctx, endpoints.conductor, self.security, m.TO_CONDUCTOR)
+        self.bounds = InboxBounds.of(settings)  # the replica and rank tables, the remote ones
+        self.inbox = pull_socket(self.ctx, endpoints.conductor, self.security, m.TO_CONDUCTOR,
+                                 self.bounds)
         self.to_api = push_socket(self.ctx, endpoints.api, self.security)
         self.workers: list[WorkerHandle] = []
         self.poller = zmq.Poller()
@@ -83,9 +90,8 @@ class Conductor:
             check_remote_workers(self.settings)
         except ValueError as exc:
             raise WorkerDied(str(exc)) from None
-        first_remote = self.settings.num_workers - self.settings.remote_workers
         for i, address in enumerate(self.endpoints.workers):
-            if i >= first_remote:
+            if i in self.bounds.remote:
                 log.info("waiting_for_remote_worker", worker=i,
                          command=f"mstar worker --conductor {self.endpoints.conductor} --replica {i}")
                 ranks = [RankProcess(r, None) for r in range(self.settings.tensor_parallel_size)]
@@ -154,19 +160,12 @@ class Conductor:
         return True
 
     def setup_done(self, msg: m.SetupDone) -> None:
-        if not (0 <= msg.worker < len(self.workers)
-                and 0 <= msg.rank < len(self.workers[msg.worker].ranks)):
-            log.warning("setup_done_dropped", worker=msg.worker, rank=msg.rank, pid=msg.pid,
-                        reason="no such worker rank")
-            return
+        """Record a rank's readiness (the inbox checked that its replica and rank exist)."""
         self.workers[msg.worker].ranks[msg.rank].setup = msg
 
     def join(self, msg: m.Join) -> None:
-        """A replica on another host asks for the settings: it runs with the conductor's."""
-        if not 0 <= msg.worker < len(self.workers) or not self.workers[msg.worker].remote:
-            log.warning("join_refused", worker=msg.worker, address=msg.address,
-                        reason="not one of the MSTAR_REMOTE_WORKERS replicas")
-            return
+        """A replica on another host asks for the settings: it runs with the conductor's (the
+        inbox checked that it is one of the MSTAR_REMOTE_WORKERS replicas)."""
         w = self.workers[msg.worker]
         if w.channel is None:
             try:
@@ -190,19 +189,33 @@ class Conductor:
                     f"the conductor with {expected}: refusing to start")
 
     def control_loop(self) -> int:
+        liveness = RemoteLiveness(self.bounds.remote, self.settings.liveness_interval_s,
+                                  time.monotonic())
         while True:
             for msg in self.poll(POLL_MS):
                 if isinstance(msg, m.ReloadSettings):
-                    self.reload(msg)
+                    self.reload(msg, liveness.down)
+                elif isinstance(msg, m.Alive):
+                    liveness.heard(msg, time.monotonic())
                 elif isinstance(msg, m.Shutdown):
                     log.info("conductor_stopping", reason=msg.reason)
                     return 0
+            self.report_liveness(liveness)
 
-    def reload(self, msg: m.ReloadSettings) -> None:
-        """SIGHUP: take the reloadable knobs, then pass them on to every worker."""
+    def report_liveness(self, liveness: RemoteLiveness) -> None:
+        report = liveness.update(time.monotonic(),
+                                 lambda i: self.workers[i].name(self.workers[i].ranks[0]))
+        if report is not None:
+            log.warning("replicas_down" if report.down else "replicas_up", down=report.down)
+            send(self.to_api, report)
+
+    def reload(self, msg: m.ReloadSettings, down: dict[int, str]) -> None:
+        """SIGHUP: take the reloadable knobs, then pass them on to every worker that is up (a
+        down one's queue would fill, and then block the conductor)."""
         self.settings = apply_reloaded(self.settings, msg, "conductor")
         for w in self.workers:
-            send(w.channel, msg)
+            if w.index not in down:
+                send(w.channel, msg)
 
     def stop_workers(self) -> None:
         """Ask live workers to stop, then make sure they are gone."""

@@ -169,3 +169,24 @@ def encode(msg: Message) -> bytes:
 
 def decode(data: bytes) -> Message:
     return _decoder.decode(data)
+
+
+# Liveness of the replicas on other hosts (added after the table above; see mstar.conductor.liveness)
+
+# a remote replica's ``mstar worker`` -> conductor, every MSTAR_LIVENESS_INTERVAL_S / 4
+class Alive(_Message):
+    worker: int
+    pid: int
+
+
+# conductor -> API server, whenever the set of replicas that missed their interval changes
+class Liveness(_Message):
+    """``down``: replica index -> why it is down (it names the replica); empty once all are up."""
+
+    down: dict[int, str]
+
+
+Message = Union[Message, Alive, Liveness]  # noqa: UP007
+TO_API = (*TO_API, Liveness)
+TO_CONDUCTOR = (*TO_CONDUCTOR, Alive)
+_decoder = msgspec.msgpack.Decoder(Message)

@@ -7,9 +7,10 @@ Every socket applies the instance's ``SocketSecurity``: CURVE over tcp (bound so
 servers; a peer without the cluster secret never completes the handshake), and the frame limit:
 a receiver sets ``MAXMSGSIZE`` (zmq closes the connection of a peer that sends more, before
 reading it), a sender refuses to send more (``MessageTooLarge``). Every frame received is checked
-before anyone sees it: one that does not decode or is not a message this inbox ``accepts`` is
-dropped, counted on its inbox (``dropped_frames``) and logged at most once per peer and minute.
-A receive never raises on what a peer sent.
+before anyone sees it: one that does not decode, is not a message this inbox ``accepts``, or
+carries values outside the inbox's ``bounds`` (``mstar.ipc.inbox_checks``) is dropped, counted on
+its inbox (``dropped_frames``) and logged at most once per peer and minute. A receive never raises
+on what a peer sent.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import msgspec
 import structlog
 import zmq
 
+from mstar.ipc.check_rules import Invalid
+from mstar.ipc.inbox_checks import INVALID, UNDECODABLE, UNEXPECTED_TYPE, InboxBounds, check
 from mstar.ipc.messages import Message, TransportDrops, decode, encode
 from mstar.ipc.security import SocketSecurity
 
@@ -42,9 +45,12 @@ class Outbox(zmq.Socket):
 
 
 class Inbox(zmq.Socket):
-    """A bound PULL socket that admits only well-formed frames of the messages it ``accepts``."""
+    """A bound PULL socket that admits only well-formed frames of the messages it ``accepts``,
+    whose values fit its ``bounds`` (its owner replaces them once it knows more: a worker's
+    model's vocabulary once it is loaded)."""
 
     accepts: tuple[type, ...] = ()
+    bounds: InboxBounds | None = None
     dropped: Counter | None = None  # reason -> frames dropped so far
     reported: int = 0  # dropped frames already reported by ``drops_report``
     logged_at: dict | None = None  # peer -> when its drops were last logged
@@ -63,9 +69,9 @@ def push_socket(ctx: zmq.Context, address: str, security: SocketSecurity) -> Out
 
 
 def pull_socket(ctx: zmq.Context, address: str, security: SocketSecurity,
-                accepts: tuple[type, ...]) -> Inbox:
+                accepts: tuple[type, ...], bounds: InboxBounds) -> Inbox:
     sock = ctx.socket(zmq.PULL, socket_class=Inbox)
-    sock.accepts = accepts
+    sock.accepts, sock.bounds = accepts, bounds
     sock.dropped, sock.logged_at = Counter(), {}
     sock.setsockopt(zmq.MAXMSGSIZE, security.max_message_bytes)
     if security.keys is not None:
@@ -86,17 +92,18 @@ def _attached(sock: zmq.Socket, attach: Callable[[str], object], address: str) -
     return sock
 
 
-def encode_for(sock: Outbox, msg: Message) -> bytes:
-    """The bytes of ``msg`` for ``sock``; MessageTooLarge when its receiver would drop them."""
+def encode_within(limit: int, msg: Message) -> bytes:
+    """The bytes of ``msg``; MessageTooLarge when over ``limit``, the frame limit of the inbox it
+    goes to (every inbox of an instance has the same: ``SocketSecurity.max_message_bytes``)."""
     data = encode(msg)
-    if len(data) > sock.limit:
+    if len(data) > limit:
         raise MessageTooLarge(f"a {type(msg).__name__} message of {len(data)} bytes exceeds "
-                              f"MSTAR_MAX_MESSAGE_MB ({sock.limit} bytes)")
+                              f"MSTAR_MAX_MESSAGE_MB ({limit} bytes)")
     return data
 
 
 def send(sock: Outbox, msg: Message) -> None:
-    sock.send(encode_for(sock, msg), copy=False)
+    sock.send(encode_within(sock.limit, msg), copy=False)
 
 
 def drain(sock: Inbox) -> list[Message]:
@@ -124,9 +131,13 @@ def admit(sock: Inbox, data: zmq.Frame) -> Message | None:
     try:
         msg = decode(data.buffer)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return _drop(sock, data, "undecodable", str(exc))
+        return _drop(sock, data, UNDECODABLE, str(exc))
     if not isinstance(msg, sock.accepts):
-        return _drop(sock, data, "unexpected_type", type(msg).__name__)
+        return _drop(sock, data, UNEXPECTED_TYPE, type(msg).__name__)
+    try:
+        check(msg, sock.bounds)
+    except Invalid as exc:
+        return _drop(sock, data, INVALID, f"{type(msg).__name__}: {exc}")
     return msg
 
 

@@ -32,6 +32,9 @@ class LeaderChannel:
     def receive(self, timeout_ms: int) -> list[m.Message]:
         return broadcast_inputs(self.group, self.channel.receive(timeout_ms))
 
+    def admit_model(self, vocab_size: int, max_model_len: int) -> None:
+        self.channel.admit_model(vocab_size, max_model_len)
+
     def send_to_conductor(self, msg: m.Message) -> None:
         self.channel.send_to_conductor(msg)
 
@@ -51,6 +54,9 @@ class FollowerChannel:
     def receive(self, timeout_ms: int) -> list[m.Message]:
         return broadcast_inputs(self.group, None)
 
+    def admit_model(self, vocab_size: int, max_model_len: int) -> None:
+        pass  # a follower takes its messages from the leader, which checked them
+
     def send_to_conductor(self, msg: m.Message) -> None:
         if isinstance(msg, m.SetupDone):
             send(self.to_conductor, msg)
@@ -69,10 +75,10 @@ def join_rank(settings: WorkerSettings, index: int, endpoints: Endpoints,
     rank = 0 if rendezvous is None else rendezvous.rank
     place_rank(settings, index, rank)
     if rendezvous is None:
-        return WorkerChannel(endpoints, index), None
+        return WorkerChannel(settings, endpoints, index), None
     check_deterministic_loop(settings)
     device, _ = resolve_device_dtype(settings)
     group = join_group(rendezvous, device, settings.startup_timeout_s)
     if rank == 0:
-        return LeaderChannel(WorkerChannel(endpoints, index), group), group
+        return LeaderChannel(WorkerChannel(settings, endpoints, index), group), group
     return FollowerChannel(endpoints, group), group

@@ -2,12 +2,14 @@
 
 It binds its command socket, sends JOIN to the conductor and takes the conductor's settings from
 the answer (logging every knob where its own differ), then starts the replica's rank processes
-here (a tensor-parallel group meets on this host's loopback) and waits for them. It exits when they
+here (a tensor-parallel group meets on this host's loopback) and waits for them, telling the
+conductor it is alive meanwhile (``Alive``, see ``mstar.conductor.liveness``). It exits when they
 do: 0 after the conductor's shutdown, non-zero (and stopping the other ranks) when one fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from multiprocessing.connection import wait
 
@@ -16,7 +18,9 @@ import zmq
 
 from mstar.engine.rendezvous import Rendezvous, free_port
 from mstar.ipc import messages as m
-from mstar.ipc.endpoints import remote_endpoints
+from mstar.ipc.endpoints import Endpoints, remote_endpoints
+from mstar.ipc.heartbeat import heartbeat_s
+from mstar.ipc.inbox_checks import InboxBounds
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.messages import TO_JOINING_WORKER
 from mstar.ipc.security import MissingClusterSecret, SocketSecurity, joining_security
@@ -35,7 +39,8 @@ def fetch_settings(local: WorkerSettings, conductor: str, replica: int, host: st
     """Join the conductor; (its settings, this replica's command address). Without the cluster
     secret the conductor never hears the JOIN (CURVE), and this times out."""
     ctx = zmq.Context()
-    inbox = pull_socket(ctx, f"tcp://{host}:*", security, TO_JOINING_WORKER)
+    inbox = pull_socket(ctx, f"tcp://{host}:*", security, TO_JOINING_WORKER,
+                        InboxBounds.of(local))
     address = inbox.getsockopt_string(zmq.LAST_ENDPOINT)
     to_conductor = push_socket(ctx, conductor, security)
     try:
@@ -81,15 +86,33 @@ def run_remote_worker(local: WorkerSettings, conductor: str, replica: int, host:
         procs.append(start_child(worker_main, (settings, replica, endpoints, rendezvous),
                                  f"mstar-worker-{replica}-rank-{rank}", daemon=True))
         log.info("worker_started", worker=replica, pid=procs[-1].pid, rank=rank)
-    code = 0
-    while procs:
-        for sentinel in wait([p.sentinel for p in procs]):
-            proc = next(p for p in procs if p.sentinel == sentinel)
-            proc.join()
-            procs.remove(proc)
-            code = code or (proc.exitcode != 0)
-        if code:
-            for proc in procs:
-                proc.kill()
+    code = supervise(procs, settings, endpoints, replica)
     log.info("remote_worker_stopped", worker=replica, exit_code=int(code))
     return int(code)
+
+
+def supervise(procs: list, settings: WorkerSettings, endpoints: Endpoints, replica: int) -> bool:
+    """Wait for the rank processes, sending the conductor a heartbeat between; True when one
+    failed (the others are then killed)."""
+    ctx = zmq.Context()
+    to_conductor = push_socket(ctx, endpoints.conductor, endpoints.security)
+    to_conductor.setsockopt(zmq.SNDTIMEO, 0)  # never wait: a late heartbeat is worth nothing
+    alive = m.Alive(replica, os.getpid())
+    code = False
+    try:
+        while procs:
+            with contextlib.suppress(zmq.Again):  # the conductor's queue is full: it is gone
+                send(to_conductor, alive)
+            for sentinel in wait([p.sentinel for p in procs], heartbeat_s(
+                    settings.liveness_interval_s)):
+                proc = next(p for p in procs if p.sentinel == sentinel)
+                proc.join()
+                procs.remove(proc)
+                code = code or (proc.exitcode != 0)
+            if code:
+                for proc in procs:
+                    proc.kill()
+    finally:
+        to_conductor.close(linger=0)
+        ctx.term()
+    return code

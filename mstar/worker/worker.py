@@ -77,6 +77,7 @@ class Worker:
         engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel)
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
+        self.channel.admit_model(engine.vocab_size, engine.max_model_len)  # the inbox checks
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
                  seconds=round(seconds, 2), fingerprint=self.settings.fingerprint())
         self.channel.send_to_conductor(m.SetupDone(

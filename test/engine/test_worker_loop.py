@@ -39,6 +39,9 @@ class FakeChannel:
             msgs.append(self.inbox.get_nowait())
         return [m.decode(m.encode(msg)) for msg in msgs]  # as typed as off a socket
 
+    def admit_model(self, vocab_size, max_model_len):
+        pass  # in process: nothing to check at an inbox
+
     def send_to_conductor(self, msg):
         pass
 

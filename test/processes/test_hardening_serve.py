@@ -64,7 +64,9 @@ def crashing_app():
     from fastapi.responses import StreamingResponse
     from starlette.testclient import TestClient
 
-    idle_client = SimpleNamespace(failure=None, stats={})
+    from mstar.api_server.generation.replica_health import ReplicaHealth
+
+    idle_client = SimpleNamespace(failure=None, stats={}, replicas=ReplicaHealth(1))
     app = app_on(idle_client, None, model_name="m", max_model_len=16)
 
     @app.get("/crash")

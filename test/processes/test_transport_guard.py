@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from serve_helpers import free_port
 
 from mstar.ipc import messages as m
+from mstar.ipc.inbox_checks import InboxBounds
 from mstar.ipc.security import CurveKeys, SocketSecurity
 from mstar.ipc.sockets import (
     MessageTooLarge,
@@ -29,6 +30,7 @@ from mstar.ipc.sockets import (
 
 LIMIT = 4096
 STOP = m.Shutdown("bye")
+BOUNDS = InboxBounds(replicas=1)
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ def ctx():
 def pair(ctx, tmp_path):
     """An inbox accepting what a worker accepts, and a raw PUSH into it (ipc)."""
     address = f"ipc://{tmp_path}/inbox"
-    inbox = pull_socket(ctx, address, SocketSecurity(LIMIT), m.TO_WORKER)
+    inbox = pull_socket(ctx, address, SocketSecurity(LIMIT), m.TO_WORKER, BOUNDS)
     raw = ctx.socket(zmq.PUSH)
     raw.connect(address)
     yield inbox, raw
@@ -65,6 +67,8 @@ def collect(inbox, want: int = 1, timeout_s: float = 5.0) -> list[m.Message]:
     (m.encode(m.AddRequest("r", [1, 2, 3], m.SamplingParams()))[:-2], "undecodable"),
     (m.encode(m.Ready("model", 64, 1)), "unexpected_type"),
     (m.encode(m.Join(0, 1, "tcp://x", "f")), "unexpected_type"),
+    (m.encode(m.AddRequest("r", [1, 2, 3], m.SamplingParams())), "invalid"),  # no model loaded
+    (m.encode(m.ReloadSettings({"no_such_knob": 1}, "f")), "invalid"),
 ])
 def test_a_bad_frame_is_dropped_counted_and_the_next_one_arrives(pair, frame, reason):
     inbox, raw = pair
@@ -94,7 +98,7 @@ def test_a_frame_over_the_limit_never_arrives_and_is_never_sent(ctx, pair):
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=512))
 def test_any_bytes_give_an_accepted_message_or_nothing(frame):
-    inbox = SimpleNamespace(accepts=m.TO_WORKER, dropped=Counter(), logged_at={},
+    inbox = SimpleNamespace(accepts=m.TO_WORKER, bounds=BOUNDS, dropped=Counter(), logged_at={},
                             last_endpoint=b"ipc://test")
     data = SimpleNamespace(buffer=memoryview(frame), get=lambda _: "peer")
     msg = admit(inbox, data)
@@ -105,7 +109,7 @@ def test_any_bytes_give_an_accepted_message_or_nothing(frame):
 def test_over_tcp_only_a_peer_with_the_secret_is_heard(ctx):
     address = f"tcp://127.0.0.1:{free_port()}"
     keys = CurveKeys.from_secret("hunter2-cluster")
-    inbox = pull_socket(ctx, address, SocketSecurity(LIMIT, keys), m.TO_WORKER)
+    inbox = pull_socket(ctx, address, SocketSecurity(LIMIT, keys), m.TO_WORKER, BOUNDS)
     strangers = [push_socket(ctx, address, SocketSecurity(LIMIT)),  # no CURVE at all
                  push_socket(ctx, address, SocketSecurity(LIMIT, CurveKeys.from_secret("guess")))]
     member = push_socket(ctx, address, SocketSecurity(LIMIT, keys))
@@ -128,24 +132,20 @@ def test_keys_are_the_same_wherever_the_secret_is():
         CurveKeys.from_secret("s").server_public
 
 
-def test_conductor_drops_out_of_range_setup_and_unusable_join(tmp_path):
-    from mstar.conductor.conductor import Conductor, RankProcess, WorkerHandle
-    from mstar.ipc.endpoints import make_endpoints
+def test_conductor_drops_out_of_range_setup_and_unusable_join():
+    from mstar.ipc.inbox_checks import Invalid, check
     from mstar.settings import WorkerSettings
 
-    settings = WorkerSettings(num_workers=1)
-    conductor = Conductor(settings, make_endpoints(settings, tmp_path))
-    try:
-        conductor.workers.append(WorkerHandle(0, [RankProcess(0, None)], None, ""))  # a remote one
-        for worker, rank in ((5, 0), (0, 3), (-1, 0)):
-            conductor.setup_done(m.SetupDone(worker, 1, "f", "tiny", 64, 0.1, rank))
-        assert conductor.workers[0].ranks[0].setup is None
-        for address in ("not an address", "tcp://", "udp://127.0.0.1:1", "tcp://127.0.0.1:x"):
-            conductor.join(m.Join(0, 1, address, "f"))
-        assert conductor.workers[0].channel is None
-    finally:
-        if conductor.workers and conductor.workers[0].channel is not None:
-            conductor.workers[0].channel.close(linger=0)
-        conductor.inbox.close()
-        conductor.to_api.close()
-        conductor.ctx.term()
+    bounds = InboxBounds.of(WorkerSettings(num_workers=2, remote_workers=1,
+                                           zmq_transport="tcp"))
+    for worker, rank in ((5, 0), (0, 3), (-1, 0), (2, 0)):
+        with pytest.raises(Invalid, match="worker|rank"):
+            check(m.SetupDone(worker, 1, "f", "tiny", 64, 0.1, rank), bounds)
+    check(m.SetupDone(1, 1, "f", "tiny", 64, 0.1, 0), bounds)
+    for address in ("not an address", "tcp://", "udp://127.0.0.1:1", "tcp://127.0.0.1:x",
+                    "tcp://127.0.0.1:0", "tcp://:5", "ipc:///tmp/x"):
+        with pytest.raises(Invalid, match="address"):
+            check(m.Join(1, 1, address, "f"), bounds)
+    with pytest.raises(Invalid, match="worker=0"):  # a local replica never joins
+        check(m.Join(0, 1, "tcp://127.0.0.1:5", "f"), bounds)
+    check(m.Join(1, 1, "tcp://127.0.0.1:5", "f"), bounds)

@@ -1,9 +1,11 @@
 """A served model over tcp, probed on every tcp port (the API server's inbox, the conductor, the
 local worker and the worker that joined from "another host"): garbage bytes, a truncated frame, a
 100 MB frame, a wrong-type message, a forged JOIN and a forged reload (and fatal), from peers with
-and without the cluster secret. After each one a chat request succeeds within 2 s with the same
-settings fingerprint; impostor workers without the secret never join; no log holds the API key.
-One server (two replicas, one of them remote) for every probe."""
+and without the cluster secret; from a peer with the secret, a reload with an unknown knob, a
+request past the vocabulary, reports outside the replica table, and random well-formed messages of
+every type (checked at each inbox, ``mstar.ipc.inbox_checks``). After each one a chat request
+succeeds within 2 s with the same settings fingerprint; impostor workers without the secret never
+join; no log holds the API key. One server (two replicas, one of them remote) for every probe."""
 
 from __future__ import annotations
 
@@ -16,11 +18,16 @@ import time
 import httpx
 import pytest
 import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from serve_helpers import Server, free_port_block, hard_timeout, start_mstar  # noqa: F401 (autouse)
+from wire_strategies import messages
 
 from mstar.ipc import messages as m
 from mstar.ipc.security import CurveKeys, SocketSecurity
 from mstar.ipc.sockets import push_socket
+from mstar.settings import WorkerSettings
+from mstar.settings.reload import reloadable_values
 
 SECRET = "transport-test-cluster-secret"
 API_KEY = "sk-transport-test-key-4711"
@@ -130,6 +137,16 @@ PROBES = {
                       m.encode(m.SetupDone(7, 1, "forged", "tiny", 8, 0.0, rank=9))],
     "a forged reload": [m.encode(m.ReloadSettings({"log_level": "debug"}, "forged")),
                         m.encode(m.Fatal("forged fatal"))],
+    # well-formed, but what they carry does not fit: dropped as invalid (issue 33)
+    "an invalid reload": [
+        m.encode(m.ReloadSettings({"no_such_knob": 1}, "forged")),
+        m.encode(m.ReloadSettings({**reloadable_values(WorkerSettings()), "log_level": "loud"},
+                                  "forged"))],
+    "an out-of-vocabulary request": [m.encode(m.AddRequest("oov", [1, 10**9], _params())),
+                                     m.encode(m.AddRequest("neg", [-1], _params()))],
+    "reports outside the replica table": [m.encode(m.WorkerStats(7, 0, 0, 0.0, 0)),
+                                          m.encode(m.TransportDrops("intruder", {"x": 1})),
+                                          m.encode(m.Alive(0, 1))],
 }
 
 
@@ -158,7 +175,7 @@ def test_each_process_counted_and_logged_its_drops_and_nothing_else(cluster):
     text = server.metrics_text()
     for process in ports:
         label = process.replace(" ", "_") if process == "api server" else process
-        for reason in ("undecodable", "unexpected_type"):
+        for reason in ("undecodable", "unexpected_type", "invalid"):
             found = re.search(rf'^mstar_transport_dropped_frames\{{process="{label}",'
                               rf'reason="{reason}"\}} (\S+)$', text, re.M)
             assert found and float(found.group(1)) >= 1, (process, reason, text[-2000:])
@@ -180,3 +197,27 @@ def test_the_api_key_is_in_no_log_and_no_worker(cluster):
     resp = httpx.post(server.url + "/v1/chat/completions", timeout=10,
                       json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
     assert resp.status_code == 401
+
+
+# Obeyed from any secret holder by design: they stop serving, fail it, mark replicas down or set
+# the drop counts the test above reads; so is a reload of valid values (it changes fingerprints).
+OBEYED = (m.Shutdown, m.Fatal, m.Liveness, m.TransportDrops)
+RELOADABLE = set(reloadable_values(WorkerSettings()))
+RANDOM = messages(WorkerSettings(), tuple(t for t in m.TO_API + m.TO_CONDUCTOR + m.TO_WORKER
+                                          + m.TO_JOINING_WORKER if t not in OBEYED)).filter(
+    lambda msg: not isinstance(msg, m.ReloadSettings) or set(msg.values) != RELOADABLE)
+
+
+@settings(max_examples=8, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.filter_too_much])
+@given(batch=st.lists(RANDOM, min_size=1, max_size=12))
+def test_random_well_formed_messages_to_every_port_leave_serving_up(cluster, batch):
+    server, ports, root = cluster
+    frames = [m.encode(msg) for msg in batch]
+    started = [msg.request_id for msg in batch if isinstance(msg, m.AddRequest)]
+    for process, address in ports.items():  # requests that fit run: abort them after
+        abort = [m.encode(m.AbortRequests(started))] if process.startswith("worker") else []
+        zmq_send(address, frames + abort, CurveKeys.from_secret(SECRET))
+    chat(server)
+    assert "Traceback" not in server.log() + (root / "worker.log").read_text()

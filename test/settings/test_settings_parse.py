@@ -91,6 +91,7 @@ VALID = {
     "MSTAR_SOCKET_DIR": ("/tmp/socks", Path("/tmp/socks")),
     "MSTAR_CLUSTER_SECRET": ("cluster-s3cret", SecretStr("cluster-s3cret")),
     "MSTAR_MAX_MESSAGE_MB": ("16", 16.0),
+    "MSTAR_LIVENESS_INTERVAL_S": ("3.5", 3.5),
     "MSTAR_ALLOWED_MEDIA_DOMAINS": ("images.example.com", "images.example.com"),
     "MSTAR_MAX_IMAGES_PER_REQUEST": ("2", 2),
     "MSTAR_MAX_IMAGE_PIXELS": ("1048576", 1048576),

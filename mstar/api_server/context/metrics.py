@@ -59,8 +59,9 @@ class Metrics:
                                    ["fingerprint"], registry=r)
         self.dropped_frames = Gauge(
             "mstar_transport_dropped_frames", "Frames a process's inbox dropped so far (never "
-            "delivered: undecodable, an unexpected message type, or over MSTAR_MAX_MESSAGE_MB), "
-            "by process (api_server, conductor, worker I) and reason.", ["process", "reason"],
+            "delivered: undecodable, an unexpected message type, values that do not fit "
+            "(invalid), or over MSTAR_MAX_MESSAGE_MB), by process (api_server, conductor, "
+            "worker I) and reason.", ["process", "reason"],
             registry=r)
         self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
                               buckets=_LATENCY_BUCKETS, registry=r)

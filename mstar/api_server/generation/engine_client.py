@@ -20,15 +20,17 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from mstar.api_server.generation.replica_health import ReplicaHealth
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
+from mstar.ipc.inbox_checks import InboxBounds
 from mstar.ipc.sockets import (
     MessageTooLarge,
     drain,
     dropped_frames,
-    encode_for,
+    encode_within,
     pull_socket,
     push_socket,
     send,
@@ -66,15 +68,16 @@ class LiveRequest:
     worker: int
 
 
-def least_loaded(load: list[int], stats: dict[int, m.WorkerStats]) -> int:
-    """The replica for a new request: fewest live requests here, then (by its last stats) fewest
-    waiting and least KV cache in use, then the lowest index."""
+def least_loaded(load: list[int], stats: dict[int, m.WorkerStats], among: list[int]) -> int:
+    """The replica for a new request, of those ``among`` (the live ones): fewest live requests
+    here, then (by its last stats) fewest waiting and least KV cache in use, then the lowest
+    index."""
     def key(i: int) -> tuple:
         reported = stats.get(i)
         return (load[i], reported.waiting if reported else 0,
                 reported.kv_cache_usage if reported else 0.0, i)
 
-    return min(range(len(load)), key=key)
+    return min(among, key=key)
 
 
 class EngineClient:
@@ -82,7 +85,8 @@ class EngineClient:
         self.conductor = conductor
         self.tokenizer = tokenizer
         self.ctx = zmq.Context()  # plain sockets: sends never block on PUSH, reads drain
-        self.inbox = pull_socket(self.ctx, endpoints.api, endpoints.security, m.TO_API)
+        self.inbox = pull_socket(self.ctx, endpoints.api, endpoints.security, m.TO_API,
+                                 InboxBounds(replicas=len(endpoints.workers)))
         self.inbox_waiter = zmq.asyncio.Socket.from_socket(self.inbox)  # awaits readability only
         self.to_conductor = push_socket(self.ctx, endpoints.conductor, endpoints.security)
         self.security = endpoints.security
@@ -90,6 +94,7 @@ class EngineClient:
         self.load: list[int] = []  # live requests per replica (counted from ``live``)
         self.live: dict[str, LiveRequest] = {}
         self.stats: dict[int, m.WorkerStats] = {}
+        self.replicas = ReplicaHealth(len(endpoints.workers))  # down ones, as the conductor says
         self.drops: dict[str, dict[str, int]] = {}  # process -> reason -> frames dropped
         self.failure: str | None = None
         self.failed = asyncio.Event()
@@ -178,6 +183,10 @@ class EngineClient:
             self._fail(msg.message)
         elif isinstance(msg, m.TransportDrops):
             self.drops[msg.process] = msg.counts
+        elif isinstance(msg, m.Liveness):
+            newly_down = self.replicas.update(msg)
+            for entry in [e for e in self.live.values() if e.worker in newly_down]:
+                entry.queue.put_nowait(Failure(503, newly_down[entry.worker]))
 
     def dropped_frames(self) -> dict[str, dict[str, int]]:
         """Frames dropped by every process's inbox, by process and reason."""
@@ -195,7 +204,7 @@ class EngineClient:
         self.failed.set()
 
     def place(self) -> int:
-        return least_loaded(self.load, self.stats)
+        return least_loaded(self.load, self.stats, self.replicas.up())
 
     def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
@@ -204,12 +213,13 @@ class EngineClient:
         sends nothing; if a send fails part-way, the ones already sent are aborted.
         """
         queue: asyncio.Queue[TextOutput | Failure] = asyncio.Queue()
-        if self.failure is not None:
-            queue.put_nowait(Failure(503, self.failure))
+        failure = self.failure or self.replicas.unavailable()
+        if failure is not None:
+            queue.put_nowait(Failure(503, failure))
             return queue
-        try:  # every worker's socket has the same size limit: the first one's stands for all
+        try:
             frames = [(rid, prompt, params,
-                       encode_for(self.to_workers[0], m.AddRequest.of(rid, prompt, params)))
+                       encode_within(self.security.max_message_bytes, m.AddRequest.of(rid, prompt, params)))
                       for rid, prompt, params in requests]
         except MessageTooLarge as exc:
             queue.put_nowait(Failure(413, str(exc)))
@@ -251,7 +261,8 @@ class EngineClient:
             if entry is not None:
                 by_worker.setdefault(entry.worker, []).append(rid)
         for worker, ids in by_worker.items():
-            send(self.to_workers[worker], m.AbortRequests(ids))
+            if worker not in self.replicas.down:  # a dead peer's queue would fill, then block
+                send(self.to_workers[worker], m.AbortRequests(ids))
 
     async def shutdown(self, reason: str) -> None:
         """Stop routing and ask the conductor to stop the workers."""

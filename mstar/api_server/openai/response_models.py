@@ -140,4 +140,6 @@ class DetokenizeResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"]
+    # degraded: some replicas are down (still serving on the others); why each one is down
+    message: str | None = None

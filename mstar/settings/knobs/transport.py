@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, SecretStr
 
-from mstar.settings.knobs.field import _transport
+from mstar.settings.knobs.field import MAX_WAIT_S, _transport
 
 
 class TransportKnobs(BaseModel):
@@ -39,3 +39,10 @@ class TransportKnobs(BaseModel):
         64.0, "Largest message between processes. A larger frame is dropped (and counted) by its "
         "receiver, and a larger message is never sent: the request that would need it fails.",
         unit="MiB", gt=0.0, le=2047.0)
+    liveness_interval_s: float = _transport(
+        10.0, "How long the conductor waits to hear from a replica on another host "
+        "(MSTAR_REMOTE_WORKERS) before it counts it down: a down replica gets no new requests, "
+        "its requests in flight fail with 503 naming it, and /health reports the server "
+        "degraded until it is heard again. Its `mstar worker` sends a heartbeat every quarter "
+        "of this. Replicas the conductor starts itself are watched through their processes.",
+        unit="s", ge=0.5, le=MAX_WAIT_S)
