@@ -18,7 +18,7 @@ from mstar.api_server.openai import embedding_routes
 from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
-from mstar.api_server.responses.store import ResponseStore
+from mstar.api_server.responses.store import store_from
 from mstar.api_server.state import ServerState
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
@@ -35,8 +35,7 @@ def build_app(state: ServerState) -> FastAPI:
                   "Anthropic's Messages API. Which request fields are supported, rejected or "
                   "ignored: docs/openai_api.rst and docs/anthropic_api.rst.")
     app.state.server = state
-    app.state.response_store = ResponseStore(state.settings.responses_store_capacity,
-                                             state.settings.responses_store_ttl_s)
+    app.state.response_store = store_from(state.settings)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
