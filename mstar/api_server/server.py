@@ -114,6 +114,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
 async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
                  conductor: Any, sock: socket.socket, deferred: DeferredReload) -> int:
     from mstar.api_server.http.app import build_app
+    from mstar.api_server.http.listener import uvicorn_config
     from mstar.api_server.metrics import Metrics
     from mstar.api_server.reload import reload_server_settings
     from mstar.api_server.state import ServerState
@@ -145,9 +146,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
                             metrics=Metrics(), loaded=loaded, modalities=media.modalities,
                             processor=media.processor)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, state)
-        config = uvicorn.Config(build_app(state), log_config=None, access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=2)
-        server = _Server(config)
+        server = _Server(uvicorn_config(build_app(state), settings))
         # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left
         # to the collector, each full collection would stall the event loop for ~0.5 s.
         gc.collect()
