@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mstar.api_server.media.loader import ImageLoader
 from mstar.api_server.metrics import Metrics
 from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy
 from mstar.output.token_bytes import TokenBytes
@@ -32,10 +33,12 @@ class ServerState:
     modalities: tuple[str, ...] = ("text",)
     processor: Any = None  # a vision model's transformers processor (its PIL image processor)
     unknown_fields: UnknownFieldPolicy = field(init=False)
+    media: ImageLoader = field(init=False)  # image fetching and decoding, and their bounds
     token_bytes: TokenBytes | None = field(init=False)  # each token's exact bytes (logprobs)
 
     def __post_init__(self) -> None:
         self.unknown_fields = UnknownFieldPolicy(self.settings.unknown_request_fields)
+        self.media = ImageLoader(self.settings)
         self.token_bytes = None if self.tokenizer is None else TokenBytes(self.tokenizer)
 
     def unavailable_reason(self) -> str | None:

@@ -16,6 +16,7 @@ from contextlib import aclosing
 from typing import Any
 
 from mstar.api_server.generation.engine_client import Failure
+from mstar.api_server.http.deadline import seconds_left, timed_out
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.protocol import SEED_LIMIT
@@ -117,14 +118,14 @@ async def run_requests(
     queue = state.client.submit([(rid, ids_, p) for rid, (ids_, p) in zip(ids, jobs, strict=True)])
     metrics.prompt_tokens.inc(sum(len(prompt_ids) for prompt_ids, _ in jobs))
     timeout = state.settings.request_timeout_s
-    deadline = started + timeout
+    deadline = started + seconds_left(timeout)  # counted from the request's admission
     next_check = started + DISCONNECT_CHECK_S
     try:
         while unfinished:
             now = time.perf_counter()
             left = deadline - now
             if left <= 0:
-                raise APIError(504, f"request timed out after request_timeout_s={timeout:g}")
+                raise timed_out(timeout)
             if is_disconnected is not None and now >= next_check:
                 next_check = now + DISCONNECT_CHECK_S
                 if await is_disconnected():

@@ -17,6 +17,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Match
 
+from mstar.api_server.http.deadline import admitted, reset
 from mstar.api_server.http.errors import send_error
 from mstar.api_server.state import ServerState
 
@@ -120,6 +121,7 @@ class LimitsMiddleware:
                              f"{state.settings.max_concurrent_requests}); retry later", scope["path"])
             return
         state.in_flight += 1
+        admission = admitted()  # MSTAR_REQUEST_TIMEOUT_S counts from here
         try:
             body_receive = await self._read_body(headers, receive)
             if body_receive is None:
@@ -128,6 +130,7 @@ class LimitsMiddleware:
                 return
             await self.app(scope, body_receive, send)
         finally:
+            reset(admission)
             state.in_flight -= 1
 
     async def _read_body(self, headers: dict, receive: Any) -> Any:

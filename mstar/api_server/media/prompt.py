@@ -10,7 +10,7 @@ from typing import Any
 from mstar.api_server.generation.prompts import check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.parts import image_parts
-from mstar.api_server.media.pool import in_media_pool, load_images
+from mstar.api_server.media.pool import in_media_pool
 from mstar.ipc.images import WireImage, to_wire
 from mstar.models.vision.inputs import ImageInput, build_prompt
 
@@ -62,6 +62,6 @@ def _build(processor, req, images, max_model_len: int, max_chars: int) -> ImageP
 
 async def image_chat_prompt(state, req) -> ImagePrompt:
     parts = image_parts(req.messages, True, state.settings.max_images_per_request)
-    images = await load_images(parts, state.settings)
-    return await in_media_pool(_build, state.processor, req, images, state.max_model_len,
-                               state.settings.max_prompt_chars)
+    async with state.media.images(parts, state.settings.request_timeout_s) as images:
+        return await in_media_pool(_build, state.processor, req, images, state.max_model_len,
+                                   state.settings.max_prompt_chars)

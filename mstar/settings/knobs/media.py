@@ -45,9 +45,9 @@ class MediaKnobs(BaseModel):
         "excluded); longer is a 400 naming the part. MSTAR_REQUEST_TIMEOUT_S still bounds the "
         "whole request.", unit="s", gt=0.0, le=MAX_WAIT_S)
     media_fetch_min_bytes_per_s: int = _media(
-        32_768, "Slowest average transfer rate a remote image fetch may have after its first "
-        "second; slower (a host dripping bytes) is a 400 naming the part.",
-        unit="bytes/s", ge=1, le=2**34)
+        32_768, "Slowest average rate at which a remote image's body may arrive, after its first "
+        "second; slower (a host dripping bytes) is a 400 naming the part. 0: no minimum.",
+        unit="bytes/s", ge=0, le=2**34)
     max_image_bytes: int = _media(
         20_971_520, "Largest image file (after base64 decoding, or as fetched): larger is a 413 "
         "naming the part.", unit="bytes", ge=1, le=2**34)
