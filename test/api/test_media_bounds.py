@@ -13,13 +13,13 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pytest
 from PIL import Image
 from serve_helpers import hard_timeout, running_server  # noqa: F401 - hard_timeout is autouse
 from test_media_inputs import bomb_png, encoded
+from test_responses_store_bounds import rss_bytes
 from vlm_helpers import make_tiny_vlm
 
 from mstar.api_server.http.errors import APIError
@@ -288,12 +288,6 @@ def _chat(*urls: str) -> dict:
     return {"messages": [{"role": "user", "content": content}], "max_tokens": 2}
 
 
-def _rss(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]
-               ) * 1024
-
-
 def _post_all(url: str, bodies: list[dict], timeout: float = 30) -> tuple[list, list]:
     """Each body posted from a thread of its own: (the responses, filled in; the threads)."""
     out: list = [None] * len(bodies)
@@ -326,11 +320,11 @@ def test_requests_of_8_images_of_16_mp_are_413s_and_the_server_stays_small(vlm_s
     out = io.BytesIO()
     Image.new("RGB", (4096, 4096), (30, 90, 200)).save(out, format="PNG")
     body = _chat(*[_data_url(out.getvalue())] * 8)
-    before = _rss(vlm_server.proc.pid)
+    before = rss_bytes(vlm_server.proc.pid)
     results, threads = _post_all(vlm_server.url + "/v1/chat/completions", [body] * 4)
     peak = before
     while any(t.is_alive() for t in threads):
-        peak = max(peak, _rss(vlm_server.proc.pid))
+        peak = max(peak, rss_bytes(vlm_server.proc.pid))
         time.sleep(0.01)
     for resp in results:
         assert resp.status_code == 413, resp.text

@@ -22,7 +22,8 @@ REQUESTS = 50
 REASONING_MIB = 24
 
 
-def _rss(pid: int) -> int:
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory now."""
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]
                ) * 1024
@@ -100,13 +101,13 @@ def test_stored_reasoning_items_do_not_grow_the_server(server):
     with httpx.Client(base_url=server.url, timeout=30,
                       headers={"content-type": "application/json"}) as client:
         client.post("/v1/responses", json={"input": "warm up", "max_output_tokens": 1})
-        before = _rss(server.proc.pid)
+        before = rss_bytes(server.proc.pid)
         ids = []
         for _ in range(REQUESTS):
             resp = client.post("/v1/responses", content=body)
             assert resp.status_code == 200, resp.text
             ids.append(resp.json()["id"])
-        grown = _rss(server.proc.pid) - before
+        grown = rss_bytes(server.proc.pid) - before
         print(f"grew {grown / MIB:.0f} MiB")
         assert grown < (STORE_MB + 64) * MIB, f"grew {grown / MIB:.0f} MiB"
         assert client.get(f"/v1/responses/{ids[0]}").status_code == 200  # all kept, small
