@@ -22,6 +22,7 @@ from test_media_inputs import bomb_png, encoded
 from test_responses_store_bounds import rss_bytes
 from vlm_helpers import make_tiny_vlm
 
+from mstar.api_server.http.deadline import admitted, reset, seconds_left
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.budget import Budget
 from mstar.api_server.media.fetch import Fetcher
@@ -197,6 +198,16 @@ async def _load(loader: ImageLoader, parts: list[ImagePart], timeout_s: float = 
         return [image.size for image in images]
 
 
+def test_the_request_timeout_counts_from_admission():
+    assert seconds_left(10.0) == 10.0  # outside a request
+    token = admitted()
+    try:
+        time.sleep(0.2)
+        assert 9.5 < seconds_left(10.0) < 9.85
+    finally:
+        reset(token)
+
+
 def test_the_request_timeout_covers_the_fetches(host):
     loader = _loader(media_fetch_min_bytes_per_s=1, media_fetch_timeout_s=60)
     err, took = _refusal(_load(loader, [_part(host.url("/drip/0.2"))], timeout_s=1.0))
@@ -267,6 +278,7 @@ def test_requests_in_flight_share_the_pixel_budget():
 # ---- the API server -------------------------------------------------------------------------
 
 PER_REQUEST_MP = 32
+REQUEST_TIMEOUT_S = 6  # shorter than MSTAR_MEDIA_FETCH_TIMEOUT_S (8)
 IN_FLIGHT_MP = 64
 
 
@@ -278,6 +290,7 @@ def vlm_server(host, tiny_tokenizer, tmp_path_factory):
         "MSTAR_ALLOWED_MEDIA_DOMAINS": "127.0.0.1",
         "MSTAR_MEDIA_FETCH_MIN_BYTES_PER_S": "0", "MSTAR_MEDIA_FETCH_TIMEOUT_S": "8",
         "MSTAR_SHUTDOWN_TIMEOUT_S": "1", "MSTAR_MEDIA_FETCH_MAX_CONCURRENT": "4",
+        "MSTAR_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
         "MSTAR_MAX_IMAGE_PIXELS_PER_REQUEST": str(PER_REQUEST_MP * MIB),
         "MSTAR_MAX_IMAGE_PIXELS_IN_FLIGHT": str(IN_FLIGHT_MP * MIB)})
 
@@ -314,6 +327,15 @@ def test_a_data_image_is_answered_while_four_fetches_drip(vlm_server, host):
     assert resp.status_code == 200, resp.text
     assert time.monotonic() - started < 2.0
     assert all(t.is_alive() for t in drips)  # still dripping
+
+
+def test_the_request_timeout_ends_a_request_whose_fetch_drips(vlm_server, host):
+    started = time.monotonic()
+    resp = httpx.post(vlm_server.url + "/v1/chat/completions", json=_chat(host.url("/drip/1")),
+                      timeout=30)
+    took = time.monotonic() - started
+    assert resp.status_code == 504 and "request_timeout_s=6" in resp.json()["error"]["message"]
+    assert REQUEST_TIMEOUT_S - 0.5 < took < REQUEST_TIMEOUT_S + 2
 
 
 def test_requests_of_8_images_of_16_mp_are_413s_and_the_server_stays_small(vlm_server):

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from api_stub import stub_app
 from serve_helpers import hard_timeout, running_server  # noqa: F401 - hard_timeout is autouse
+from starlette.testclient import TestClient
 
 from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
 from mstar.api_server.responses.store import ResponseStore, StoredResponse
@@ -77,6 +79,16 @@ def test_only_what_the_model_reads_is_kept_and_the_follow_up_prompt_is_unchanged
                                                    "function_call_output"]
     follow = ResponsesRequest.model_validate({"input": "and tomorrow?"})
     assert to_chat(follow, kept.conversation).body == to_chat(follow, items).body
+
+
+def test_the_knob_bounds_the_served_store(tiny_tokenizer):
+    app, _ = stub_app(tiny_tokenizer, responses_store_max_mb=16 / 1024)  # 16 KiB: 2 KiB each
+    client = TestClient(app)
+    big = client.post("/v1/responses", json={"input": "hi", "user": "y" * 3000}).json()
+    assert client.get(f"/v1/responses/{big['id']}").status_code == 404  # returned, not kept
+    ids = [client.post("/v1/responses", json={"input": "hi"}).json()["id"] for _ in range(30)]
+    kept = [client.get(f"/v1/responses/{i}").status_code == 200 for i in ids]
+    assert kept[-1] and not kept[0] and kept == sorted(kept)  # the oldest went
 
 
 @pytest.fixture(scope="module")
