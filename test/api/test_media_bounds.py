@@ -1,26 +1,19 @@
 """Media fetching and decoding are bounded: remote fetches have their own slots, a connect and a
 total timeout and a minimum rate; MSTAR_REQUEST_TIMEOUT_S covers them; data: images never wait
 behind them; decoded pixels are bounded per request (a 413 naming the part, from the headers,
-before any pixel is decoded) and across requests in flight. Remote hosts are a local HTTP server
-on 127.0.0.1 that drips its bytes."""
+before any pixel is decoded) and across requests in flight. The remote host is ``image_host``;
+test_media_serve_bounds.py checks the same through a running server."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
-from PIL import Image
-from serve_helpers import hard_timeout, running_server  # noqa: F401 - hard_timeout is autouse
-from test_media_inputs import bomb_png, encoded
-from test_responses_store_bounds import rss_bytes
-from vlm_helpers import make_tiny_vlm
+from image_host import PNG, host_fixture  # noqa: F401 - the ``host`` fixture
+from serve_helpers import hard_timeout  # noqa: F401 - autouse
+from test_media_inputs import bomb_png, data_url, encoded
 
 from mstar.api_server.http.deadline import admitted, reset, seconds_left
 from mstar.api_server.http.errors import APIError
@@ -32,73 +25,6 @@ from mstar.settings import WorkerSettings
 
 MIB = 1 << 20
 MP16 = 4096 * 4096
-PNG = encoded("PNG", (8, 6))
-
-
-class Host(ThreadingHTTPServer):
-    """An image host: /drip/<seconds> sends a byte per interval (forever), /rate/<bytes per s>
-    sends 4 KiB at that rate, anything else a small PNG; ``most`` counts the connections open
-    at once."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.open = self.most = 0
-        self.lock = threading.Lock()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{path}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
-        host: Host = self.server
-        with host.lock:
-            host.open += 1
-            host.most = max(host.most, host.open)
-        try:
-            self._answer()
-        except OSError:
-            pass  # the fetcher gave up
-        finally:
-            with host.lock:
-                host.open -= 1
-
-    def _answer(self) -> None:
-        kind, _, arg = self.path.strip("/").partition("/")
-        self.send_response(200)
-        self.send_header("Content-Type", "image/png")
-        self.send_header("Content-Length", str(len(PNG) if kind not in ("drip", "rate") else 4096))
-        self.end_headers()
-        if kind == "drip":
-            while True:
-                self.wfile.write(b"x")
-                self.wfile.flush()
-                time.sleep(float(arg))
-        elif kind == "rate":
-            for _ in range(4096 // 64):
-                self.wfile.write(b"x" * 64)
-                self.wfile.flush()
-                time.sleep(64 / float(arg))
-        else:
-            self.wfile.write(PNG)
-
-
-@pytest.fixture(scope="module")
-def host():
-    server = Host()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _data_url(data: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
 def _part(url: str, j: int = 0) -> ImagePart:
@@ -225,7 +151,7 @@ def test_a_data_image_does_not_wait_behind_dripping_fetches(host):
                  for _ in range(4)]
         await asyncio.sleep(0.3)
         started = time.monotonic()
-        sizes = await _load(loader, [_part(_data_url(PNG))])
+        sizes = await _load(loader, [_part(data_url(PNG))])
         took = time.monotonic() - started
         assert loader.fetcher.slots.used == 4  # the drips are still running
         for task in drips:
@@ -240,7 +166,7 @@ def test_a_data_image_does_not_wait_behind_dripping_fetches(host):
 def test_a_request_over_its_pixels_is_a_413_naming_the_part_before_decoding():
     # Headers of 16 MP over no pixel data: decoding any of them would be a 400 (damaged).
     loader = _loader(max_image_pixels_per_request=2 * MP16)
-    parts = [_part(_data_url(bomb_png(4096, 4096)), j) for j in range(4)]
+    parts = [_part(data_url(bomb_png(4096, 4096)), j) for j in range(4)]
     err, _ = _refusal(_load(loader, parts))
     assert (err.status, err.param) == (413, "messages.0.content.2.image_url")
     assert "MSTAR_MAX_IMAGE_PIXELS_PER_REQUEST" in err.message
@@ -253,7 +179,7 @@ def test_a_request_over_its_pixels_is_a_413_naming_the_part_before_decoding():
 
 def test_requests_in_flight_share_the_pixel_budget():
     loader = _loader(max_image_pixels_in_flight=100 * 100 + 10)
-    part = _part(_data_url(encoded("PNG", (100, 100))))
+    part = _part(data_url(encoded("PNG", (100, 100))))
 
     async def scenario():
         first = asyncio.ensure_future(_load(loader, [part], hold=0.5))
@@ -273,84 +199,3 @@ def test_requests_in_flight_share_the_pixel_budget():
 
     err, _ = _refusal(stuck())
     assert err.status == 504 and "MSTAR_MAX_IMAGE_PIXELS_IN_FLIGHT" in err.message
-
-
-# ---- the API server -------------------------------------------------------------------------
-
-PER_REQUEST_MP = 32
-REQUEST_TIMEOUT_S = 6  # shorter than MSTAR_MEDIA_FETCH_TIMEOUT_S (8)
-IN_FLIGHT_MP = 64
-
-
-@pytest.fixture(scope="module")
-def vlm_server(host, tiny_tokenizer, tmp_path_factory):
-    model = make_tiny_vlm("smolvlm", tiny_tokenizer, tmp_path_factory.mktemp("smolvlm"))
-    yield from running_server(model, tmp_path_factory.mktemp("vlm") / "s.log", {
-        "MSTAR_DTYPE": "float32", "MSTAR_NUM_KV_BLOCKS": "256",
-        "MSTAR_ALLOWED_MEDIA_DOMAINS": "127.0.0.1",
-        "MSTAR_MEDIA_FETCH_MIN_BYTES_PER_S": "0", "MSTAR_MEDIA_FETCH_TIMEOUT_S": "8",
-        "MSTAR_SHUTDOWN_TIMEOUT_S": "1", "MSTAR_MEDIA_FETCH_MAX_CONCURRENT": "4",
-        "MSTAR_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
-        "MSTAR_MAX_IMAGE_PIXELS_PER_REQUEST": str(PER_REQUEST_MP * MIB),
-        "MSTAR_MAX_IMAGE_PIXELS_IN_FLIGHT": str(IN_FLIGHT_MP * MIB)})
-
-
-def _chat(*urls: str) -> dict:
-    content = [{"type": "text", "text": "Describe."}]
-    content += [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    return {"messages": [{"role": "user", "content": content}], "max_tokens": 2}
-
-
-def _post_all(url: str, bodies: list[dict], timeout: float = 30) -> tuple[list, list]:
-    """Each body posted from a thread of its own: (the responses, filled in; the threads)."""
-    out: list = [None] * len(bodies)
-
-    def post(i: int) -> None:
-        try:
-            out[i] = httpx.post(url, json=bodies[i], timeout=timeout)
-        except httpx.HTTPError as exc:
-            out[i] = exc
-
-    threads = [threading.Thread(target=post, args=(i,), daemon=True) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    return out, threads
-
-
-def test_a_data_image_is_answered_while_four_fetches_drip(vlm_server, host):
-    url = vlm_server.url + "/v1/chat/completions"
-    assert httpx.post(url, json=_chat(_data_url(PNG)), timeout=60).status_code == 200  # warm
-    _, drips = _post_all(url, [_chat(host.url("/drip/3"))] * 4, timeout=10)
-    time.sleep(1.0)  # the four fetches are under way
-    started = time.monotonic()
-    resp = httpx.post(url, json=_chat(_data_url(PNG)), timeout=10)
-    assert resp.status_code == 200, resp.text
-    assert time.monotonic() - started < 2.0
-    assert all(t.is_alive() for t in drips)  # still dripping
-
-
-def test_the_request_timeout_ends_a_request_whose_fetch_drips(vlm_server, host):
-    started = time.monotonic()
-    resp = httpx.post(vlm_server.url + "/v1/chat/completions", json=_chat(host.url("/drip/1")),
-                      timeout=30)
-    took = time.monotonic() - started
-    assert resp.status_code == 504 and "request_timeout_s=6" in resp.json()["error"]["message"]
-    assert REQUEST_TIMEOUT_S - 0.5 < took < REQUEST_TIMEOUT_S + 2
-
-
-def test_requests_of_8_images_of_16_mp_are_413s_and_the_server_stays_small(vlm_server):
-    out = io.BytesIO()
-    Image.new("RGB", (4096, 4096), (30, 90, 200)).save(out, format="PNG")
-    body = _chat(*[_data_url(out.getvalue())] * 8)
-    before = rss_bytes(vlm_server.proc.pid)
-    results, threads = _post_all(vlm_server.url + "/v1/chat/completions", [body] * 4)
-    peak = before
-    while any(t.is_alive() for t in threads):
-        peak = max(peak, rss_bytes(vlm_server.proc.pid))
-        time.sleep(0.01)
-    for resp in results:
-        assert resp.status_code == 413, resp.text
-        assert resp.json()["error"]["param"] == "messages.0.content.3.image_url"
-    grown = peak - before
-    print(f"grew {grown / MIB:.0f} MiB at the peak")
-    assert grown < IN_FLIGHT_MP * MIB * 4 + 256 * MIB, f"grew {grown / MIB:.0f} MiB"
