@@ -14,7 +14,9 @@ import time
 import pytest
 import uvicorn
 from serve_helpers import hard_timeout  # noqa: F401 - autouse
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from mstar.api_server.http.header_timeout import guarded
 from mstar.api_server.http.listener import listen_socket, uvicorn_config
 from mstar.settings import WorkerSettings
 
@@ -34,10 +36,10 @@ async def app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-@pytest.fixture(scope="module")
-def address():
+def _serving(config: uvicorn.Config):
+    """Serve ``config`` on a loopback port in a thread; yields (host, port)."""
     sock = listen_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn_config(app, WorkerSettings(http_header_timeout_s=TIMEOUT_S)))
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=asyncio.run, args=(server.serve(sockets=[sock]),),
                               daemon=True)
     thread.start()
@@ -47,6 +49,19 @@ def address():
     server.should_exit = True
     thread.join(10)
     sock.close()
+
+
+@pytest.fixture(scope="module")
+def address():
+    """``mstar serve``'s uvicorn configuration (httptools when installed)."""
+    yield from _serving(uvicorn_config(app, WorkerSettings(http_header_timeout_s=TIMEOUT_S)))
+
+
+@pytest.fixture(scope="module")
+def h11_address():
+    """The same guard on uvicorn's other HTTP/1.1 protocol, h11 (used without httptools)."""
+    yield from _serving(uvicorn.Config(app, log_config=None, lifespan="off",
+                                       http=guarded(H11Protocol, TIMEOUT_S)))
 
 
 def _closed_by_server(sockets: list[socket.socket], until: float) -> int:
@@ -92,6 +107,18 @@ def test_a_slow_answer_is_not_cut_and_an_idle_kept_alive_connection_is(address):
         assert s.recv(4096).startswith(b"HTTP/1.1 200")  # answered after 2 header timeouts
         s.sendall(PARTIAL)  # the next request's headers never finish (keep-alive stops at data)
         assert _closed_by_server([s], time.monotonic() + TIMEOUT_S + SLACK_S) == 1
+
+
+def test_the_guard_works_on_h11_too(h11_address):
+    sockets = [_connect(h11_address, PARTIAL if i % 2 else b"") for i in range(20)]
+    try:
+        assert _closed_by_server(sockets, time.monotonic() + TIMEOUT_S + SLACK_S) == 20
+    finally:
+        for s in sockets:
+            s.close()
+    with _connect(h11_address, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n") as s:
+        s.settimeout(TIMEOUT_S * 2 + SLACK_S)
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
 
 
 def test_the_default_is_bounded():
