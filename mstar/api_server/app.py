@@ -32,7 +32,7 @@ from mstar.api_server.openai import embedding_routes
 from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
-from mstar.api_server.responses.store import ResponseStore
+from mstar.api_server.responses.store import store_from
 from mstar.api_server.validation.gate import RequestGate
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
@@ -55,8 +55,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     app.state.gate = RequestGate(model, running, 0 if tokenizer is None else len(tokenizer))
     app.state.running = running
     app.state.model = model
-    app.state.response_store = ResponseStore(settings.responses_store_capacity,
-                                             settings.responses_store_ttl_s)
+    app.state.response_store = store_from(settings)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -119,6 +119,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
     from mstar.api_server.context.metrics import Metrics
     from mstar.api_server.context.running import RunningSettings
     from mstar.api_server.context.served import ServedModel
+    from mstar.api_server.http.listener import uvicorn_config
     from mstar.api_server.reload import reload_server_settings
 
     settings: WorkerSettings = loaded.settings
@@ -148,9 +149,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         admission = Admission(lambda: client.failure)
         app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, running, client.send_control)
-        config = uvicorn.Config(app, log_config=None, access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=2)
-        server = _Server(config)
+        server = _Server(uvicorn_config(app, settings))
         # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left
         # to the collector, each full collection would stall the event loop for ~0.5 s.
         gc.collect()

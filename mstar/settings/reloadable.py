@@ -2,7 +2,7 @@
 
 The one place reloadability is declared (``catalog.Knob.reloadable`` reads it). A knob belongs here
 only when every process that uses it re-derives it from new settings: the API server reads its
-knobs from ``ServerState.settings`` per request, the step loop re-derives its knobs in
+knobs from ``RunningSettings.settings`` per request, the step loop re-derives its knobs in
 ``StepLoop.apply`` between steps, and every process reconfigures logging.
 """
 

@@ -21,6 +21,7 @@ from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.image_prompt import image_chat_prompt
 from mstar.api_server.generation.prompts import batch_field, chat_prompt_ids, given_prompt_ids
 from mstar.api_server.generation.run import Job, jobs_for, run_requests
+from mstar.api_server.media.loader import ImageLoader
 from mstar.api_server.media.parts import message_dicts
 from mstar.engine.request.sampling_params import StructuredOutput
 from mstar.output.processor import TextOutput
@@ -39,6 +40,8 @@ class Generation:
         self._running = running
         self._metrics = metrics
         self._processor = processor  # a vision model's transformers processor, else None
+        # image fetching and decoding, and their bounds (a text model has none)
+        self._images = None if processor is None else ImageLoader(running.settings)
 
     async def chat_prompt(self, req: Any, tools: list[dict] | None = None,
                           template_kwargs: dict[str, Any] | None = None) -> Prompt:
@@ -50,7 +53,8 @@ class Generation:
         if self._processor is not None:
             messages = message_dicts(req.messages)
             if has_media(messages):
-                return await image_chat_prompt(self._processor, settings, max_len, messages)
+                return await image_chat_prompt(self._processor, self._images, settings, max_len,
+                                               messages)
         ids = await asyncio.to_thread(chat_prompt_ids, self.tokenizer, settings, max_len,
                                       req.messages, tools, template_kwargs or {})
         return Prompt(ids)

@@ -10,8 +10,9 @@ from typing import Any
 
 from mstar.api_server.generation.prompts import check_prompt_chars
 from mstar.api_server.http.errors import APIError
+from mstar.api_server.media.loader import ImageLoader
 from mstar.api_server.media.parts import image_parts
-from mstar.api_server.media.pool import in_media_pool, load_images
+from mstar.api_server.media.pool import in_media_pool
 from mstar.prompt import chat_media
 from mstar.prompt.value import Prompt
 
@@ -32,10 +33,11 @@ def _build(processor: Any, messages: list[dict[str, Any]], images: list, max_mod
     return prompt
 
 
-async def image_chat_prompt(processor: Any, settings: Any, max_model_len: int,
-                            messages: list[dict[str, Any]]) -> Prompt:
-    """``messages``: the request's, as OpenAI-shaped dicts (``media.parts.message_dicts``)."""
+async def image_chat_prompt(processor: Any, loader: ImageLoader, settings: Any,
+                            max_model_len: int, messages: list[dict[str, Any]]) -> Prompt:
+    """``messages``: the request's, as OpenAI-shaped dicts (``media.parts.message_dicts``);
+    their images are held in ``loader``'s pixel budget until the processor is done with them."""
     parts = image_parts(messages, True, settings.max_images_per_request)
-    images = await load_images(parts, settings)
-    return await in_media_pool(_build, processor, messages, images, max_model_len,
-                               settings.max_prompt_chars)
+    async with loader.images(parts, settings.request_timeout_s) as images:
+        return await in_media_pool(_build, processor, messages, images, max_model_len,
+                                   settings.max_prompt_chars)

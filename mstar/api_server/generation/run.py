@@ -17,6 +17,7 @@ from typing import Any
 from mstar.api_server.context.metrics import Metrics
 from mstar.api_server.generation.engine_client import EngineClient, Failure
 from mstar.api_server.generation.prompts import batch_field
+from mstar.api_server.http.deadline import seconds_left, timed_out
 from mstar.api_server.http.errors import APIError
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
@@ -115,14 +116,14 @@ async def run_requests(
     unfinished = set(ids)
     queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)])
     metrics.prompt_tokens.inc(sum(prompt.num_tokens for prompt, _ in jobs))
-    deadline = started + timeout
+    deadline = started + seconds_left(timeout)  # counted from the request's admission
     next_check = started + DISCONNECT_CHECK_S
     try:
         while unfinished:
             now = time.perf_counter()
             left = deadline - now
             if left <= 0:
-                raise APIError(504, f"request timed out after request_timeout_s={timeout:g}")
+                raise timed_out(timeout)
             if is_disconnected is not None and now >= next_check:
                 next_check = now + DISCONNECT_CHECK_S
                 if await is_disconnected():

@@ -2,13 +2,15 @@
 
 ``mstar serve`` binds and listens on its port first, so a second server on a port in use fails in
 well under a second with a clear message, instead of after loading the model. The socket is then
-handed to uvicorn. Connections made while the workers load wait in the listen backlog.
+handed to uvicorn (``uvicorn_config``). Connections made while the workers load wait in the listen
+backlog.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
+from typing import Any
 
 
 class ListenError(Exception):
@@ -40,3 +42,17 @@ def _reason(host: str, port: int, exc: OSError) -> str:
     if exc.errno == errno.EACCES:
         return f"cannot listen on {where}: permission denied (ports below 1024 need privileges)"
     return f"cannot listen on {where}: {exc.strerror or exc}"
+
+
+def uvicorn_config(app: Any, settings: Any) -> Any:
+    """How uvicorn serves ``app`` on the listening socket: no logging or lifespan of its own, and
+    its HTTP/1.1 protocol (httptools when installed, else h11: uvicorn's "auto") closing
+    connections whose headers do not arrive within MSTAR_HTTP_HEADER_TIMEOUT_S."""
+    import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from mstar.api_server.http.header_timeout import guarded
+
+    return uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                          timeout_graceful_shutdown=2,
+                          http=guarded(AutoHTTPProtocol, settings.http_header_timeout_s))

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Match
 from mstar.api_server.context.admission import Admission
 from mstar.api_server.context.metrics import Metrics
 from mstar.api_server.context.running import RunningSettings
+from mstar.api_server.http.deadline import admitted, reset
 from mstar.api_server.http.errors import send_error
 
 OPEN_PATHS = frozenset({"/health"})
@@ -126,6 +127,7 @@ class LimitsMiddleware:
                              f"{settings.max_concurrent_requests}); retry later", scope["path"])
             return
         admission.enter()
+        clock = admitted()  # MSTAR_REQUEST_TIMEOUT_S counts from here
         try:
             body_receive = await self._read_body(headers, receive)
             if body_receive is None:
@@ -134,6 +136,7 @@ class LimitsMiddleware:
                 return
             await self.app(scope, body_receive, send)
         finally:
+            reset(clock)
             admission.leave()
 
     async def _read_body(self, headers: dict, receive: Any) -> Any:

@@ -1,10 +1,14 @@
-"""Images in requests: counts, sizes, allowed domains."""
+"""Images in requests: counts, sizes, allowed domains, and the bounds on fetching and decoding them.
+
+None of these is reloadable (``settings/reloadable.py``): the fetch slots and the pixel budget
+are built once when the API server starts.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from mstar.settings.knobs.field import MAX_COUNT, _media
+from mstar.settings.knobs.field import MAX_COUNT, MAX_WAIT_S, _media
 
 
 class MediaKnobs(BaseModel):
@@ -19,6 +23,31 @@ class MediaKnobs(BaseModel):
         16_777_216, "Largest image (width x height) accepted, read from the file header before "
         "decoding (a decompression bomb is refused unread): larger is a 413 naming the part.",
         unit="pixels", ge=1, le=2**40)
+    max_image_pixels_per_request: int = _media(
+        67_108_864, "Most pixels (width x height, summed over its images) one request may have "
+        "decoded, read from the headers before any image is decoded: the part that takes the sum "
+        "past it is a 413 naming it. A decoded pixel holds 4 bytes.",
+        unit="pixels", ge=1, le=2**40)
+    max_image_pixels_in_flight: int = _media(
+        134_217_728, "Most pixels decoded at once across all requests in flight (4 bytes each: "
+        "the default is 512 MiB). A request whose images do not fit waits for room, within "
+        "MSTAR_REQUEST_TIMEOUT_S; one that could never fit is a 413 naming the part.",
+        unit="pixels", ge=1, le=2**40)
+    media_fetch_max_concurrent: int = _media(
+        8, "Remote (http/https) image fetches running at once across all requests; more wait for "
+        "a slot, within MSTAR_REQUEST_TIMEOUT_S. data: images never wait for these.",
+        unit="fetches", ge=1, le=4096)
+    media_fetch_connect_timeout_s: float = _media(
+        5.0, "How long connecting to an image's host may take; longer is a 400 naming the part.",
+        unit="s", gt=0.0, le=MAX_WAIT_S)
+    media_fetch_timeout_s: float = _media(
+        30.0, "How long one remote image fetch may take in all (connecting, waiting for a slot "
+        "excluded); longer is a 400 naming the part. MSTAR_REQUEST_TIMEOUT_S still bounds the "
+        "whole request.", unit="s", gt=0.0, le=MAX_WAIT_S)
+    media_fetch_min_bytes_per_s: int = _media(
+        32_768, "Slowest average rate at which a remote image's body may arrive, after its first "
+        "second; slower (a host dripping bytes) is a 400 naming the part. 0: no minimum.",
+        unit="bytes/s", ge=0, le=2**34)
     max_image_bytes: int = _media(
         20_971_520, "Largest image file (after base64 decoding, or as fetched): larger is a 413 "
         "naming the part.", unit="bytes", ge=1, le=2**34)

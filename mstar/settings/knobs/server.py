@@ -23,8 +23,13 @@ class ServerKnobs(BaseModel):
     max_body_mb: float = _server(
         128.0, "Largest accepted request body; larger bodies get 413.", unit="MiB", gt=0.0, le=1e6)
     request_timeout_s: float = _server(
-        600.0, "A request running longer is aborted in the worker and fails for the client.",
+        600.0, "A request running longer (counted from its admission: fetching and decoding its "
+        "images included) is aborted in the worker and fails for the client with a 504.",
         unit="s", gt=0.0, le=MAX_WAIT_S)
+    http_header_timeout_s: float = _server(
+        10.0, "A connection whose request headers have not all arrived this long after it opened "
+        "(or after its previous response) is closed, so idle or trickling connections cannot "
+        "pile up. Not reloadable.", unit="s", gt=0.0, le=3600.0)
     shutdown_timeout_s: float = _server(
         30.0, "On SIGINT/SIGTERM, how long in-flight requests may run before everything stops.",
         unit="s", ge=0.0, le=MAX_WAIT_S)
@@ -62,8 +67,14 @@ class ServerKnobs(BaseModel):
         "when the model's chat template writes <think>, else none (docs/reasoning.rst).")
     responses_store_capacity: int = _server(
         1024, "Responses kept in memory for /v1/responses' store (GET, DELETE, "
-        "previous_response_id); when full, the least recently used goes. 0 stores nothing.",
+        "previous_response_id); when full, the oldest goes. 0 stores nothing. Not reloadable.",
         unit="responses", ge=0, le=MAX_COUNT)
+    responses_store_max_mb: float = _server(
+        256.0, "Memory the Responses store may hold (each response measured as the JSON it is "
+        "kept as); past it the oldest responses go. One response larger than an eighth of it "
+        "is returned but not stored. Input the model does not read (reasoning items, fields "
+        "other than a message's role and text) is not kept. 0 stores nothing. Not reloadable.",
+        unit="MiB", ge=0.0, le=1e6)
     responses_store_ttl_s: float = _server(
         3600.0, "How long a stored response is kept after it was created.", unit="s", gt=0.0,
         le=MAX_WAIT_S)
