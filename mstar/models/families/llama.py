@@ -14,12 +14,17 @@ from mstar.models.layers.blocks import RMSNorm, RotaryEmbedding, SiluAndMul, app
 from mstar.models.layers.decode_stack import DecodeStack, StackLayer, decode_layers
 
 
-def fused_shard_range(attn: Attention, intermediate_size: int, packed: str,
+def fused_shard_range(decoder: nn.Module, intermediate_size: int, packed: str,
                       shard: int) -> tuple[int, int]:
     """(offset, size) of checkpoint shard ``shard`` inside the output dim of a Llama-layout
-    decoder's fused parameter: q, k, v in ``qkv_proj`` (sized by ``attn``), else gate, up."""
-    qkv = [attn.q_size, attn.kv_size, attn.kv_size]
-    sizes = qkv if packed == "qkv_proj" else [intermediate_size] * 2
+    decoder's fused parameter: q, k, v in ``qkv_proj`` (sized by the first layer's attention),
+    else gate, up. Only ``qkv_proj`` reads the layer: a hybrid model's first layer may have no
+    attention (Qwen3.5's linear-attention layers), and its MLP shards are sized all the same."""
+    if packed == "qkv_proj":
+        attn = decoder.layers[0].self_attn
+        sizes = [attn.q_size, attn.kv_size, attn.kv_size]
+    else:
+        sizes = [intermediate_size] * 2
     return sum(sizes[:shard]), sizes[shard]
 
 
@@ -237,7 +242,7 @@ class LlamaForCausalLM(nn.Module):
 
     def shard_range(self, packed: str, shard: int) -> tuple[int, int]:
         """(offset, size) of a checkpoint shard inside a fused parameter's output dim."""
-        return fused_shard_range(self.model.layers[0].self_attn, self.config.intermediate_size,
+        return fused_shard_range(self.model, self.config.intermediate_size,
                                  packed, shard)
 
     def forward(self, input_ids, positions, attn_metadata) -> torch.Tensor:

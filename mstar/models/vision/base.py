@@ -92,7 +92,7 @@ class VisionLanguageModel(nn.Module):
         return self.text_model_cls(self.text_config).build_model(self.text_config)
 
     def shard_range(self, packed: str, shard: int) -> tuple[int, int]:
-        return fused_shard_range(self.model.layers[0].self_attn, self.text_config.intermediate_size,
+        return fused_shard_range(self.model, self.text_config.intermediate_size,
                                  packed, shard)
 
     def encode(self, image: dict[str, torch.Tensor]) -> torch.Tensor:
