@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mstar.engine.request.limits import SEED_LIMIT
 from mstar.ipc import messages as m
 from mstar.ipc.check_rules import (
     MAX_ID_CHARS,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 UNDECODABLE, UNEXPECTED_TYPE, INVALID = "undecodable", "unexpected_type", "invalid"
 DROP_REASONS = (UNDECODABLE, UNEXPECTED_TYPE, INVALID)
 
-SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
 FINISH_REASONS = (None, "stop", "length", "abort")
 # Output token ids: the tokenizer takes them as u32 (the API server does not know the model's
 # vocabulary; an id past the tokenizer's decodes to nothing, ``mstar.output``).

@@ -119,6 +119,12 @@ class WorkerStats(_Message):
     spec_verify_s: float = 0.0
 
 
+# a remote replica's ``mstar worker`` -> conductor, every MSTAR_LIVENESS_INTERVAL_S / 4
+class Alive(_Message):
+    worker: int
+    pid: int
+
+
 # conductor -> API server
 class Ready(_Message):
     """Every replica is up; ``worker_addresses[i]`` is replica i's command socket (its rank 0),
@@ -137,6 +143,14 @@ class Fatal(_Message):
     message: str
 
 
+# conductor -> API server, whenever the set of replicas that missed their interval changes
+# (``mstar.conductor.liveness``)
+class Liveness(_Message):
+    """``down``: replica index -> why it is down (it names the replica); empty once all are up."""
+
+    down: dict[int, str]
+
+
 # conductor or worker -> API server
 class TransportDrops(_Message):
     """Frames a process's inbox dropped so far, by reason (``mstar.ipc.sockets``): the API
@@ -149,12 +163,12 @@ class TransportDrops(_Message):
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
     Outputs, RequestFailed,
-    WorkerStats, Ready, Fatal, TransportDrops,
+    WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
-TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops)
-TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join)
+TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liveness)
+TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join, Alive)
 TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
 TO_JOINING_WORKER = (SettingsSync,)
 
@@ -169,24 +183,3 @@ def encode(msg: Message) -> bytes:
 
 def decode(data: bytes) -> Message:
     return _decoder.decode(data)
-
-
-# Liveness of the replicas on other hosts (added after the table above; see mstar.conductor.liveness)
-
-# a remote replica's ``mstar worker`` -> conductor, every MSTAR_LIVENESS_INTERVAL_S / 4
-class Alive(_Message):
-    worker: int
-    pid: int
-
-
-# conductor -> API server, whenever the set of replicas that missed their interval changes
-class Liveness(_Message):
-    """``down``: replica index -> why it is down (it names the replica); empty once all are up."""
-
-    down: dict[int, str]
-
-
-Message = Union[Message, Alive, Liveness]  # noqa: UP007
-TO_API = (*TO_API, Liveness)
-TO_CONDUCTOR = (*TO_CONDUCTOR, Alive)
-_decoder = msgspec.msgpack.Decoder(Message)

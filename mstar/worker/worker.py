@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from mstar.ipc import messages as m
-from mstar.ipc.images import from_wire
 from mstar.ipc.settings_reload import apply_reloaded
 
 if TYPE_CHECKING:
@@ -103,8 +102,8 @@ class Worker:
 
     def add(self, msg: m.AddRequest) -> None:
         try:
-            self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params,
-                                    tuple(from_wire(w) for w in msg.images))
+            prompt = msg.prompt()
+            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.images)
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
             self.channel.send_to_api(m.RequestFailed(msg.request_id, getattr(exc, "status", 400),
                                                      str(exc), getattr(exc, "param", None)))

@@ -20,13 +20,12 @@ from mstar.api_server.generation.prompts import batch_field
 from mstar.api_server.http.deadline import seconds_left, timed_out
 from mstar.api_server.http.errors import APIError
 from mstar.engine.request.errors import RequestRejected
-from mstar.engine.request.limits import check_request_fits
+from mstar.engine.request.limits import SEED_LIMIT, check_request_fits
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
 from mstar.output.processor import TextOutput
 from mstar.prompt.value import Prompt
 
 DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request checks that its client is still there
-SEED_LIMIT = 2**64  # seeds are 0 .. SEED_LIMIT - 1 (choice i of a request: (seed + i) mod this)
 
 
 Job = tuple[Prompt, SamplingParams]  # one choice: its prompt and how to sample

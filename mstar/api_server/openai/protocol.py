@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mstar.api_server.generation.run import SEED_LIMIT
+from mstar.engine.request.limits import SEED_LIMIT
 from mstar.engine.request.sampling_params import MAX_LOGIT_BIAS, MAX_PENALTY
 
 MAX_INT32 = 2**31 - 1

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from mstar.engine.request.errors import RequestRejected
 
+# A request's seed is 0 .. SEED_LIMIT - 1: what torch.Generator.manual_seed takes (choice i of a
+# request samples with (seed + i) mod this).
+SEED_LIMIT = 2**64
+
 
 def check_request_fits(prompt_len: int, max_tokens: int, max_model_len: int,
                        prompt_field: str = "prompt") -> None:
