@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mstar.api_server.generation.prompts import check_prompt_chars
+from mstar.api_server.http.bounds import check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.loader import ImageLoader
 from mstar.api_server.media.parts import image_parts

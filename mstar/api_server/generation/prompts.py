@@ -22,6 +22,7 @@ from mstar.api_server.generation.special_text import (
     mark_special_contents,
     refuse_special_text,
 )
+from mstar.api_server.http.bounds import check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.tools.template import template_inputs
 from mstar.engine.request.errors import RequestRejected
@@ -83,13 +84,6 @@ def given_prompt_ids(tokenizer: Any, max_chars: int, max_model_len: int,
                        f"{bad[:5]}", param)
     check_prompt_len(len(prompt), max_model_len, param, pooled)
     return list(prompt)
-
-
-def check_prompt_chars(text: str, max_chars: int, param: str) -> None:
-    """A 413 naming ``param`` when ``text`` is longer than MSTAR_MAX_PROMPT_CHARS."""
-    if len(text) > max_chars:
-        raise APIError(413, f"{param} has {len(text)} characters; at most {max_chars} are "
-                       "tokenized per text (MSTAR_MAX_PROMPT_CHARS)", param)
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,

@@ -17,8 +17,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from mstar.api_server.generation.prompts import check_prompt_chars, render_chat
+from mstar.api_server.generation.prompts import render_chat
 from mstar.api_server.generation.special_text import encode_marked
+from mstar.api_server.http.bounds import MESSAGES, Counted, check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import REQUEST_ERRORS, documented
 from mstar.api_server.openai.chat_protocol import ChatMessage
@@ -39,6 +40,10 @@ class TokenizeRequest(StrictModel):
         None, description="Default: true for a prompt, false for messages (the template has them).")
     add_generation_prompt: bool = True
     return_token_strs: bool = False
+
+
+    def counted(self) -> list[Counted]:
+        return [Counted(MESSAGES, "messages", len(self.messages or []))]
 
 
 class DetokenizeRequest(StrictModel):

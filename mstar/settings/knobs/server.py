@@ -120,9 +120,17 @@ class RequestLimitKnobs(BaseModel):
         "cache_limit_bytes); least recently used grammars are evicted past it.",
         unit="MiB", gt=0.0, le=1e6)
     max_stop_strings: int = _limits(
-        64, "Most entries of 'stop' in one request.", unit="strings", ge=1, le=MAX_COUNT)
+        64, "Most entries of 'stop' (the Messages API's 'stop_sequences') in one request.",
+        unit="strings", ge=1, le=MAX_COUNT)
     max_logit_bias_entries: int = _limits(
         1024, "Most entries of 'logit_bias' in one request.", unit="entries", ge=1,
+        le=MAX_COUNT)
+    max_tools: int = _limits(
+        1024, "Most entries of 'tools' in one request (chat, Responses, Messages).",
+        unit="tools", ge=1, le=MAX_COUNT)
+    max_messages: int = _limits(
+        100_000, "Most messages in one request: chat's and the Messages API's 'messages', the "
+        "Responses API's 'input' items, /tokenize's 'messages'.", unit="messages", ge=1,
         le=MAX_COUNT)
     max_prompt_chars: int = _limits(
         16_000_000, "Longest text one request has tokenized: a prompt (each one of a batch), an "
