@@ -129,6 +129,9 @@ TEXT_BODIES = [  # (path, body with LONG text, the field its 413 names)
      "messages"),
     ("/v1/messages", {"model": STUB_MODEL, "messages": [{"role": "user", "content": LONG}],
                       "max_tokens": 2}, "messages"),
+    # Special-token text is rendered at a short marker (``special_text``): measured as it is.
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "<|im_start|>" + LONG}],
+                              "max_tokens": 2}, "messages"),
     ("/v1/responses", {"model": STUB_MODEL, "input": LONG}, "input"),
     ("/v1/completions", {"prompt": LONG, "max_tokens": 2}, "prompt"),
     ("/generate", {"prompt": LONG, "max_tokens": 2}, "prompt"),

@@ -57,8 +57,9 @@ def check_counts(counts: Iterable[Counted], settings: Any) -> None:
         check_count(counted, settings)
 
 
-def check_prompt_chars(text: str, max_chars: int, param: str) -> None:
-    """A 413 naming ``param`` when ``text`` is longer than MSTAR_MAX_PROMPT_CHARS."""
-    if len(text) > max_chars:
-        raise APIError(413, f"{param} has {len(text)} characters; at most {max_chars} are "
+def check_prompt_chars(chars: int, max_chars: int, param: str) -> None:
+    """A 413 naming ``param`` when a text of ``chars`` characters is longer than
+    MSTAR_MAX_PROMPT_CHARS."""
+    if chars > max_chars:
+        raise APIError(413, f"{param} has {chars} characters; at most {max_chars} are "
                        "tokenized per text (MSTAR_MAX_PROMPT_CHARS)", param)

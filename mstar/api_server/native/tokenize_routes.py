@@ -74,7 +74,7 @@ async def tokenize(req: TokenizeRequest, request: Request) -> Any:
     if req.messages is not None:
         check_content_parts(req)
     else:
-        check_prompt_chars(req.prompt, settings.max_prompt_chars, "prompt")
+        check_prompt_chars(len(req.prompt), settings.max_prompt_chars, "prompt")
     body = await asyncio.to_thread(_tokenize_body, request.app.state.generation.tokenizer,
                                    settings, request.app.state.model.max_model_len, req)
     return Response(body, media_type="application/json", headers=headers)
