@@ -53,6 +53,7 @@ VALID = {
     "MSTAR_MAX_LOGIT_BIAS_ENTRIES": ("300", 300),
     "MSTAR_MAX_TOOLS": ("16", 16),
     "MSTAR_MAX_MESSAGES": ("500", 500),
+    "MSTAR_MAX_UNREAD_OUTPUT_KB": ("64", 64.0),
     "MSTAR_MAX_PROMPT_CHARS": ("100000", 100000),
     "MSTAR_SPECIAL_TOKENS_IN_CONTENT": ("reject", "reject"),
     "MSTAR_MODEL": ("/models/qwen", "/models/qwen"),

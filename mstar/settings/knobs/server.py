@@ -24,8 +24,14 @@ class ServerKnobs(BaseModel):
         128.0, "Largest accepted request body; larger bodies get 413.", unit="MiB", gt=0.0, le=1e6)
     request_timeout_s: float = _server(
         600.0, "A request running longer (counted from its admission: fetching and decoding its "
-        "images included) is aborted in the worker and fails for the client with a 504.",
+        "images included, and a slow client's reading of its stream) is aborted in the worker "
+        "at that moment and fails for the client with a 504 (a stream: a final error event).",
         unit="s", gt=0.0, le=MAX_WAIT_S)
+    max_unread_output_kb: float = _server(
+        1024.0, "Output one request may have generated that its client has not read yet (a slow "
+        "reader of a stream); past it the request is aborted in the worker, its KV blocks freed, "
+        "and its stream ends with an error event. Nothing more is buffered for it.",
+        unit="KiB", gt=0.0, le=1e6)
     http_header_timeout_s: float = _server(
         10.0, "A connection whose request headers have not all arrived this long after it opened "
         "(or after its previous response) is closed, so idle or trickling connections cannot "
