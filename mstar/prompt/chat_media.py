@@ -1,7 +1,9 @@
 """OpenAI chat messages with media parts, read once for both callers: the media parts in order
 (``media_refs``), the messages as a processor's chat template takes them (``template_messages``,
 one ``{"type": "image"}`` marker per part), and the ``Prompt`` the processor makes of the rendered
-text and the decoded pictures (``render``, ``build``).
+text and the decoded pictures (``render``, ``build``). ``render_marked`` and ``build`` with its
+contents keep special-token text typed in the messages plain text (``special_text``), as the API
+server's text chats do.
 
 Messages are plain dicts in OpenAI's shape. ``mstar.LLM.chat`` passes its own (``image_url`` parts
 with ``data:`` URLs, or ``image`` parts holding a PIL image: ``offline_picture``); the API server
@@ -13,10 +15,11 @@ from __future__ import annotations
 
 import base64
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from mstar.models.vision.inputs import build_prompt
+from mstar.models.vision.inputs import ImageInput, build_prompt
+from mstar.prompt.special_text import Contents, mark_special_contents, plain_ids, split_marked
 from mstar.prompt.value import Prompt
 
 MEDIA_TYPES = ("image_url", "image")  # the content part types that carry a picture
@@ -70,14 +73,40 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render(processor: Any, messages: list[dict[str, Any]]) -> str:
     """The processor's chat template over the messages, generation prompt added."""
-    return processor.apply_chat_template(template_messages(messages), tokenize=False,
-                                         add_generation_prompt=True)
+    return render_marked(processor, messages, False)[0]
 
 
-def build(processor: Any, text: str, pictures: list) -> Prompt:
-    """The prompt of rendered ``text`` (one marker per picture, in order) and the pictures."""
-    ids, inputs = build_prompt(processor, text, pictures)
-    return Prompt(ids, tuple(inputs))
+def render_marked(processor: Any, messages: list[dict[str, Any]],
+                  escape: bool) -> tuple[str, Contents]:
+    """``render``; with ``escape``, each text holding special-token text is left at a marker
+    (``special_text``), and {marker: text} is returned for ``build``."""
+    shown, contents = template_messages(messages), {}
+    if escape:
+        shown, contents = mark_special_contents(processor.tokenizer, shown)
+    text = processor.apply_chat_template(shown, tokenize=False, add_generation_prompt=True)
+    return text, contents
+
+
+def build(processor: Any, text: str, pictures: list, contents: Contents | None = None) -> Prompt:
+    """The prompt of rendered ``text`` (one marker per picture, in order) and the pictures;
+    ``contents`` (from ``render_marked``) are tokenized as plain text at their markers, the
+    template's pieces between them by the processor with the pictures their markers call for."""
+    if not contents:
+        ids, inputs = build_prompt(processor, text, pictures)
+        return Prompt(ids, tuple(inputs))
+    ids: list[int] = []
+    parts: list[ImageInput] = []
+    for piece, is_content in split_marked(text, contents):
+        if is_content:
+            ids += plain_ids(processor.tokenizer, piece)
+            continue
+        count = piece.count(processor.image_token)
+        piece_ids, inputs = build_prompt(processor, piece, pictures[len(parts):len(parts) + count])
+        parts += [replace(p, positions=tuple(q + len(ids) for q in p.positions)) for p in inputs]
+        ids += piece_ids
+    if len(parts) != len(pictures):
+        raise ValueError(f"the prompt has markers for {len(parts)} images; {len(pictures)} given")
+    return Prompt(ids, tuple(parts))
 
 
 def offline_picture(ref: MediaRef) -> Any:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from mstar.api_server.http.bounds import MESSAGES, STOP_STRINGS, TOOLS, Counted
 from mstar.api_server.openai.protocol import MAX_INT32, NonEmptyStr, StrictModel
 
 NOT_SUPPORTED = "Not supported: a 400 unless null."
@@ -98,3 +99,8 @@ class MessagesRequest(StrictModel):
     container: Any = Field(None, description=NOT_SUPPORTED)
     mcp_servers: Any = Field(None, description=NOT_SUPPORTED)
     context_management: Any = Field(None, description=NOT_SUPPORTED)
+
+    def counted(self) -> list[Counted]:
+        return [Counted(STOP_STRINGS, "stop_sequences", len(self.stop_sequences or [])),
+                Counted(TOOLS, "tools", len(self.tools or [])),
+                Counted(MESSAGES, "messages", len(self.messages))]

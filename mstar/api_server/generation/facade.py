@@ -81,8 +81,10 @@ class Generation:
             is_disconnected: Callable[[], Awaitable[bool]] | None = None
             ) -> AsyncIterator[tuple[int, TextOutput]]:
         """(choice index, text output) until every choice finished (see ``run.run_requests``)."""
-        return run_requests(self._client, self._metrics, self._running.settings.request_timeout_s,
-                            request_id, jobs, is_disconnected)
+        settings = self._running.settings
+        return run_requests(self._client, self._metrics, settings.request_timeout_s,
+                            int(settings.max_unread_output_kb * 1024), request_id, jobs,
+                            is_disconnected)
 
     async def collect(self, request_id: str, jobs: list[Job],
                       is_disconnected: Callable[[], Awaitable[bool]]) -> list[Choice]:

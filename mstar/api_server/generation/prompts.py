@@ -10,22 +10,21 @@ MSTAR_MAX_PROMPT_CHARS is refused (``check_prompt_chars``, a 413 naming the fiel
 tokenizes text (chat, completions, embeddings, /generate, /tokenize, images) passes through it.
 
 Special-token text a message's content holds stays plain text (or is refused), as
-MSTAR_SPECIAL_TOKENS_IN_CONTENT says: see ``special_text``.
+MSTAR_SPECIAL_TOKENS_IN_CONTENT says: see ``special_text`` (the image path, ``image_prompt``, uses
+the same functions).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mstar.api_server.generation.special_text import (
-    encode_marked,
-    mark_special_contents,
-    refuse_special_text,
-)
+from mstar.api_server.generation.special_text import encode_marked, refuse_special_text
+from mstar.api_server.http.bounds import check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.tools.template import template_inputs
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_pooled_prompt_fits, check_prompt_fits
+from mstar.prompt.special_text import mark_special_contents, unmarked_chars
 
 
 def chat_prompt_ids(tokenizer: Any, settings: Any, max_model_len: int, messages: list[Any],
@@ -51,7 +50,7 @@ def render_chat(tokenizer: Any, settings: Any, given: list[Any], messages: list[
     ``encode_marked`` when there are any."""
     contents: dict[str, str] = {}
     if settings.special_tokens_in_content == "reject":
-        refuse_special_text(tokenizer, given)
+        refuse_special_text(tokenizer, [msg.text() for msg in given])
     else:
         messages, contents = mark_special_contents(tokenizer, messages)
     try:
@@ -60,7 +59,7 @@ def render_chat(tokenizer: Any, settings: Any, given: list[Any], messages: list[
                                              **(template_kwargs or {}))
     except Exception as exc:  # a template may reject e.g. a role order it does not support
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from exc
-    check_prompt_chars(text, settings.max_prompt_chars, "messages")
+    check_prompt_chars(unmarked_chars(text, contents), settings.max_prompt_chars, "messages")
     return text, contents
 
 
@@ -74,7 +73,7 @@ def given_prompt_ids(tokenizer: Any, max_chars: int, max_model_len: int,
     """The token ids of one prompt given as text or as ids (a completion's ``prompt``, or an
     embedding's ``input``: ``pooled``), every limit checked; an error names ``param``."""
     if isinstance(prompt, str):
-        check_prompt_chars(prompt, max_chars, param)
+        check_prompt_chars(len(prompt), max_chars, param)
         return encode(tokenizer, prompt, True, max_model_len, param, pooled)
     vocab = len(tokenizer)
     bad = [t for t in prompt if not 0 <= t < vocab]
@@ -83,13 +82,6 @@ def given_prompt_ids(tokenizer: Any, max_chars: int, max_model_len: int,
                        f"{bad[:5]}", param)
     check_prompt_len(len(prompt), max_model_len, param, pooled)
     return list(prompt)
-
-
-def check_prompt_chars(text: str, max_chars: int, param: str) -> None:
-    """A 413 naming ``param`` when ``text`` is longer than MSTAR_MAX_PROMPT_CHARS."""
-    if len(text) > max_chars:
-        raise APIError(413, f"{param} has {len(text)} characters; at most {max_chars} are "
-                       "tokenized per text (MSTAR_MAX_PROMPT_CHARS)", param)
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,

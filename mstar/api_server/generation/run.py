@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from mstar.api_server.context.metrics import Metrics
-from mstar.api_server.generation.engine_client import EngineClient, Failure
+from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.prompts import batch_field
+from mstar.api_server.generation.unread import Unread, pump
 from mstar.api_server.http.deadline import seconds_left, timed_out
 from mstar.api_server.http.errors import APIError
 from mstar.engine.request.errors import RequestRejected
@@ -103,11 +104,13 @@ async def replay(first: tuple[int, TextOutput], outputs: AsyncIterator
 
 
 async def run_requests(
-    client: EngineClient, metrics: Metrics, timeout: float, request_id: str, jobs: list[Job],
-    is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+    client: EngineClient, metrics: Metrics, timeout: float, max_unread_bytes: int,
+    request_id: str, jobs: list[Job], is_disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[tuple[int, TextOutput]]:
     """Yield (choice index, text output) until every choice (job) finished or ``timeout``
-    (request_timeout_s) passed."""
+    (request_timeout_s) passed. The engine's outputs are read by a pump of their own (``unread``):
+    a slow reader is cut at the deadline, or once ``max_unread_bytes`` of output wait for it, and
+    the workers' work is aborted then, not when the reader comes back."""
     ids = [f"{request_id}-{i}" for i in range(len(jobs))]
     index = {rid: i for i, rid in enumerate(ids)}
     started = time.perf_counter()
@@ -116,38 +119,37 @@ async def run_requests(
     queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)])
     metrics.prompt_tokens.inc(sum(prompt.num_tokens for prompt, _ in jobs))
     deadline = started + seconds_left(timeout)  # counted from the request's admission
+
+    def taken(item: TextOutput) -> None:
+        now, rid = time.perf_counter(), item.request_id
+        if item.new_token_ids:
+            metrics.output_tokens.inc(len(item.new_token_ids))
+            if rid in last:
+                metrics.itl.observe(now - last[rid])
+            else:
+                metrics.ttft.observe(now - started)
+            last[rid] = now
+
+    unread = Unread(max_unread_bytes)
+    pumping = asyncio.create_task(pump(queue, unread, set(ids), deadline,
+                                       lambda: timed_out(timeout), client.abort, taken))
     next_check = started + DISCONNECT_CHECK_S
     try:
         while unfinished:
             now = time.perf_counter()
-            left = deadline - now
-            if left <= 0:
+            if deadline - now <= 0:  # a slow reader, when everything was generated in time
                 raise timed_out(timeout)
             if is_disconnected is not None and now >= next_check:
                 next_check = now + DISCONNECT_CHECK_S
                 if await is_disconnected():
                     return
-            if queue.empty():  # wait_for costs a task and a timer: only when there is nothing
-                try:
-                    item = await asyncio.wait_for(queue.get(), min(left, DISCONNECT_CHECK_S))
-                except asyncio.TimeoutError:
-                    continue
-            else:
-                item = queue.get_nowait()
-            if isinstance(item, Failure):
-                raise APIError(item.status, item.message, item.param)
-            rid = item.request_id
-            now = time.perf_counter()
-            if item.new_token_ids:
-                metrics.output_tokens.inc(len(item.new_token_ids))
-                if rid in last:
-                    metrics.itl.observe(now - last[rid])
-                else:
-                    metrics.ttft.observe(now - started)
-                last[rid] = now
+            item = await unread.next(min(deadline - now, DISCONNECT_CHECK_S))
+            if item is None:
+                continue
             if item.finished:
-                unfinished.discard(rid)
-            yield index[rid], item
+                unfinished.discard(item.request_id)
+            yield index[item.request_id], item
     finally:
+        pumping.cancel()
         client.abort(sorted(unfinished))
         client.release(ids)

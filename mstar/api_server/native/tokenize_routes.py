@@ -17,8 +17,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from mstar.api_server.generation.prompts import check_prompt_chars, render_chat
+from mstar.api_server.generation.prompts import render_chat
 from mstar.api_server.generation.special_text import encode_marked
+from mstar.api_server.http.bounds import MESSAGES, Counted, check_prompt_chars
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import REQUEST_ERRORS, documented
 from mstar.api_server.openai.chat_protocol import ChatMessage
@@ -39,6 +40,10 @@ class TokenizeRequest(StrictModel):
         None, description="Default: true for a prompt, false for messages (the template has them).")
     add_generation_prompt: bool = True
     return_token_strs: bool = False
+
+
+    def counted(self) -> list[Counted]:
+        return [Counted(MESSAGES, "messages", len(self.messages or []))]
 
 
 class DetokenizeRequest(StrictModel):
@@ -69,7 +74,7 @@ async def tokenize(req: TokenizeRequest, request: Request) -> Any:
     if req.messages is not None:
         check_content_parts(req)
     else:
-        check_prompt_chars(req.prompt, settings.max_prompt_chars, "prompt")
+        check_prompt_chars(len(req.prompt), settings.max_prompt_chars, "prompt")
     body = await asyncio.to_thread(_tokenize_body, request.app.state.generation.tokenizer,
                                    settings, request.app.state.model.max_model_len, req)
     return Response(body, media_type="application/json", headers=headers)

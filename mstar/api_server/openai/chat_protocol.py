@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from mstar.api_server.http.bounds import MESSAGES, TOOLS, Counted
 from mstar.api_server.openai.protocol import MAX_INT32, NonEmptyStr, SamplingFields, StrictModel
 from mstar.api_server.tools.schema import AssistantToolCall, ChatTool, ToolChoice
 
@@ -87,6 +88,10 @@ class ChatCompletionRequest(SamplingFields):
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def counted(self) -> list[Counted]:
+        return [*super().counted(), Counted(TOOLS, "tools", len(self.tools or [])),
+                Counted(MESSAGES, "messages", len(self.messages))]
 
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

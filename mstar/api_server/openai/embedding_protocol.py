@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag
 
+from mstar.api_server.http.bounds import EMBEDDING_INPUTS, Counted
 from mstar.api_server.openai.completion_protocol import TokenIds, prompt_form
 from mstar.api_server.openai.protocol import StrictModel
 
@@ -24,6 +25,9 @@ class EmbeddingRequest(StrictModel):
         "float", description="float: a list of numbers; base64: the little-endian float32 bytes.")
     dimensions: Any = Field(None, description="Not supported: a 400 unless null.")
     user: str | None = Field(None, description="Accepted and ignored.")
+
+    def counted(self) -> list[Counted]:
+        return [Counted(EMBEDDING_INPUTS, "input", len(self.inputs()))]
 
     def inputs(self) -> list[str | list[int]]:
         """Each input of the batch: a string or a list of token ids."""

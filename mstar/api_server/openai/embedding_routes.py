@@ -34,12 +34,7 @@ POOLING = SamplingParams(max_tokens=1, pooling="auto")  # the engine's rule pick
 async def embeddings(req: EmbeddingRequest, request: Request) -> Any:
     generation: Generation = request.app.state.generation
     headers = request.app.state.gate.admit_fields(req, "embeddings")
-    inputs = req.inputs()
-    most = request.app.state.running.settings.embedding_max_inputs
-    if len(inputs) > most:
-        raise APIError(400, f"input has {len(inputs)} items; at most {most} per request "
-                       "(MSTAR_EMBEDDING_MAX_INPUTS)", "input")
-    prompts = await generation.given_prompts(inputs, "input", pooled=True)
+    prompts = await generation.given_prompts(req.inputs(), "input", pooled=True)
     vectors = await _pooled(generation, request, prompts)
     data = [{"object": "embedding", "index": i, "embedding": _encoded(v, req.encoding_format)}
             for i, v in enumerate(vectors)]

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mstar.api_server.http.bounds import LOGIT_BIAS, STOP_STRINGS, Counted
 from mstar.engine.request.limits import SEED_LIMIT
 from mstar.engine.request.sampling_params import MAX_LOGIT_BIAS, MAX_PENALTY
 
@@ -40,6 +41,11 @@ class StrictModel(BaseModel):
             names = {f.alias or name for name, f in cls.model_fields.items()}
             return {k: v for k, v in data.items() if not (v is None and k in names)}
         return data
+
+    def counted(self) -> list[Counted]:
+        """The entries this request's lists hold, each under its limit (``http.bounds``): the
+        gate checks them before anything walks them. A request with a bounded list says so."""
+        return []
 
 
 class StreamOptions(StrictModel):
@@ -89,6 +95,10 @@ class SamplingFields(StrictModel):
     guided_choice: list[NonEmptyStr] | None = Field(
         None, min_length=1, description="Extra: the output is one of these.")
     guided_grammar: NonEmptyStr | None = Field(None, description="Extra: an EBNF grammar.")
+
+    def counted(self) -> list[Counted]:
+        return [Counted(STOP_STRINGS, "stop", len(self.stop_list())),
+                Counted(LOGIT_BIAS, "logit_bias", len(self.logit_bias or {}))]
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator
 
+from mstar.api_server.http.bounds import MESSAGES, TOOLS, Counted
 from mstar.api_server.openai.protocol import MAX_INT32, NonEmptyStr, StrictModel
 
 NOT_SUPPORTED = "Not supported: a 400 unless null."
@@ -132,3 +133,7 @@ class ResponsesRequest(StrictModel):
     max_tool_calls: Any = Field(None, description=NOT_SUPPORTED)
     top_logprobs: Any = Field(None, description=NOT_SUPPORTED + " (0 passes)")
     context_management: Any = Field(None, description=NOT_SUPPORTED)
+
+    def counted(self) -> list[Counted]:
+        items = 1 if isinstance(self.input, str) else len(self.input)
+        return [Counted(TOOLS, "tools", len(self.tools or [])), Counted(MESSAGES, "input", items)]

@@ -1,24 +1,34 @@
-"""What a request passes before any work: the served model, the endpoint's rejected fields, the
-list caps, the rules of its kind and the common ones; the headers it gets (unknown fields)."""
+"""What a request passes before any work: the served model, the list bounds (``http.bounds``: the
+same function for a limit on every route), the endpoint's rejected fields, the rules of its kind
+and the common ones; the headers it gets (unknown fields)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
+from mstar.api_server.http.bounds import Counted, check_counts
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.validation.field_table import Endpoint
 from mstar.api_server.validation.request_rules import (
     ChatRequest,
     Rule,
     check_content_parts,
-    check_list_caps,
     check_rejected_fields,
     check_request,
 )
 from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy, unknown_fields
+
+
+class Bounded(Protocol):
+    """A request model (``openai.protocol.StrictModel``): its model name, and what its lists
+    hold (``http.bounds``)."""
+
+    model: str | None
+
+    def counted(self) -> list[Counted]: ...
 
 
 class RequestGate:
@@ -46,15 +56,17 @@ class RequestGate:
         """Check a generation request before any work (``rules``: those of its kind); the
         response headers it gets (unknown fields)."""
         self.check_model(req.model)
-        check_list_caps(req, self._running.settings)
+        check_counts(req.counted(), self._running.settings)
         check_request(req, endpoint, self._vocab_size, rules)
         return self._unknown.headers(unknown_fields(req))
 
     def admit_fields(self, req: Any, endpoint: Endpoint | None = None,
                      check: Callable[[Any], None] | None = None) -> dict[str, str]:
-        """The model, the endpoint's rejected fields and ``check`` (a route's own rules), for the
-        routes that do not generate through ``admit``; the response headers (unknown fields)."""
+        """The model, the list bounds, the endpoint's rejected fields and ``check`` (a route's own
+        rules), for the routes that do not generate through ``admit``; the response headers
+        (unknown fields)."""
         self.check_model(req.model)
+        check_counts(req.counted(), self._running.settings)
         if endpoint is not None:
             check_rejected_fields(req, endpoint)
         if check is not None:

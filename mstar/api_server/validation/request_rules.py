@@ -29,7 +29,6 @@ class SamplingRequest(Protocol):
     logit_bias: dict[str, float] | None
     stop_token_ids: list[int] | None
 
-    def stop_list(self) -> list[str]: ...
 
 
 class ChatRequest(Protocol):
@@ -94,20 +93,6 @@ def check_batch_size(req: PromptBatch) -> None:
     if choices > MAX_PROMPTS:
         raise APIError(400, f"prompts x n = {choices} choices; at most {MAX_PROMPTS} per request",
                        "n")
-
-
-def check_list_caps(req: SamplingRequest, settings: Any) -> None:
-    """At most MSTAR_MAX_STOP_STRINGS stop strings and MSTAR_MAX_LOGIT_BIAS_ENTRIES biases: each
-    one costs work on every step of the request (checked before anything walks them)."""
-    stops = req.stop_list()
-    if len(stops) > settings.max_stop_strings:
-        raise APIError(400, f"stop has {len(stops)} strings; at most {settings.max_stop_strings} "
-                       "(MSTAR_MAX_STOP_STRINGS)", "stop")
-    biases = len(req.logit_bias or {})
-    if biases > settings.max_logit_bias_entries:
-        raise APIError(400, f"logit_bias has {biases} entries; at most "
-                       f"{settings.max_logit_bias_entries} (MSTAR_MAX_LOGIT_BIAS_ENTRIES)",
-                       "logit_bias")
 
 
 def check_token_ids(req: SamplingRequest, vocab_size: int) -> None:

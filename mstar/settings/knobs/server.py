@@ -24,8 +24,14 @@ class ServerKnobs(BaseModel):
         128.0, "Largest accepted request body; larger bodies get 413.", unit="MiB", gt=0.0, le=1e6)
     request_timeout_s: float = _server(
         600.0, "A request running longer (counted from its admission: fetching and decoding its "
-        "images included) is aborted in the worker and fails for the client with a 504.",
+        "images included, and a slow client's reading of its stream) is aborted in the worker "
+        "at that moment and fails for the client with a 504 (a stream: a final error event).",
         unit="s", gt=0.0, le=MAX_WAIT_S)
+    max_unread_output_kb: float = _server(
+        1024.0, "Output one request may have generated that its client has not read yet (a slow "
+        "reader of a stream); past it the request is aborted in the worker, its KV blocks freed, "
+        "and its stream ends with an error event. Nothing more is buffered for it.",
+        unit="KiB", gt=0.0, le=1e6)
     http_header_timeout_s: float = _server(
         10.0, "A connection whose request headers have not all arrived this long after it opened "
         "(or after its previous response) is closed, so idle or trickling connections cannot "
@@ -120,9 +126,17 @@ class RequestLimitKnobs(BaseModel):
         "cache_limit_bytes); least recently used grammars are evicted past it.",
         unit="MiB", gt=0.0, le=1e6)
     max_stop_strings: int = _limits(
-        64, "Most entries of 'stop' in one request.", unit="strings", ge=1, le=MAX_COUNT)
+        64, "Most entries of 'stop' (the Messages API's 'stop_sequences') in one request.",
+        unit="strings", ge=1, le=MAX_COUNT)
     max_logit_bias_entries: int = _limits(
         1024, "Most entries of 'logit_bias' in one request.", unit="entries", ge=1,
+        le=MAX_COUNT)
+    max_tools: int = _limits(
+        1024, "Most entries of 'tools' in one request (chat, Responses, Messages).",
+        unit="tools", ge=1, le=MAX_COUNT)
+    max_messages: int = _limits(
+        100_000, "Most messages in one request: chat's and the Messages API's 'messages', the "
+        "Responses API's 'input' items, /tokenize's 'messages'.", unit="messages", ge=1,
         le=MAX_COUNT)
     max_prompt_chars: int = _limits(
         16_000_000, "Longest text one request has tokenized: a prompt (each one of a batch), an "
