@@ -36,3 +36,14 @@ def test_no_module_outside_settings_reads_an_mstar_variable():
 def test_the_check_catches_a_direct_read():
     source = "import os\nx = os.environ.get('MSTAR_PORT')\ny = os.getenv('MSTAR_SEED', '1')\n"
     assert _reads_mstar_env(ast.parse(source)) == [2, 3]
+
+
+def test_every_test_module_is_in_the_suite_list():
+    """scripts/test.sh (and CI) runs the modules listed in test/cpu-core.txt, and only those: a
+    module left out of the list never runs."""
+    tests = Path(__file__).resolve().parent
+    listed = {line.strip() for line in (tests / "cpu-core.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    found = {str(p.relative_to(tests.parent)) for p in tests.rglob("test_*.py")}
+    assert sorted(found - listed) == []
+    assert sorted(listed - found) == []
