@@ -2,16 +2,17 @@
 
 Every path that makes a prompt (the API server's routes, ``mstar.LLM``) hands this one value on,
 and the wire (``mstar.ipc.messages.AddRequest``) carries its parts. A part is typed: an image's
-encoder inputs now (``ImageInput``); an audio part joins ``MediaPart`` when a model takes one.
+encoder inputs (``ImageInput``) or an audio clip's features (``AudioInput``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mstar.models.audio.inputs import AudioInput
 from mstar.models.vision.inputs import ImageInput
 
-MediaPart = ImageInput  # the union of every part type, as modalities are added
+MediaPart = ImageInput | AudioInput  # the union of every part type
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class Prompt:
     @property
     def images(self) -> tuple[ImageInput, ...]:
         return tuple(p for p in self.parts if isinstance(p, ImageInput))
+
+    @property
+    def audios(self) -> tuple[AudioInput, ...]:
+        return tuple(p for p in self.parts if isinstance(p, AudioInput))
 
     @property
     def num_tokens(self) -> int:
