@@ -18,11 +18,11 @@ LAYERS = ("settings", "logging_setup", "kernels", "graph", "models", "engine", "
 # mstar.api_server's sub-packages, lowest first: ``context`` (the running settings, the served
 # model, admission, metrics), ``http`` (errors, OpenAPI, middleware, SSE framing), the pieces the
 # APIs share, ``generation`` (prompts, sub-requests, their run: no API's shapes), ``validation``,
-# then the APIs. The modules directly in api_server (``app``, ``server``, ``reload``) are the
-# composition root, above every sub-package.
+# then the APIs, then ``ui`` (the browser pages and the Grafana dashboard). The modules directly in
+# api_server (``app``, ``server``, ``reload``) are the composition root, above every sub-package.
 API_SERVER = "api_server"
 API_SERVER_LAYERS = ("context", "http", "media", "tools", "reasoning", "generation", "validation",
-                     "openai", "anthropic", "responses", "native", "(root)")
+                     "openai", "anthropic", "responses", "native", "ui", "(root)")
 ENTRY_MODULES = ("__init__", "__main__")  # the package's own entry points may import anything
 
 

@@ -33,6 +33,7 @@ from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
 from mstar.api_server.responses.store import store_from
+from mstar.api_server.ui.pages import PagesMiddleware, page_files
 from mstar.api_server.validation.gate import RequestGate
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
@@ -84,5 +85,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     routes += [route for route in app.routes if isinstance(route, APIRoute)]
     app.add_middleware(LimitsMiddleware, running=running, admission=admission, metrics=metrics,
                        routes=routes)
+    if settings.playground:  # outside admission: the static pages load without the key
+        app.add_middleware(PagesMiddleware, files=page_files())
     app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two
     return app

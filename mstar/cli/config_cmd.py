@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from mstar.cli import config_remote
@@ -14,7 +15,7 @@ from mstar.settings.catalog import BY_ENV
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 from mstar.settings.records import settings_records
 from mstar.settings.render.docs import bounds_text
-from mstar.settings.render.generated import stale_files, write_generated
+from mstar.settings.render.generated import GENERATED, stale_files, write_generated
 from mstar.settings.render.json_schema import render_schema
 from mstar.settings.render.template import render_template
 
@@ -45,7 +46,8 @@ def add_parser(subparsers) -> None:
     template = actions.add_parser("template", help="print a commented .env.example")
     template.set_defaults(func=lambda args: _print(render_template()))
 
-    docs = actions.add_parser("docs", help="write the files generated from the schema (docs/)")
+    docs = actions.add_parser("docs", help="write the files generated from the schema (docs/) and "
+                              "the metric declarations (deploy/grafana/)")
     docs.add_argument("--check", action="store_true", help="exit 1 and show the diff when stale")
     docs.set_defaults(func=run_docs)
 
@@ -136,9 +138,17 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def generated_files() -> dict[Path, Callable[[], str]]:
+    """Every generated file and what generates it: the settings schema's files, and the Grafana
+    dashboard from the metric declarations (imported here: the settings sit below the server)."""
+    from mstar.api_server.ui.grafana import DASHBOARD_PATH, render_dashboard
+
+    return {**GENERATED, DASHBOARD_PATH: render_dashboard}
+
+
 def run_docs(args: argparse.Namespace) -> int:
     if args.check:
-        stale = stale_files()
+        stale = stale_files(generated_files())
         for diff in stale.values():
             sys.stdout.write(diff)
         for path in stale:
@@ -148,6 +158,6 @@ def run_docs(args: argparse.Namespace) -> int:
             return 1
         print("the generated docs are up to date.")
         return 0
-    for path in write_generated():
+    for path in write_generated(generated_files()):
         print(f"wrote {Path(path)}")
     return 0

@@ -36,6 +36,11 @@ class ServerKnobs(BaseModel):
         10.0, "A connection whose request headers have not all arrived this long after it opened "
         "(or after its previous response) is closed, so idle or trickling connections cannot "
         "pile up. Not reloadable.", unit="s", gt=0.0, le=3600.0)
+    playground: bool = _server(
+        True, "Serve the browser playground at / (chat with the served model) and the "
+        "operator's page at /operator (the running settings, /metrics as plots, health). The "
+        "pages are static files that load without the API key; every API call they make needs "
+        "it. Off: neither path is served. Not reloadable.")
     shutdown_timeout_s: float = _server(
         30.0, "On SIGINT/SIGTERM, how long in-flight requests may run before everything stops.",
         unit="s", ge=0.0, le=MAX_WAIT_S)
