@@ -1,8 +1,9 @@
 """Headless Chromium for the tests of the browser pages: Debian's ``chromium`` driven by
 Playwright's Python API (no browser download; scripts/setup.sh installs the package).
 
-Import ``browser`` (a module-scoped fixture) into a test module to use it, and mark the module
-with ``needs_chromium``. ``open_tab`` opens a page and records what its console reports as errors.
+Import ``chromium_browser`` (the module-scoped fixture ``browser``) into a test module to use it,
+and mark the module with ``needs_chromium``. ``open_tab`` opens a page and records what its console
+reports as errors.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
 
 
-@pytest.fixture(scope="module")
-def browser():
+@pytest.fixture(scope="module", name="browser")
+def chromium_browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from browser import browser, needs_chromium, open_tab  # noqa: F401 - browser is a fixture
+from browser import chromium_browser, needs_chromium, open_tab  # noqa: F401 - the fixture browser
 from serve_helpers import hard_timeout  # noqa: F401 - autouse: a hung browser fails, not stalls
 
 pytestmark = needs_chromium
