@@ -43,11 +43,14 @@ class Tab:
     errors: list[str] = field(default_factory=list)  # console errors and uncaught exceptions
 
 
-def open_tab(browser, url: str) -> Tab:
-    """A new tab (its own sessionStorage) at ``url``, recording console errors."""
+def open_tab(browser, url: str, before=None) -> Tab:
+    """A new tab (its own sessionStorage) at ``url``, recording console errors. ``before(page)``
+    runs before the page loads (to watch its first requests)."""
     page = browser.new_context(viewport=VIEWPORT).new_page()
     tab = Tab(page)
     page.on("console", lambda message: message.type == "error" and tab.errors.append(message.text))
     page.on("pageerror", lambda error: tab.errors.append(f"uncaught: {error}"))
+    if before is not None:
+        before(page)
     page.goto(url)
     return tab
