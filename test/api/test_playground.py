@@ -96,8 +96,8 @@ def test_operator_page_shows_settings_with_sources_health_and_plots(builtin_serv
     assert page.locator("#fingerprint").text_content() == config["fingerprint"]
     page.wait_for_function("() => document.getElementById('health').textContent === 'ok'")
     # a rate needs two scrapes: then the throughput plot has a line
-    page.wait_for_function("() => document.querySelector('#plot-throughput polyline')"
-                           ".getAttribute('points') !== ''", timeout=10_000)
+    page.wait_for_function("() => document.querySelector('#plot-throughput path')"
+                           ".getAttribute('d').includes('L')", timeout=10_000)
     page.fill("#filter", "MAX_NUM_SEQS")
     assert page.locator("#settings tr[id^=knob-]").count() == 1
     page.screenshot(path=tmp_path / "operator.png", full_page=True)

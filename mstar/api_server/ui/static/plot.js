@@ -1,5 +1,6 @@
-// A small time plot drawn as SVG: one polyline per series over the last POINTS scrapes, scaled to
-// the largest value shown; the latest values and the scale are text under it.
+// A small time plot drawn as SVG: one path per series over the last POINTS scrapes (a gap
+// where a value is missing), scaled to the largest value shown; the latest values and the scale
+// are text under it.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -29,8 +30,9 @@ class Plot {
     this.unit = unit;
     this.labels = labels;
     this.values = labels.map(() => []); // per series, [value or null] oldest first
-    this.lines = labels.map((_, i) => svg("polyline", { fill: "none", stroke: COLORS[i % COLORS.length],
-      "stroke-width": 1.5, "vector-effect": "non-scaling-stroke", points: "" }));
+    this.lines = labels.map((_, i) => svg("path", { fill: "none", stroke: COLORS[i % COLORS.length],
+      "stroke-width": 2, "stroke-linecap": "round", "stroke-linejoin": "round", "vector-effect": "non-scaling-stroke",
+      d: "" }));
     const chart = svg("svg", { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, preserveAspectRatio: "none", role: "img" });
     chart.append(svg("line", { x1: 0, y1: HEIGHT, x2: WIDTH, y2: HEIGHT, class: "axis" }), ...this.lines);
     this.legend = el("div", { class: "legend" });
@@ -49,11 +51,18 @@ class Plot {
   draw() {
     const shown = this.values.flat().filter((v) => v !== null && Number.isFinite(v));
     const top = Math.max(...shown, 0) || 1;
+    // Until POINTS scrapes are in, the ones there are fill the width.
+    const span = Math.max(Math.min(this.values[0].length, POINTS) - 1, 1);
     this.values.forEach((series, i) => {
-      const offset = POINTS - series.length;
-      const points = series.map((v, j) => (v === null || !Number.isFinite(v) ? null
-        : `${((offset + j) / (POINTS - 1)) * WIDTH},${HEIGHT - (v / top) * HEIGHT * 0.95}`));
-      this.lines[i].setAttribute("points", points.filter((p) => p !== null).join(" "));
+      let path = "";
+      series.forEach((v, j) => {
+        const missing = v === null || !Number.isFinite(v);
+        if (missing) return;
+        const point = `${(j / span) * WIDTH},${HEIGHT - (v / top) * HEIGHT * 0.95}`;
+        // a point after a gap starts a segment; "h0" draws it as a dot (round caps) if it stays alone
+        path += j > 0 && series[j - 1] !== null ? `L${point} ` : `M${point} h0 `;
+      });
+      this.lines[i].setAttribute("d", path.trim());
     });
     const latest = this.labels.map((label, i) => {
       const series = this.values[i];
