@@ -1,9 +1,9 @@
 """The issue's "done when" for the browser pages, in a real headless Chromium against `mstar serve`
 on the built-in model (the session's shared server): the playground streams a reply, sends the
 temperature the user set, renders a reply that contains ``<script>`` as text, and copies the
-request as curl and as Python; the operator's page shows MSTAR_MAX_NUM_SEQS with its source, the
-fingerprint, health and the plots. Each page is screenshotted (into tmp_path) and must log no
-console error.
+request as curl and as Python; the operator's page shows MSTAR_MAX_NUM_SEQS with its source, a knob
+waiting for a restart, the fingerprint, health and the plots. Each page is screenshotted (into
+tmp_path) and must log no console error.
 """
 
 from __future__ import annotations
@@ -81,11 +81,22 @@ def test_chat_streams_carries_the_temperature_and_shows_markup_as_text(builtin_s
     assert tab.errors == []
 
 
+def with_a_pending_restart(route) -> None:
+    """The server's real /v1/config, with MSTAR_MAX_MODEL_LEN waiting for a restart (as after a
+    SIGHUP that read a new value: test_config_reload covers the server's side)."""
+    config = route.fetch().json()
+    for record in config["settings"]:
+        if record["name"] == "MSTAR_MAX_MODEL_LEN":
+            record["pending_restart"] = {"value": 4096, "source": "env file prod.env"}
+    route.fulfill(json=config)
+
+
 def test_operator_page_shows_settings_with_sources_health_and_plots(builtin_server, browser,
                                                                     tmp_path):
     config = httpx.get(builtin_server.url + "/v1/config", timeout=10).json()
     records = {r["name"]: r for r in config["settings"]}
-    tab = open_tab(browser, builtin_server.url + "/operator")
+    tab = open_tab(browser, builtin_server.url + "/operator",
+                   before=lambda page: page.route("**/v1/config", with_a_pending_restart))
     page = tab.page
     row = page.locator("#knob-MSTAR_MAX_NUM_SEQS")
     row.wait_for()
@@ -98,6 +109,9 @@ def test_operator_page_shows_settings_with_sources_health_and_plots(builtin_serv
     # a rate needs two scrapes: then the throughput plot has a line
     page.wait_for_function("() => document.querySelector('#plot-throughput path')"
                            ".getAttribute('d').includes('L')", timeout=10_000)
+    pending = page.locator("#knob-MSTAR_MAX_MODEL_LEN .badge.pending")
+    assert pending.text_content() == "restart pending: 4096"
+    assert page.locator("#pending").text_content().startswith("1 change")
     page.fill("#filter", "MAX_NUM_SEQS")
     assert page.locator("#settings tr[id^=knob-]").count() == 1
     page.screenshot(path=tmp_path / "operator.png", full_page=True)
