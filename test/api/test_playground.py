@@ -1,12 +1,15 @@
 """The issue's "done when" for the browser pages, in a real headless Chromium against `mstar serve`
 on the built-in model (the session's shared server): the playground streams a reply, sends the
 temperature the user set, renders a reply that contains ``<script>`` as text, and copies the
-request as curl and as Python; the operator's page shows MSTAR_MAX_NUM_SEQS with its source, a knob
-waiting for a restart, the fingerprint, health and the plots. Each page is screenshotted (into
-tmp_path) and must log no console error.
+request as curl and as Python; an image attachment is sent as an image_url part; the operator's
+page shows MSTAR_MAX_NUM_SEQS with its source, a knob waiting for a restart, the fingerprint,
+health and the plots. Each page is screenshotted (into tmp_path) and must log no console error.
 """
 
 from __future__ import annotations
+
+import base64
+import io
 
 import httpx
 import pytest
@@ -116,3 +119,37 @@ def test_operator_page_shows_settings_with_sources_health_and_plots(builtin_serv
     assert page.locator("#settings tr[id^=knob-]").count() == 1
     page.screenshot(path=tmp_path / "operator.png", full_page=True)
     assert tab.errors == []
+
+
+def with_images(route) -> None:
+    """The server's real /v1/models, with the model taking images too (the built-in one does not)."""
+    models = route.fetch().json()
+    for card in models["data"]:
+        card["modalities"] = ["text", "image"]
+    route.fulfill(json=models)
+
+
+def test_an_image_attachment_goes_as_an_image_url_part(builtin_server, browser):
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(png, format="PNG")
+    tab = open_tab(browser, builtin_server.url + "/",
+                   before=lambda page: page.route("**/v1/models", with_images))
+    page = tab.page
+    bodies = []
+    page.on("request", lambda r: r.url.endswith(CHAT) and bodies.append(r.post_data_json))
+    page.wait_for_selector("#image-input", state="visible")
+    assert page.locator("#audio-input").is_hidden()
+    page.set_input_files("#image", files=[{"name": "red.png", "mimeType": "image/png",
+                                           "buffer": png.getvalue()}])
+    page.wait_for_selector("#attachments img.thumb")
+    ask(page, "What colour is this?")
+    text, image = bodies[0]["messages"][-1]["content"]
+    assert text == {"type": "text", "text": "What colour is this?"}
+    assert image["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(
+        png.getvalue()).decode()
+    # The server's answer for a text-only model: a 400 naming the part, shown on the reply.
+    assert "400" in page.locator(".message.assistant.error .meta").text_content()
+    assert page.locator("#attachments img").count() == 0  # sent: the attachments are cleared
+    assert all("400" in error for error in tab.errors), tab.errors

@@ -87,6 +87,7 @@ async function loadConfig() {
   const response = await api("/v1/config");
   if (!response.ok) throw new Error(await errorText(response));
   config = await response.json();
+  fingerprint = config.fingerprint;
   renderSettings(config, document.getElementById("filter").value);
 }
 
@@ -100,12 +101,8 @@ async function scrape() {
   showOtherSeries(current);
   previous = current;
   const info = current.samples.find((s) => s.name === "mstar_settings_info");
-  const now = info ? info.labels.fingerprint : null;
   scrapes += 1;
-  if (now !== fingerprint || scrapes % CONFIG_EVERY === 0) {
-    fingerprint = now;
-    await loadConfig();
-  }
+  if ((info && info.labels.fingerprint !== fingerprint) || scrapes % CONFIG_EVERY === 0) await loadConfig();
   setStatus("");
 }
 
