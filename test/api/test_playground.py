@@ -33,6 +33,13 @@ WATCH_STREAM = """() => {
   }).observe(document.getElementById('messages'), {childList: true, subtree: true, characterData: true});
 }"""
 
+# Ten observations between two scrapes: five up to 0.1 s, five in (0.1 s, 1 s].
+QUANTILES_OF_TEN = """() => {
+  const scrape = (a, b) => ({time: 0, samples: parseMetrics(
+    `h_bucket{le="0.1"} ${a}\nh_bucket{le="1"} ${b}\nh_bucket{le="+Inf"} ${b}\n`)});
+  return [0.5, 0.9, 1].map((q) => quantileBetween(scrape(0, 0), scrape(5, 10), "h", q));
+}"""
+
 
 def ask(page, question: str) -> None:
     """Sends a question and waits until its reply has finished."""
@@ -115,6 +122,8 @@ def test_operator_page_shows_settings_with_sources_health_and_plots(builtin_serv
     pending = page.locator("#knob-MSTAR_MAX_MODEL_LEN .badge.pending")
     assert pending.text_content() == "restart pending: 4096"
     assert page.locator("#pending").text_content().startswith("1 change")
+    # the plots' percentiles interpolate within a bucket as Prometheus' histogram_quantile does
+    assert page.evaluate(QUANTILES_OF_TEN) == pytest.approx([0.1, 0.82, 1.0])
     page.fill("#filter", "MAX_NUM_SEQS")
     assert page.locator("#settings tr[id^=knob-]").count() == 1
     page.screenshot(path=tmp_path / "operator.png", full_page=True)
