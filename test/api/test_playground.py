@@ -33,11 +33,11 @@ WATCH_STREAM = """() => {
   }).observe(document.getElementById('messages'), {childList: true, subtree: true, characterData: true});
 }"""
 
-# Ten observations between two scrapes: five up to 0.1 s, five in (0.1 s, 1 s].
+# Ten observations between two scrapes (four before them): five up to 0.1 s, five in (0.1 s, 1 s].
 QUANTILES_OF_TEN = """() => {
   const scrape = (a, b) => ({time: 0, samples: parseMetrics(
     `h_bucket{le="0.1"} ${a}\nh_bucket{le="1"} ${b}\nh_bucket{le="+Inf"} ${b}\n`)});
-  return [0.5, 0.9, 1].map((q) => quantileBetween(scrape(0, 0), scrape(5, 10), "h", q));
+  return [0.5, 0.9, 1].map((q) => quantileBetween(scrape(3, 4), scrape(8, 14), "h", q));
 }"""
 
 
