@@ -53,7 +53,7 @@ def prefill_share(setting: float | str, device_type: str) -> float:
 
 
 def context_key(context: int) -> int:
-    """The per-token fit's bin for a chunk starting at ``context``: bins grow with the context
+    """The per-token fit's bin for a chunk whose middle is at ``context``: bins grow with it
     (about ``BUCKETS_PER_OCTAVE`` per doubling), so a server's bins stay few."""
     width = max(MIN_BUCKET, (1 << max(context.bit_length() - 1, 0)) // BUCKETS_PER_OCTAVE)
     return context // width * width
