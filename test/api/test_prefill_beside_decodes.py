@@ -38,8 +38,8 @@ def wide_model_dir(tmp_path_factory, tiny_tokenizer):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     config = LlamaConfig(
-        vocab_size=len(tiny_tokenizer), hidden_size=512, intermediate_size=256,
-        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8,
+        vocab_size=len(tiny_tokenizer), hidden_size=256, intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
         max_position_embeddings=LONG + 256, rms_norm_eps=1e-6, rope_theta=10000.0,
         eos_token_id=tiny_tokenizer.eos_token_id, bos_token_id=tiny_tokenizer.bos_token_id,
         pad_token_id=tiny_tokenizer.bos_token_id, tie_word_embeddings=False)
