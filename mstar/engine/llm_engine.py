@@ -33,6 +33,7 @@ from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import prefill_cap
+from mstar.engine.schedule.prefill_share import PrefillShare, prefill_share
 from mstar.engine.schedule.scheduler import Scheduler
 from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS
@@ -106,7 +107,9 @@ class LLMEngine:
                                    self.model_runner.bidirectional_images,
                                    prefill_cap(settings.max_prefill_chunk_tokens,
                                                self.device.type,
-                                               settings.max_num_batched_tokens))
+                                               settings.max_num_batched_tokens),
+                                   PrefillShare(prefill_share(settings.prefill_share_beside_decodes,
+                                                              self.device.type)))
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,

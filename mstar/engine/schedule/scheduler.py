@@ -29,6 +29,7 @@ from mstar.engine.schedule.emitted import Emitted, StopRule
 from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import chunk
+from mstar.engine.schedule.prefill_share import PrefillShare, protected_rows
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS, Drafting
 
@@ -53,8 +54,10 @@ class Scheduler:
                  max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
                  max_encoder_tokens: int = 2**31 - 1,
                  speculation: Drafting = NO_DRAFTS, whole_image_runs: bool = False,
-                 prefill_cap: int | None = None) -> None:
+                 prefill_cap: int | None = None, share: PrefillShare | None = None) -> None:
         self.block_manager = block_manager
+        # what a prompt being prefilled may take beside decodes (``prefill_share``); None: off
+        self.share = PrefillShare(0.0) if share is None else share
         # most tokens of one request per step (``prefill_chunk``); None: the step's budget
         self.prefill_cap = max_num_batched_tokens if prefill_cap is None else prefill_cap
         self.whole_image_runs = whole_image_runs  # chunks never end inside an image's run
@@ -108,6 +111,8 @@ class Scheduler:
                               drafts)
         self.removed = []
         self.in_flight.append(out)
+        if after is None:
+            self.share.issued(out)
         return out
 
     def _row(self, seq: Sequence, num_tokens: int, new_blocks: tuple[int, ...],
@@ -146,6 +151,9 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         encoder = self.max_encoder_tokens
         cap = self.prefill_cap
+        shared = self.share.share > 0 and self.share.begin(protected_rows(
+            self.running, self._next_admissible() if len(self.running) < self.max_num_seqs
+            else None, cap))
         preempted = False
         num_drafts = 0
         i = 0
@@ -154,6 +162,11 @@ class Scheduler:
             n = len(seq) - seq.num_computed_tokens  # a decode: 1 (the common case, no call)
             if n > budget or n > cap:
                 n = self._chunk(seq, seq.num_computed_tokens, budget)
+            if shared:
+                n = self.share.chunk(seq, n, self.whole_image_runs)
+                if n == 0:  # it waits for a step whose share pays for a chunk
+                    i += 1
+                    continue
             if seq.images:
                 n, cost = self._image_cut(seq, seq.num_computed_tokens, n, encoder)
                 if n == 0:  # its next image waits for a step with encoder budget left
@@ -227,6 +240,7 @@ class Scheduler:
         (the finished ones with their reason). Rows of requests that finished or were aborted
         after the step was scheduled are wasted, never emitted."""
         self.in_flight.remove(out)
+        self.share.done(out)
         emitted: list[Emitted] = []
         logprobs = result.logprobs
         k = 0

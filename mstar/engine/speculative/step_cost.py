@@ -10,6 +10,9 @@ often each was seen and by how close it lies to ``T`` (a bell of width ``T / 2``
 step is not one line: a few tokens are memory bound (a position is nearly free) and a batch of
 them compute bound (a position costs about what a row does); bins, because a line fitted to
 recent steps alone loses its slope once every step computes the same number of tokens.
+
+The scheduler's prefill share (``schedule.prefill_share``) fits with it too: decode-only steps
+by their decoding rows, and the seconds a prompt token adds beside them by its context.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ BUILTIN_MODEL = "SmolLM2-135M-Instruct"
 CUDA_GRAPHS_GONE = "0.1.0 (the unwired CUDA-graph runner was deleted)"
 # What MSTAR_MAX_PREFILL_CHUNK_TOKENS=auto picks on CPU (on CUDA: no cap beyond the step budget).
 PREFILL_CHUNK_ON_CPU = 256
+# What MSTAR_PREFILL_SHARE_BESIDE_DECODES=auto picks on CPU (on CUDA: 0, off).
+PREFILL_SHARE_ON_CPU = 0.5
 
 
 class EngineKnobs(BaseModel):
@@ -49,6 +51,16 @@ class EngineKnobs(BaseModel):
         "must run whole. auto = " + str(PREFILL_CHUNK_ON_CPU) + " on CPU (where a step of "
         "thousands of prompt tokens holds the worker for seconds) and no cap beyond "
         "MSTAR_MAX_NUM_BATCHED_TOKENS on CUDA.", unit="tokens")
+    prefill_share_beside_decodes: Annotated[float, Field(ge=0.0, le=64.0)] | Literal["auto"] = (
+        _engine("auto", "While other requests decode (or a short prompt waits to be admitted), "
+                "the time a prompt already being prefilled in chunks may take, as a fraction of "
+                "the decoding rows' own step time: its chunks are sized from a fit of step cost "
+                "learnt online (a chunk at long context costs far more than a decode step), so a "
+                "decode beside a long prompt (an 8192-token embedding, say) takes at most about "
+                "1 + this times as long as alone. With nothing decoding, prompts run at full "
+                "speed (MSTAR_MAX_PREFILL_CHUNK_TOKENS only). 0 turns the rule off. auto = "
+                + str(PREFILL_SHARE_ON_CPU) + " on CPU and 0 on CUDA (where a chunk's step is "
+                "short). Not reloadable.", unit="share"))
     kv_block_size: int = _engine(16, "Tokens per KV-cache block.", unit="tokens", ge=1, le=1024)
     num_kv_blocks: int | None = _engine(
         None, "KV-cache blocks to allocate. Unset = sized from MSTAR_KV_CACHE_MEMORY_FRACTION "
