@@ -34,6 +34,7 @@ from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
 from mstar.api_server.responses.store import store_from
 from mstar.api_server.validation.gate import RequestGate
+from mstar.ipc.tracing import Tracing
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
@@ -82,7 +83,9 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     install_openapi(app)
     routes = [route for router in ROUTERS for route in router.routes]
     routes += [route for route in app.routes if isinstance(route, APIRoute)]
+    # Spans are exported in the background; the SDK flushes them when the process exits.
+    tracing = Tracing.start(settings.otlp_endpoint, "mstar-api-server")
     app.add_middleware(LimitsMiddleware, running=running, admission=admission, metrics=metrics,
-                       routes=routes)
+                       routes=routes, tracing=tracing)
     app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two
     return app

@@ -206,8 +206,10 @@ class EngineClient:
     def place(self) -> int:
         return least_loaded(self.load, self.stats, self.replicas.up())
 
-    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
+    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]], priority: int = 1,
+               traceparent: str = "") -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
+        ``priority`` and ``traceparent``: the caller's (``context.caller``), for the worker.
 
         Every sub-request is encoded before the first is sent, so a request that cannot be encoded
         sends nothing; if a send fails part-way, the ones already sent are aborted.
@@ -219,7 +221,8 @@ class EngineClient:
             return queue
         try:
             frames = [(rid, prompt, params,
-                       encode_within(self.security.max_message_bytes, m.AddRequest.of(rid, prompt, params)))
+                       encode_within(self.security.max_message_bytes,
+                                     m.AddRequest.of(rid, prompt, params, priority, traceparent)))
                       for rid, prompt, params in requests]
         except MessageTooLarge as exc:
             queue.put_nowait(Failure(413, str(exc)))
