@@ -93,7 +93,7 @@ def read_keys_file(path: Path) -> KeyTable:
     try:
         parsed = KeysFile.model_validate(data)
     except ValidationError as exc:
-        raise KeysFileError("\n".join(_located(path, text, e) for e in exc.errors())) from None
+        raise KeysFileError("\n".join(_located(path, text, e) for e in _causes(exc))) from None
     _check_unique(path, text, parsed.keys)
     return KeyTable(path=path, keys=parsed.keys,
                     digest=HASH_PREFIX + hashlib.sha256(raw).hexdigest())
@@ -110,6 +110,15 @@ def _check_unique(path: Path, text: str, keys: tuple[ApiKey, ...]) -> None:
                 raise KeysFileError(f"{path}:{line}: keys[{i}].{field}: the same {field} as "
                                     f"keys[{first[value]}]")
             first[value] = i
+
+
+def _causes(exc: ValidationError) -> list[dict]:
+    """The errors that are not consequences of another (pydantic also reports a tuple that lost
+    its invalid items as too short, at every level above)."""
+    errors = exc.errors()
+    locs = [tuple(e["loc"]) for e in errors]
+    return [e for e, loc in zip(errors, locs, strict=True)
+            if not any(other[: len(loc)] == loc and len(other) > len(loc) for other in locs)]
 
 
 def _toml_error(exc: tomllib.TOMLDecodeError) -> str:

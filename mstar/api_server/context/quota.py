@@ -103,8 +103,8 @@ def duration_text(seconds: float) -> str:
     """A duration as OpenAI writes it in x-ratelimit-reset-*: '6m0s', '1.5s', '120ms'."""
     if seconds < 1.0:
         return f"{math.ceil(seconds * 1000)}ms"
-    minutes, rest = divmod(seconds, 60.0)
-    text = f"{rest:.3g}s" if rest else "0s"
+    minutes, rest = divmod(round(seconds, 3), 60.0)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
     return f"{int(minutes)}m{text}" if minutes else text
 
 

@@ -20,6 +20,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from mstar.api_server.context.caller import current_caller
 from mstar.api_server.generation.replica_health import ReplicaHealth
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
@@ -206,10 +207,9 @@ class EngineClient:
     def place(self) -> int:
         return least_loaded(self.load, self.stats, self.replicas.up())
 
-    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]], priority: int = 1,
-               traceparent: str = "") -> asyncio.Queue:
+    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
-        ``priority`` and ``traceparent``: the caller's (``context.caller``), for the worker.
+        Each carries the current request's priority class and trace context (its ``Caller``).
 
         Every sub-request is encoded before the first is sent, so a request that cannot be encoded
         sends nothing; if a send fails part-way, the ones already sent are aborted.
@@ -219,6 +219,8 @@ class EngineClient:
         if failure is not None:
             queue.put_nowait(Failure(503, failure))
             return queue
+        caller = current_caller()
+        priority, traceparent = caller.priority, caller.traceparent()
         try:
             frames = [(rid, prompt, params,
                        encode_within(self.security.max_message_bytes,

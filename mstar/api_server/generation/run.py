@@ -117,9 +117,8 @@ async def run_requests(
     started = time.perf_counter()
     last: dict[str, float] = {}
     unfinished = set(ids)
-    caller = current_caller()  # its key's quotas and metrics, its priority and trace context
-    queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)],
-                          caller.priority, caller.traceparent())
+    caller = current_caller()  # the request's key: its quotas and metrics, its span
+    queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)])
     num_prompt = sum(prompt.num_tokens for prompt, _ in jobs)
     metrics.prompt_tokens.inc(num_prompt)
     caller.prompt_tokens(num_prompt)
