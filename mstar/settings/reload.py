@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mstar.settings.catalog import KNOBS, Knob
@@ -83,9 +84,14 @@ def _keys_change(running: LoadedSettings, fresh: LoadedSettings) -> Change:
 def reloadable_values(settings: WorkerSettings) -> dict[str, Any]:
     """The reloadable knobs as plain values, to send to another process (secrets withheld:
     only whether one is set travels, which keeps the fingerprint)."""
-    values = {name: withheld(name, getattr(settings, name))
+    values = {name: _plain(withheld(name, getattr(settings, name)))
               for name in sorted(k.name for k in KNOBS if k.reloadable)}
     return {**values, KEYS_DIGEST: settings.api_keys_digest}  # the fingerprint covers it
+
+
+def _plain(value: Any) -> Any:
+    """A value a message can carry (a path as its text; the receiver validates it back)."""
+    return str(value) if isinstance(value, Path) else value
 
 
 def with_values(settings: WorkerSettings, values: Mapping[str, Any]) -> WorkerSettings:

@@ -10,6 +10,7 @@ from api_stub import STUB_MAX_MODEL_LEN, STUB_MODEL, StubEngine
 from structlog.testing import capture_logs
 
 from mstar.api_server.context.quota import Quotas
+from mstar.ipc import messages as m
 from mstar.settings import load_settings
 from mstar.settings.keys_file import ApiKey, key_hash
 
@@ -132,7 +133,7 @@ def test_a_reload_applies_new_limits_to_the_next_request_and_a_bad_one_keeps_the
     assert [_chat(client, "batch-secret").status_code for _ in range(2)] == [200, 200]
     keys_path.write_text(KEYS.replace("requests_per_minute = 3", "requests_per_minute = 1"))
     before = running.settings.fingerprint()
-    reload_server_settings(running, sent.append)
+    reload_server_settings(running, lambda msg: sent.append(m.decode(m.encode(msg))))
     assert running.settings.fingerprint() != before
     assert sent and sent[0].values["api_keys_digest"] == running.keys.digest  # to the workers
     lowered = _chat(client, "batch-secret")
