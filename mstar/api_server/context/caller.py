@@ -54,6 +54,7 @@ class Caller:
     span: Any = None  # ``tracing.RequestSpan`` when MSTAR_OTLP_ENDPOINT is set
     admitted_at: float = field(default_factory=time.perf_counter)
     _first_output: bool = False
+    _counters: dict[str, Any] = field(default_factory=dict)  # kind -> its labelled counter
 
     @property
     def priority(self) -> int:
@@ -94,7 +95,11 @@ class Caller:
         if self.quotas is not None and self.identity.key is not None:
             self.quotas.charge(self.identity.key, count)
         if self.metrics is not None:
-            self.metrics.key_tokens.labels(key=self.identity.name, kind=kind).inc(count)
+            counter = self._counters.get(kind)
+            if counter is None:  # once per request and kind, not per streamed output
+                counter = self._counters[kind] = self.metrics.key_tokens.labels(
+                    key=self.identity.name, kind=kind)
+            counter.inc(count)
 
 
 ANONYMOUS = Caller(ANONYMOUS_IDENTITY)

@@ -84,9 +84,10 @@ class Scheduler:
 
     def can_admit(self) -> bool:
         """Whether a fresh schedule() could start a waiting (or preempted) request now."""
-        head = self._next_admissible()
-        return head is not None and (len(self.running) < self.max_num_seqs
-                                     or self.priorities.victim(self.running, head) is not None)
+        if len(self.running) < self.max_num_seqs:
+            return self._next_admissible() is not None
+        head = self._next_admissible() if self.priorities.mixed else None
+        return head is not None and self.priorities.victim(self.running, head) is not None
 
     def _next_admissible(self) -> Sequence | None:
         """The oldest waiting sequence that is ready to run (FCFS among the ready ones)."""
@@ -211,7 +212,7 @@ class Scheduler:
 
     def _preempt_for_priority(self) -> None:
         """A full batch: the first waiting request may take a lower class's slot (``priority``)."""
-        if len(self.running) < self.max_num_seqs:
+        if len(self.running) < self.max_num_seqs or not self.priorities.mixed:
             return
         head = self._next_admissible()
         victim = None if head is None else self.priorities.victim(self.running, head)
