@@ -56,11 +56,12 @@ class WorkerTracing:
         """After an engine step (which started at ``step_start_ns``): admissions, first tokens,
         decode steps and finishes of the traced requests."""
         for request_id, traced in self.live.items():
-            seq = seqs.get(request_id)
-            if traced.name == "queue" and seq is not None and seq.num_computed_tokens > 0:
+            if traced.name != "queue":
+                continue
+            seq = seqs.get(request_id)  # gone: it finished in this very step
+            if seq is None or seq.num_computed_tokens > 0:
                 traced.phase.end(step_start_ns)
-                traced.request.add_event("scheduled", {"mstar.num_cached_tokens":
-                                                       seq.num_cached_tokens}, step_start_ns)
+                traced.request.add_event("scheduled", {}, step_start_ns)
                 traced.phase = self._child("mstar.prefill", traced.request, step_start_ns)
                 traced.name = "prefill"
         for out in outputs:
