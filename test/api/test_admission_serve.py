@@ -29,7 +29,7 @@ from mstar.settings.keys_file import key_hash
 
 LOW, HIGH, OPS = "low-team-secret", "high-team-secret", "ops-secret"
 OPS_AUTH = {"Authorization": f"Bearer {OPS}"}  # /metrics needs a key too
-LONG = 200  # tokens of each low request of the burst: ten of them, two at a time, take a while
+LONG = 96  # tokens of each low request of the burst: ten of them, two at a time, take a while
 
 
 def keys_text(low_rpm: int = 10, reload_rpm: int = 100) -> str:
