@@ -35,6 +35,7 @@ from mstar.api_server.responses import routes as responses_routes
 from mstar.api_server.responses.store import store_from
 from mstar.api_server.ui.pages import PagesMiddleware, page_files
 from mstar.api_server.validation.gate import RequestGate
+from mstar.ipc.tracing import Tracing
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
@@ -83,8 +84,10 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     install_openapi(app)
     routes = [route for router in ROUTERS for route in router.routes]
     routes += [route for route in app.routes if isinstance(route, APIRoute)]
+    # Spans are exported in the background; the SDK flushes them when the process exits.
+    tracing = Tracing.start(settings.otlp_endpoint, "mstar-api-server")
     app.add_middleware(LimitsMiddleware, running=running, admission=admission, metrics=metrics,
-                       routes=routes)
+                       routes=routes, tracing=tracing)
     if settings.playground:  # outside admission: the static pages load without the key
         app.add_middleware(PagesMiddleware, files=page_files())
     app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two

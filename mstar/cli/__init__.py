@@ -7,8 +7,8 @@ import importlib
 import sys
 
 # name -> module providing add_parser(subparsers); each sets func=run(args) -> exit code.
-SUBCOMMANDS = {"config": "mstar.cli.config_cmd", "serve": "mstar.cli.serve_cmd",
-               "worker": "mstar.cli.worker_cmd"}
+SUBCOMMANDS = {"config": "mstar.cli.config_cmd", "keys": "mstar.cli.keys_cmd",
+               "serve": "mstar.cli.serve_cmd", "worker": "mstar.cli.worker_cmd"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

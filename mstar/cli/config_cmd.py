@@ -130,6 +130,9 @@ def run_validate(args: argparse.Namespace) -> int:
         print(f"{'error' if problem in errors else 'warning'}: {problem.message()}")
     for notice in loaded.notices:
         print(f"notice: {notice}")
+    if loaded.keys is not None:
+        names = ", ".join(key.name for key in loaded.keys.keys)
+        print(f"keys file {loaded.keys.path}: {len(loaded.keys.keys)} key(s): {names}")
     if errors:
         print(f"configuration is not usable ({len(errors)} error(s))")
         return 1

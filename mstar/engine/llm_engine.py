@@ -34,6 +34,7 @@ from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import prefill_cap
 from mstar.engine.schedule.prefill_share import PrefillShare, prefill_share
+from mstar.engine.schedule.priority import NORMAL
 from mstar.engine.schedule.scheduler import Scheduler
 from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS
@@ -109,7 +110,8 @@ class LLMEngine:
                                                self.device.type,
                                                settings.max_num_batched_tokens),
                                    PrefillShare(prefill_share(settings.prefill_share_beside_decodes,
-                                                              self.device.type)))
+                                                              self.device.type)),
+                                   settings.priority_preemption)
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
@@ -140,9 +142,11 @@ class LLMEngine:
     # ---- request lifecycle -------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_token_ids: list[int],
-                    params: SamplingParams, images: tuple[ImageInput, ...] = ()) -> None:
+                    params: SamplingParams, images: tuple[ImageInput, ...] = (),
+                    priority: int = NORMAL) -> None:
         """``images``: a vision model's inputs (``mstar.models.vision.inputs.build_prompt``),
-        their placeholders already in ``prompt_token_ids``."""
+        their placeholders already in ``prompt_token_ids``. ``priority``: the request's class
+        (``mstar.engine.schedule.priority``)."""
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
         try:
@@ -177,7 +181,7 @@ class LLMEngine:
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
         seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(images))
         self.seqs[request_id] = seq
-        self.scheduler.add(seq)  # admitted once its grammar is (``grammars.admit``, each step)
+        self.scheduler.add(seq, priority)  # admitted once its grammar is (``grammars.admit``, each step)
 
     def _fail_uncompiled(self) -> list[RequestOutput]:
         """Requests whose grammar failed (or ran out of time): finished as aborted; the reasons

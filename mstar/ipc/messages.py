@@ -10,7 +10,7 @@ fingerprints, reload, liveness, shutdown) and never sits on the request path.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
@@ -18,6 +18,8 @@ from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.ipc.images import WireImage, from_wire, to_wire
 from mstar.prompt.value import Prompt
+
+TRACEPARENT_MAX = 256
 
 
 class _Message(msgspec.Struct, tag=True, array_like=True):
@@ -30,12 +32,17 @@ class AddRequest(_Message):
     prompt_token_ids: list[int]
     params: SamplingParams
     images: list[WireImage] = []  # a vision model's encoder inputs, placeholders in the prompt
+    # the scheduler's class (``mstar.engine.schedule.priority``: 0 low, 1 normal, 2 high)
+    priority: Annotated[int, msgspec.Meta(ge=0, le=2)] = 1
+    # W3C trace context of the API server's span ("" when not tracing; 55 characters in version 00)
+    traceparent: Annotated[str, msgspec.Meta(max_length=TRACEPARENT_MAX)] = ""
 
     @classmethod
-    def of(cls, request_id: str, prompt: Prompt, params: SamplingParams) -> AddRequest:
+    def of(cls, request_id: str, prompt: Prompt, params: SamplingParams, priority: int = 1,
+           traceparent: str = "") -> AddRequest:
         """The message that carries ``prompt`` (its token ids and media parts) to a worker."""
         return cls(request_id, list(prompt.token_ids), params,
-                   [to_wire(image) for image in prompt.images])
+                   [to_wire(image) for image in prompt.images], priority, traceparent)
 
     def prompt(self) -> Prompt:
         """The prompt this message carries, its parts' tensors rebuilt (loads torch)."""

@@ -16,6 +16,7 @@ from typing import Any
 import annotated_types
 from pydantic import SecretStr
 
+from mstar.settings.knobs.admission import AdmissionKnobs
 from mstar.settings.knobs.config import ConfigKnobs
 from mstar.settings.knobs.engine import EngineKnobs
 from mstar.settings.knobs.media import MediaKnobs
@@ -27,7 +28,7 @@ from mstar.settings.reloadable import RELOADABLE
 from mstar.settings.schema import WorkerSettings, env_name
 
 GROUPS = (WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
-          MediaKnobs, ConfigKnobs)
+          MediaKnobs, AdmissionKnobs, ConfigKnobs)
 
 
 class Kind(str, Enum):

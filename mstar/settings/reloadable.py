@@ -14,6 +14,7 @@ RELOADABLE = frozenset({
     "log_format",
     # the API server
     "api_key",
+    "api_keys_file",  # re-read on every SIGHUP, changed or not (``load_settings``)
     "max_concurrent_requests",
     "request_timeout_s",
     "stream_interval",

@@ -16,6 +16,7 @@ import hashlib
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mstar.settings.knobs.admission import AdmissionKnobs
 from mstar.settings.knobs.config import ConfigKnobs
 from mstar.settings.knobs.engine import BUILTIN_MODEL, EngineKnobs
 from mstar.settings.knobs.field import MAX_COUNT, MAX_WAIT_MS, MAX_WAIT_S, knob
@@ -32,10 +33,15 @@ ENV_PREFIX = "MSTAR_"
 
 
 class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs,
-                     SpeculativeKnobs, TransportKnobs, MediaKnobs, ConfigKnobs):
+                     SpeculativeKnobs, TransportKnobs, MediaKnobs, AdmissionKnobs, ConfigKnobs):
     """Every knob, frozen. Built once per process tree and passed down explicitly."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    # Not a knob (no group declares it, so it has no variable): the content hash of
+    # MSTAR_API_KEYS_FILE, set by ``load_settings`` when it reads the file, so that the fingerprint
+    # covers the keys in force. It travels with the settings (a reload sends it to the workers).
+    api_keys_digest: str | None = None
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings,

@@ -14,6 +14,7 @@ from typing import Any
 
 from mstar.settings.catalog import BY_ENV, BY_NAME, KNOBS, Knob
 from mstar.settings.env_file import SettingsUsageError, SyntaxProblem, read_env_file
+from mstar.settings.keys_file import KeyTable, read_keys_file
 from mstar.settings.names import classify_unknown
 from mstar.settings.parse import UNSET, Rejected, coerce, shown_text
 from mstar.settings.schema import WorkerSettings
@@ -95,6 +96,7 @@ class LoadedSettings:
     problems: tuple[Problem, ...]
     notices: tuple[str, ...] = field(default=())
     inputs: SettingsInputs = field(default_factory=SettingsInputs)
+    keys: KeyTable | None = None  # MSTAR_API_KEYS_FILE's keys, read with the settings
 
     def changed(self) -> list[tuple[str, Any, Source]]:
         """(env name, value, source) of every knob whose value differs from its default."""
@@ -186,12 +188,15 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env_files: Iterabl
             problems.append(Problem(knob.env, reason, origin, shown, display_value(knob, value),
                                     error=knob.security))
     settings = WorkerSettings(**values)
-    loaded = LoadedSettings(settings, sources, tuple(problems), _notices(settings), inputs)
     if strict is None:
         strict = settings.config_strictness == "strict"
     if any(p.error or (strict and not p.stale) for p in problems):
         raise SettingsError(problems)
-    return loaded
+    keys = None
+    if settings.api_keys_file is not None:  # fails closed: KeysFileError names file and line
+        keys = read_keys_file(settings.api_keys_file)
+        settings = settings.model_copy(update={"api_keys_digest": keys.digest})
+    return LoadedSettings(settings, sources, tuple(problems), _notices(settings), inputs, keys)
 
 
 def reload_settings(inputs: SettingsInputs, strict: bool) -> LoadedSettings:

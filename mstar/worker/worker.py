@@ -18,6 +18,8 @@ import structlog
 
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
+from mstar.ipc.tracing import Tracing
+from mstar.worker.tracing import WorkerTracing
 
 if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
@@ -42,20 +44,29 @@ class Worker:
         self.engine: LLMEngine | None = None  # built by run(); its requests are the live ones
         self._last_stats: m.WorkerStats | None = None
         self._last_stats_at = 0.0
+        self.tracing: WorkerTracing | None = None  # MSTAR_OTLP_ENDPOINT set: spans (run)
 
     def run(self) -> None:
         self.engine = self._load()
+        tracing = Tracing.start(self.settings.otlp_endpoint, "mstar-worker")
+        if tracing is not None:
+            self.tracing = WorkerTracing(tracing, Path(self.engine.model_name).name, self.index)
         try:
             running = True
             while running:
                 running = self.take_commands()
                 if running:
+                    started = time.time_ns()
                     outputs = self.engine.step()
+                    if self.tracing is not None:
+                        self.tracing.observe(self.engine.seqs, outputs, started)
                     with self.engine.loop.timer.phase("publish"):
                         self.publish(outputs)
                 self.report_stats()
         finally:
             self.engine.shutdown()
+            if self.tracing is not None:
+                self.tracing.shutdown()
 
     def take_commands(self) -> bool:
         """Apply the commands in the inbox, waiting for one only when idle; False: shut down.
@@ -92,6 +103,8 @@ class Worker:
         elif isinstance(msg, m.AbortRequests):
             for rid in msg.request_ids:  # one this worker no longer holds is ignored
                 self.engine.abort_request(rid)
+                if self.tracing is not None:
+                    self.tracing.end(rid, "abort")
         elif isinstance(msg, m.ReloadSettings):
             self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
             self.engine.apply_settings(self.settings)
@@ -103,7 +116,11 @@ class Worker:
     def add(self, msg: m.AddRequest) -> None:
         try:
             prompt = msg.prompt()
-            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.images)
+            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.images,
+                                    msg.priority)
+            if self.tracing is not None and msg.traceparent:
+                self.tracing.added(msg.request_id, msg.traceparent, len(prompt.token_ids),
+                                   msg.priority)
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
             self.channel.send_to_api(m.RequestFailed(msg.request_id, getattr(exc, "status", 400),
                                                      str(exc), getattr(exc, "param", None)))

@@ -9,13 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from mstar.settings import SettingsError, WorkerSettings, load_settings
+from mstar.settings import SettingsError, SettingsUsageError, WorkerSettings, load_settings
 from mstar.settings.catalog import KNOBS
 
 
 def load(environ, **kwargs):
     return load_settings(environ=environ, **kwargs)
 
+
+KEYS_FILE = Path(__file__).parent / "env" / "keys.toml"
 
 # One valid text value per knob and the value it must produce. Adding a knob without a row fails
 # test_every_knob_has_a_valid_example.
@@ -120,6 +122,9 @@ VALID = {
     "MSTAR_HTTP_HEADER_TIMEOUT_S": ("3", 3.0),
     "MSTAR_EMBEDDING_POOLING": ("mean", "mean"),
     "MSTAR_EMBEDDING_MAX_INPUTS": ("32", 32),
+    "MSTAR_API_KEYS_FILE": (str(KEYS_FILE), KEYS_FILE),
+    "MSTAR_PRIORITY_PREEMPTION": ("off", False),
+    "MSTAR_OTLP_ENDPOINT": ("http://127.0.0.1:4318", "http://127.0.0.1:4318"),
 }
 
 
@@ -271,6 +276,9 @@ def test_any_text_never_raises_and_stays_within_bounds(knob, raw):
         value = getattr(load({knob.env: raw}).settings, knob.name)
     except SettingsError as error:  # only a security knob fails closed
         assert knob.security and [p.variable for p in error.problems] == [knob.env]
+        return
+    except SettingsUsageError as error:  # the keys file, read with the settings, fails closed
+        assert knob.env == "MSTAR_API_KEYS_FILE" and knob.env in str(error)
         return
     values = value if isinstance(value, list) else [value]
     for v in values:

@@ -63,6 +63,19 @@ class Metrics:
             "(invalid), or over MSTAR_MAX_MESSAGE_MB), by process (api_server, conductor, "
             "worker I) and reason.", ["process", "reason"],
             registry=r)
+        # Per API key name (never the key): the keys file's names, mstar_api_key, anonymous.
+        self.key_requests = Counter("mstar_key_requests", "Finished generation requests by API "
+                                    "key name and status (429: over one of the key's limits).",
+                                    ["key", "status"], registry=r)
+        self.key_rate_limited = Counter("mstar_key_rate_limited", "Requests refused with 429, by "
+                                        "API key name and the limit they hit (requests, tokens, "
+                                        "concurrency).", ["key", "limit"], registry=r)
+        self.key_tokens = Counter("mstar_key_tokens", "Tokens charged to an API key name, by "
+                                  "kind (prompt, completion).", ["key", "kind"], registry=r)
+        self.key_queue = Histogram("mstar_key_queue_seconds", "Per API key name: from admission "
+                                   "to the request's first output token (the wait for the "
+                                   "engine: queueing in the worker, and prefill).", ["key"],
+                                   buckets=_LATENCY_BUCKETS, registry=r)
         self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
                               buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("mstar_inter_token_latency_seconds",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mstar.settings import LoadedSettings, WorkerSettings
+    from mstar.settings.keys_file import KeyTable
 
 
 class RunningSettings:
@@ -27,6 +28,11 @@ class RunningSettings:
     @property
     def loaded(self) -> LoadedSettings | None:
         return self._loaded
+
+    @property
+    def keys(self) -> KeyTable | None:
+        """MSTAR_API_KEYS_FILE's keys in force (replaced with the settings on a reload)."""
+        return None if self._loaded is None else self._loaded.keys
 
     @property
     def pending_restart(self) -> dict[str, dict]:

@@ -20,6 +20,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from mstar.api_server.context.caller import current_caller
 from mstar.api_server.generation.replica_health import ReplicaHealth
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
@@ -208,6 +209,7 @@ class EngineClient:
 
     def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
+        Each carries the current request's priority class and trace context (its ``Caller``).
 
         Every sub-request is encoded before the first is sent, so a request that cannot be encoded
         sends nothing; if a send fails part-way, the ones already sent are aborted.
@@ -217,9 +219,12 @@ class EngineClient:
         if failure is not None:
             queue.put_nowait(Failure(503, failure))
             return queue
+        caller = current_caller()
+        priority, traceparent = caller.priority, caller.traceparent()
         try:
             frames = [(rid, prompt, params,
-                       encode_within(self.security.max_message_bytes, m.AddRequest.of(rid, prompt, params)))
+                       encode_within(self.security.max_message_bytes,
+                                     m.AddRequest.of(rid, prompt, params, priority, traceparent)))
                       for rid, prompt, params in requests]
         except MessageTooLarge as exc:
             queue.put_nowait(Failure(413, str(exc)))

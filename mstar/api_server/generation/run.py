@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from mstar.api_server.context.caller import current_caller
 from mstar.api_server.context.metrics import Metrics
 from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.prompts import batch_field
@@ -116,14 +117,20 @@ async def run_requests(
     started = time.perf_counter()
     last: dict[str, float] = {}
     unfinished = set(ids)
+    caller = current_caller()  # the request's key: its quotas and metrics, its span
     queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)])
-    metrics.prompt_tokens.inc(sum(prompt.num_tokens for prompt, _ in jobs))
+    num_prompt = sum(prompt.num_tokens for prompt, _ in jobs)
+    metrics.prompt_tokens.inc(num_prompt)
+    caller.prompt_tokens(num_prompt)
     deadline = started + seconds_left(timeout)  # counted from the request's admission
 
     def taken(item: TextOutput) -> None:
         now, rid = time.perf_counter(), item.request_id
+        if item.finished:
+            caller.finished(item.finish_reason)
         if item.new_token_ids:
             metrics.output_tokens.inc(len(item.new_token_ids))
+            caller.output_tokens(len(item.new_token_ids))
             if rid in last:
                 metrics.itl.observe(now - last[rid])
             else:

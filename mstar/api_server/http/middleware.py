@@ -1,10 +1,12 @@
 """Admission control in front of the routes (pure ASGI, so streaming responses pass untouched).
 
-Order: authentication (401; the key as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``),
-availability (503 while draining or after a fault), the in-flight cap
-(503), body size (413, from Content-Length and from the bytes actually received). Health, models,
-metrics, config and the OpenAPI schema bypass the cap; health also bypasses authentication. Every
-response carries the settings fingerprint header.
+Order: authentication (401; the key as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``,
+matched by ``keys_auth``), the key's scope (403), availability (503 while draining or after a
+fault), the in-flight cap (503), the key's own limits (429 with Retry-After: ``quota``), body size
+(413, from Content-Length and from the bytes actually received). Health, models, metrics, config
+and the OpenAPI schema bypass the cap and the key's limits; health also bypasses authentication.
+Every response carries the settings fingerprint header. An admitted request's ``Caller`` (its
+identity, quotas, metrics and span) is current while the routes run.
 
 ``mstar_requests_total`` is labelled with the route template, and one shared ``unmatched`` label
 covers every path no route serves, so clients cannot grow the number of series.
@@ -12,37 +14,27 @@ covers every path no route serves, so clients cannot grow the number of series.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from starlette.routing import BaseRoute, Match
 
 from mstar.api_server.context.admission import Admission
+from mstar.api_server.context.caller import Caller, Identity, enter_caller, leave_caller
 from mstar.api_server.context.metrics import Metrics
+from mstar.api_server.context.quota import Quotas
 from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.http.deadline import admitted, reset
 from mstar.api_server.http.errors import send_error
+from mstar.api_server.http.keys_auth import identify, required_scope
+from mstar.api_server.http.refusals import RATE_LIMIT_CODE, retry_headers, send_refusal
+from mstar.api_server.http.request_span import RequestSpan
+from mstar.ipc.tracing import Tracing
 
 OPEN_PATHS = frozenset({"/health"})
 UNCOUNTED_PATHS = frozenset({"/health", "/v1/models", "/metrics", "/v1/config", "/openapi.json"})
 MODEL_PATHS = "/v1/models/"
 UNMATCHED = "unmatched"
 FINGERPRINT_HEADER = b"x-mstar-settings-fingerprint"
-
-
-def bearer_token(authorization: bytes) -> bytes | None:
-    """The credentials of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
-    scheme, _, token = authorization.strip().partition(b" ")
-    return token.strip() if scheme.lower() == b"bearer" else None
-
-
-def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
-    """The API key a request presents: ``Authorization: Bearer <key>`` (OpenAI's clients) or
-    ``x-api-key: <key>`` (Anthropic's)."""
-    given = bearer_token(headers.get(b"authorization", b""))
-    if given is None and b"x-api-key" in headers:
-        given = headers[b"x-api-key"].strip()
-    return given
 
 
 def as_json(scope: dict) -> dict:
@@ -62,26 +54,27 @@ def route_label(routes: list[BaseRoute], scope: dict) -> str:
     return UNMATCHED
 
 
-def with_fingerprint(send: Any, fingerprint: bytes) -> Any:
-    """``send`` that adds the settings fingerprint header to the response."""
+def with_headers(send: Any, headers: list[tuple[bytes, bytes]]) -> Any:
+    """``send`` that adds ``headers`` to the response."""
 
-    async def send_with_header(message: dict) -> None:
+    async def send_with_headers(message: dict) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []),
-                                              (FINGERPRINT_HEADER, fingerprint)]}
+            message = {**message, "headers": [*message.get("headers", []), *headers]}
         await send(message)
 
-    return send_with_header
+    return send_with_headers
 
 
 class LimitsMiddleware:
     def __init__(self, app: Any, running: RunningSettings, admission: Admission, metrics: Metrics,
-                 routes: list[BaseRoute]):
+                 routes: list[BaseRoute], tracing: Tracing | None = None):
         self.app = app
         self.running = running
         self.admission = admission
         self.metrics = metrics
         self.routes = routes
+        self.tracing = tracing  # MSTAR_OTLP_ENDPOINT (not reloadable)
+        self.quotas = Quotas()
         self.max_body = int(running.settings.max_body_mb * 1024 * 1024)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -91,15 +84,20 @@ class LimitsMiddleware:
         path = scope["path"]
         headers = dict(scope["headers"])
         settings = self.running.settings  # read per request: a reload may change them
-        send = with_fingerprint(send, settings.fingerprint().encode())
-        key = settings.api_key  # a reload may rotate it
-        if key is not None and path not in OPEN_PATHS:
-            given = presented_key(headers)
-            if given is None or not hmac.compare_digest(given, key.get_secret_value().encode()):
+        send = with_headers(send, [(FINGERPRINT_HEADER, settings.fingerprint().encode())])
+        identity = None
+        if path not in OPEN_PATHS:  # a reload may rotate the keys
+            identity = identify(headers, settings, self.running.keys)
+            if identity is None:
                 await send_error(send, 401, "missing or invalid API key (expected "
                                  "'Authorization: Bearer <key>' or 'x-api-key: <key>')", path)
                 return
-        if path in UNCOUNTED_PATHS or path.startswith(MODEL_PATHS):
+            needed = required_scope(path)
+            if needed is not None and needed not in identity.scopes:
+                await send_refusal(send, 403, f"key '{identity.name}' lacks the '{needed}' "
+                                   "scope", path, "permission_error")
+                return
+        if identity is None or path in UNCOUNTED_PATHS or path.startswith(MODEL_PATHS):
             await self.app(scope, receive, send)
             return
         endpoint = route_label(self.routes, scope)
@@ -111,12 +109,19 @@ class LimitsMiddleware:
                 status = message["status"]
             await send(message)
 
+        span = None if self.tracing is None else RequestSpan(self.tracing, scope, headers,
+                                                               endpoint, identity.name)
         try:
-            await self._admit(as_json(scope), headers, receive, counting_send)
+            await self._admit(as_json(scope), headers, receive, counting_send,
+                              Caller(identity, self.quotas, self.metrics, span))
         finally:
             self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
+            self.metrics.key_requests.labels(key=identity.name, status=str(status)).inc()
+            if span is not None:
+                span.end(status)
 
-    async def _admit(self, scope: dict, headers: dict, receive: Any, send: Any) -> None:
+    async def _admit(self, scope: dict, headers: dict, receive: Any, send: Any,
+                     caller: Caller) -> None:
         admission, settings = self.admission, self.running.settings
         reason = admission.unavailable_reason()
         if reason is not None:
@@ -126,8 +131,14 @@ class LimitsMiddleware:
             await send_error(send, 503, "too many requests in flight (max_concurrent_requests="
                              f"{settings.max_concurrent_requests}); retry later", scope["path"])
             return
+        key = caller.identity.key
+        if key is not None:
+            if not await self._take_quota(caller.identity, scope["path"], send):
+                return
+            send = with_headers(send, self.quotas.usage(key).headers(key))
         admission.enter()
         clock = admitted()  # MSTAR_REQUEST_TIMEOUT_S counts from here
+        current = enter_caller(caller)
         try:
             body_receive = await self._read_body(headers, receive)
             if body_receive is None:
@@ -136,8 +147,24 @@ class LimitsMiddleware:
                 return
             await self.app(scope, body_receive, send)
         finally:
+            leave_caller(current)
             reset(clock)
             admission.leave()
+            if key is not None:
+                self.quotas.release(key)
+
+    async def _take_quota(self, identity: Identity, path: str, send: Any) -> bool:
+        """Admit one request of a key with limits; False after answering 429."""
+        key = identity.key
+        refusal = self.quotas.admit(key)
+        if refusal is None:
+            return True
+        self.metrics.key_rate_limited.labels(key=identity.name, limit=refusal.limit).inc()
+        kind = "tokens" if refusal.limit == "tokens" else "requests"
+        await send_refusal(send, 429, refusal.message, path, kind,
+                           [*retry_headers(refusal), *self.quotas.usage(key).headers(key)],
+                           RATE_LIMIT_CODE)
+        return False
 
     async def _read_body(self, headers: dict, receive: Any) -> Any:
         """Buffer the body within the limit and replay it; None when it is too large."""

@@ -20,7 +20,7 @@ from mstar.api_server.generation.facade import Generation
 from mstar.api_server.generation.run import first_output, new_request_id, replay
 from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.http.middleware import presented_key
+from mstar.api_server.http.keys_auth import presented_key
 from mstar.api_server.openai import formatting as fmt
 from mstar.api_server.openai.chat_plan import (
     ChatPlan,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mstar.api_server.context.caller import current_caller
 from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.http.bounds import Counted, check_counts
@@ -45,6 +46,10 @@ class RequestGate:
             raise APIError(404, f"The model `{model}` does not exist; this server serves: "
                            f"{served}", "model", code="model_not_found",
                            kind="invalid_request_error")
+        refusal = current_caller().model_refusal(model or self._model.name)  # the key's models
+        if refusal is not None:
+            raise APIError(403, refusal, "model", code="model_not_allowed",
+                           kind="permission_error")
 
     def content_parts(self, req: ChatRequest) -> None:
         """A chat request's content parts, images as far as the served model takes them."""

@@ -30,6 +30,7 @@ from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import chunk
 from mstar.engine.schedule.prefill_share import PrefillShare, protected_rows
+from mstar.engine.schedule.priority import NORMAL, Priorities
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS, Drafting
 
@@ -46,15 +47,17 @@ class Scheduler:
 
     Running sequences go first (oldest first); when the KV cache is full the newest
     running sequence is preempted (its blocks freed, recomputed later) and goes back to the front
-    of the queue, so the oldest request always makes progress. Waiting requests are admitted FCFS,
-    skipping those whose grammar is still compiling.
+    of the queue, so the oldest request always makes progress. Waiting requests are admitted FCFS
+    within their priority class, highest class first (``priority``), skipping those whose grammar
+    is still compiling.
     """
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: OverlapPolicy | None = None,
                  max_encoder_tokens: int = 2**31 - 1,
                  speculation: Drafting = NO_DRAFTS, whole_image_runs: bool = False,
-                 prefill_cap: int | None = None, share: PrefillShare | None = None) -> None:
+                 prefill_cap: int | None = None, share: PrefillShare | None = None,
+                 priority_preemption: bool = True) -> None:
         self.block_manager = block_manager
         # what a prompt being prefilled may take beside decodes (``prefill_share``); None: off
         self.share = PrefillShare(0.0) if share is None else share
@@ -66,7 +69,8 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.policy = policy
-        self.waiting: deque[Sequence] = deque()
+        self.waiting: deque[Sequence] = deque()  # highest class first (``priority``)
+        self.priorities = Priorities(priority_preemption)
         self.running: list[Sequence] = []
         self.live: dict[int, Sequence] = {}  # seq_no -> unfinished request
         self.num_preemptions = 0
@@ -75,8 +79,8 @@ class Scheduler:
         self.removed: list[int] = []  # for the runner to drop, sent with the next step
         self.known: set[int] = set()  # requests the runner holds a row slot for
 
-    def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+    def add(self, seq: Sequence, priority: int = NORMAL) -> None:
+        self.priorities.add(self.waiting, seq, priority)
         self.live[seq.seq_no] = seq
 
     def has_unfinished(self) -> bool:
@@ -84,7 +88,10 @@ class Scheduler:
 
     def can_admit(self) -> bool:
         """Whether a fresh schedule() could start a waiting (or preempted) request now."""
-        return len(self.running) < self.max_num_seqs and self._next_admissible() is not None
+        if len(self.running) < self.max_num_seqs:
+            return self._next_admissible() is not None
+        head = self._next_admissible() if self.priorities.mixed else None
+        return head is not None and self.priorities.victim(self.running, head) is not None
 
     def _next_admissible(self) -> Sequence | None:
         """The oldest waiting sequence that is ready to run (FCFS among the ready ones)."""
@@ -156,6 +163,7 @@ class Scheduler:
             else None, cap))
         preempted = False
         num_drafts = 0
+        self._preempt_for_priority()
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -215,6 +223,16 @@ class Scheduler:
             rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
             budget -= n
         return rows, new, num_drafts
+
+    def _preempt_for_priority(self) -> None:
+        """A full batch: the first waiting request may take a lower class's slot (``priority``)."""
+        if len(self.running) < self.max_num_seqs or not self.priorities.mixed:
+            return
+        head = self._next_admissible()
+        victim = None if head is None else self.priorities.victim(self.running, head)
+        if victim is not None:
+            self.running.remove(victim)
+            self._preempt(victim)
 
     def _continue(self, after: SchedulerOutput) -> list[ScheduledRow]:
         if self.policy is None or not self.policy.should_continue(self.can_admit):
@@ -309,7 +327,7 @@ class Scheduler:
         self._forget(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        self.priorities.requeue(self.waiting, seq)
         self.num_preemptions += 1
         log.debug("preempted", request_id=seq.request_id, num_tokens=len(seq))
 
@@ -324,6 +342,7 @@ class Scheduler:
             return
         seq.status = SequenceStatus.FINISHED
         del self.live[seq.seq_no]
+        self.priorities.forget(seq)
         self.speculation.forget(seq.seq_no)
         self._forget(seq)
         if self._in_flight(seq.seq_no):
