@@ -22,6 +22,7 @@ from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.facade import Generation
+from mstar.api_server.http.cors import install_cors
 from mstar.api_server.http.errors import error_body, install_error_handlers
 from mstar.api_server.http.middleware import LimitsMiddleware
 from mstar.api_server.http.openapi import documented, error_responses, install_openapi
@@ -84,5 +85,6 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     routes += [route for route in app.routes if isinstance(route, APIRoute)]
     app.add_middleware(LimitsMiddleware, running=running, admission=admission, metrics=metrics,
                        routes=routes)
-    app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two
+    app.add_middleware(UnhandledErrorMiddleware)  # outside the limits
+    install_cors(app, settings.cors_origins)  # the outermost: answers preflights before auth
     return app

@@ -96,6 +96,12 @@ class ServerKnobs(BaseModel):
     embedding_max_inputs: int = _server(
         2048, "Most inputs in one /v1/embeddings request (OpenAI's limit is 2048); more is a 400 "
         "naming 'input'.", unit="inputs", ge=1, le=MAX_COUNT)
+    cors_origins: str | None = _server(
+        None, "Origins (a comma list of scheme://host[:port], matched exactly; * = any) whose web "
+        "pages may call the API from a browser: their CORS preflight (OPTIONS) is answered and "
+        "responses carry Access-Control-Allow-Origin. Unset: no CORS headers, so browsers keep "
+        "other origins out. Not reloadable. A security setting: any problem with it is an error.",
+        security=True)
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
