@@ -92,4 +92,10 @@ class EngineKnobs(BaseModel):
         0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
         "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
         le=1024)
+    score_tokens: str | None = _engine(
+        None, "Two tokens, a comma pair such as 'no,yes': the served causal LM scores (rerank, "
+        "score, classify) with the logits of those tokens at the prompt's last position, as "
+        "Qwen3-Reranker does: the score is the softmax probability of the second. Each must be "
+        "one token of the model's tokenizer. Unset: only a *ForSequenceClassification model "
+        "scores (docs/openai_api.rst).")
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
