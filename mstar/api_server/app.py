@@ -34,11 +34,13 @@ from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
 from mstar.api_server.responses.store import store_from
+from mstar.api_server.scoring import routes as scoring_routes
+from mstar.api_server.scoring.pairs import read_template
 from mstar.api_server.validation.gate import RequestGate
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
-           config_routes.router)
+           config_routes.router, scoring_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
@@ -57,6 +59,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     app.state.running = running
     app.state.model = model
     app.state.response_store = store_from(settings)
+    app.state.score_template = read_template(settings.score_template)  # rerank, score
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -77,12 +77,12 @@ def given_prompt_ids(tokenizer: Any, max_chars: int, max_model_len: int,
     if isinstance(prompt, str):
         check_prompt_chars(len(prompt), max_chars, param)
         return encode(tokenizer, prompt, True, max_model_len, param, pooled)
-    check_token_ids(prompt, len(tokenizer), param)
+    check_prompt_ids(prompt, len(tokenizer), param)
     check_prompt_len(len(prompt), max_model_len, param, pooled)
     return list(prompt)
 
 
-def check_token_ids(ids: list[int], vocab: int, param: str) -> None:
+def check_prompt_ids(ids: list[int], vocab: int, param: str) -> None:
     """Each id is one of the tokenizer's: the first one outside [0, vocab) is a 400 naming its
     index (``input.0.5``). Ids from another tokenizer (tiktoken's, which LangChain's
     OpenAIEmbeddings sends) below ``vocab`` cannot be told apart: they are read as this model's
