@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from classifier_models import save_tiny_classifier
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from mstar.engine.request.sampling_params import SamplingParams
@@ -22,21 +23,12 @@ PAIR = ("The", "is")  # one token each in the tiny vocabulary (Qwen3-Reranker's:
 @pytest.fixture(scope="module")
 def classifier_dir(tmp_path_factory, tiny_tokenizer):
     """Factory: a tiny random ``<Family>ForSequenceClassification`` directory with ``labels``."""
-    from conftest import _config
-
     made = {}
 
     def make(family: str, labels: int):
         if (family, labels) not in made:
-            config = _config(family, len(tiny_tokenizer), tiny_tokenizer.eos_token_id,
-                             tiny_tokenizer.bos_token_id)
-            config.num_labels = labels
-            torch.manual_seed(99)
-            model = AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
             path = tmp_path_factory.mktemp(f"cls-{family}-{labels}")
-            model.save_pretrained(path)
-            tiny_tokenizer.save_pretrained(path)
-            made[(family, labels)] = path
+            made[(family, labels)] = save_tiny_classifier(path, family, labels, tiny_tokenizer)
         return made[(family, labels)]
 
     return make
