@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
+from mstar.models.loading.hub import served_name
 
 if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
@@ -81,7 +81,7 @@ class Worker:
                  seconds=round(seconds, 2), fingerprint=self.settings.fingerprint())
         self.channel.send_to_conductor(m.SetupDone(
             worker=self.index, pid=os.getpid(), fingerprint=self.settings.fingerprint(),
-            model_name=Path(engine.model_name).name, max_model_len=engine.max_model_len,
+            model_name=served_name(engine.model_name), max_model_len=engine.max_model_len,
             seconds=seconds, rank=rank))
         return engine
 
