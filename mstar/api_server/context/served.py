@@ -18,7 +18,7 @@ class ServedModel:
     # /v1/models' ``created``: when this server started serving it (Unix seconds), the same in
     # every listing
     created: int = field(default_factory=lambda: int(time.time()))
-    # The label of each classifier logit (rerank, score, classify; ``scoring.labels``): () when
+    # The label of each classifier logit (rerank, score, classify; ``context.heads``): () when
     # the model has no classifier head.
     labels: tuple[str, ...] = ()
     generates: bool = True  # False: a sequence classifier (no LM head) only classifies
