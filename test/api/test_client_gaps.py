@@ -6,6 +6,7 @@ API's ``input_items.list``, a stable ``created`` in ``models.list``, and CORS fo
 
 from __future__ import annotations
 
+import copy
 import time
 
 import anthropic
@@ -156,3 +157,17 @@ def test_embedding_token_ids_past_the_vocabulary_are_refused_by_index(stub, tiny
     assert exc.value.body["param"] == "input.0.0"
     client.embeddings.create(model=STUB_MODEL, input=[[0, vocab - 1]])
     assert engine.submitted[-1][1] == [0, vocab - 1]
+
+
+def test_a_continued_prefill_is_answer_text_not_reasoning(tiny_tokenizer):
+    thinking = copy.deepcopy(tiny_tokenizer)  # a template whose new turn opens <think>
+    thinking.chat_template = tiny_tokenizer.chat_template.replace(
+        "<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>\n{% endif %}")
+    app, _ = stub_app(thinking, reasoning_parser="think")
+    claude = _claude(app)
+    question = {"role": "user", "content": "Answer in JSON."}
+    opened = claude.messages.create(model=STUB_MODEL, max_tokens=3, messages=[question])
+    assert opened.content[0].type == "thinking"  # a new turn starts inside <think>
+    continued = claude.messages.create(model=STUB_MODEL, max_tokens=3, messages=[
+        question, {"role": "assistant", "content": PREFILL}])
+    assert [(b.type, b.text) for b in continued.content] == [("text", "aaa")]

@@ -67,7 +67,9 @@ async def plan_chat(generation: Generation, settings: Any, req: ChatCompletionRe
                        **({CONTINUE_FINAL: True} if continue_final else {})}
     prompt = await generation.chat_prompt(req, tools.shown_tools, template_kwargs)
     jobs = generation.jobs(req, [prompt], "messages", reasoning.structured_output)
-    return ChatPlan(OutputReading(tools, reasoning.new_stream), prompt, jobs)
+    # A continued message is the answer itself: its text is not split for reasoning.
+    new_reasoning = None if continue_final else reasoning.new_stream
+    return ChatPlan(OutputReading(tools, new_reasoning), prompt, jobs)
 
 
 Renames = list[tuple[re.Pattern[str], str]]  # chat field path -> the original API's
