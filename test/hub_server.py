@@ -1,7 +1,8 @@
 """A small Hugging Face hub on loopback (``HF_ENDPOINT``), serving one repository's files at one
 commit, so that the download path of hub ids (mstar.models.loading.hub) runs in CI without the
 network. It answers what huggingface_hub asks while downloading: the revision's info, the file
-tree, and each file (HEAD for its metadata, then GET). ``requested`` keeps every file path GET."""
+tree, and each file (HEAD for its metadata, then GET). ``requested`` keeps every file path GET,
+``authorizations`` every request's path and Authorization header (None when it had none)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class HubServer:
     def __init__(self, repo: str, files: dict[str, bytes]) -> None:
         self.repo, self.files = repo, files
         self.requested: list[str] = []
+        self.authorizations: list[tuple[str, str | None]] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -76,9 +78,11 @@ class HubServer:
                     self.wfile.write(data)
 
             def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+                hub.authorizations.append((self.path, self.headers.get("Authorization")))
                 self._file(False)
 
             def do_GET(self) -> None:  # noqa: N802
+                hub.authorizations.append((self.path, self.headers.get("Authorization")))
                 path = self.path.split("?")[0]
                 if info.fullmatch(path):
                     self._json({"id": hub.repo, "modelId": hub.repo, "sha": COMMIT,

@@ -103,9 +103,14 @@ def test_an_id_is_downloaded_from_the_hub_with_only_what_serving_needs(tiny_mode
     assert len(hub.requested) == len(fetched)  # each once: the workers read the cache
 
 
-def test_config_validate_downloads_the_config_alone(tiny_model_dir, tmp_path):
+def test_config_validate_downloads_the_config_alone_with_hf_token(tiny_model_dir, tmp_path):
+    # both names set: the settings' value (MSTAR_HF_TOKEN wins) is what the hub sees
+    env = {**_env(tmp_path / "hf", offline=False), "HF_TOKEN": "hf_env",
+           "MSTAR_HF_TOKEN": "hf_test"}
     with HubServer.of_dir("org/tiny", tiny_model_dir("llama"), NOT_SERVING) as hub:
         done = _mstar(["config", "validate", "--model", "org/tiny"],
-                      _env(tmp_path / "hf", offline=False, endpoint=hub.url))
+                      {**env, "HF_ENDPOINT": hub.url})
     assert done.returncode == 0, done.stdout + done.stderr
     assert hub.requested == ["config.json"]
+    of_repo = {auth for path, auth in hub.authorizations if "org/tiny" in path}
+    assert of_repo == {"Bearer hf_test"}
