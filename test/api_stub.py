@@ -20,6 +20,12 @@ STUB_MAX_MODEL_LEN = 1024  # room for the tool descriptions a chat template is g
 STUB_TOKEN = 5
 MAX_STUB_TOKENS = 3
 STUB_VECTOR = np.array([3.0, 0.0, 4.0], dtype="<f4").tobytes()  # an embedding: 0.6, 0, 0.8
+STUB_LABELS = ("relevant",)  # a classifier's (``stub_app(..., labels=STUB_LABELS)``)
+
+
+def stub_logits(prompt_ids: list[int]) -> bytes:
+    """A one-label classifier's logit: the prompt's length (longer scores higher)."""
+    return np.array([len(prompt_ids) / 10.0], dtype="<f4").tobytes()
 
 
 class StubEngine:
@@ -43,8 +49,9 @@ class StubEngine:
             ids = prompt.token_ids
             self.submitted.append((rid, ids, params))
             if params.pooling is not None:
+                vector = stub_logits(ids) if params.pooling == "classify" else STUB_VECTOR
                 queue.put_nowait(TextOutput(rid, finished=True, finish_reason="stop",
-                                            num_prompt_tokens=len(ids), embedding=STUB_VECTOR))
+                                            num_prompt_tokens=len(ids), embedding=vector))
                 continue
             count = min(params.max_tokens, MAX_STUB_TOKENS)
             for k in range(count):
@@ -76,8 +83,9 @@ def stub_app(tokenizer, engine=None, **settings):
 
 
 def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
-           **settings):
-    """The ASGI app of an API server whose engine client is ``client``, with these settings."""
+           labels=(), generates=True, **settings):
+    """The ASGI app of an API server whose engine client is ``client``, with these settings
+    (``labels``, ``generates``: the served model's classifier head, see ``ServedModel``)."""
     from mstar.api_server.app import build_app
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
@@ -86,7 +94,7 @@ def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODE
     from mstar.settings import WorkerSettings
 
     running = RunningSettings(WorkerSettings(**settings))
-    model = ServedModel(model_name, max_model_len, running)
+    model = ServedModel(model_name, max_model_len, running, labels=labels, generates=generates)
     return build_app(client, tokenizer, running, model, Admission(lambda: client.failure),
                      Metrics())
 

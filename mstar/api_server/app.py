@@ -22,6 +22,7 @@ from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.facade import Generation
+from mstar.api_server.http.cors import install_cors
 from mstar.api_server.http.errors import error_body, install_error_handlers
 from mstar.api_server.http.middleware import LimitsMiddleware
 from mstar.api_server.http.openapi import documented, error_responses, install_openapi
@@ -33,13 +34,15 @@ from mstar.api_server.openai import routes as openai_routes
 from mstar.api_server.openai.response_models import HealthResponse
 from mstar.api_server.responses import routes as responses_routes
 from mstar.api_server.responses.store import store_from
+from mstar.api_server.scoring import routes as scoring_routes
+from mstar.api_server.scoring.pairs import read_template
 from mstar.api_server.ui.pages import PagesMiddleware, page_files
 from mstar.api_server.validation.gate import RequestGate
 from mstar.ipc.tracing import Tracing
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
-           config_routes.router)
+           config_routes.router, scoring_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
@@ -58,6 +61,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     app.state.running = running
     app.state.model = model
     app.state.response_store = store_from(settings)
+    app.state.score_template = read_template(settings.score_template)  # rerank, score
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -90,5 +94,6 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
                        routes=routes, tracing=tracing)
     if settings.playground:  # outside admission: the static pages load without the key
         app.add_middleware(PagesMiddleware, files=page_files())
-    app.add_middleware(UnhandledErrorMiddleware)  # added last: the outermost of the two
+    app.add_middleware(UnhandledErrorMiddleware)  # outside the limits
+    install_cors(app, settings.cors_origins)  # the outermost: answers preflights before auth
     return app

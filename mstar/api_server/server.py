@@ -94,7 +94,8 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
                                 "mstar-conductor")
         try:
             try:  # after the start: the workers import and load the model meanwhile
-                tokenizer, media = load_tokenizer(model_dir), model_media(model_dir)
+                tokenizer = load_tokenizer(model_dir)
+                media = model_media(model_dir, settings.score_tokens)
             except BaseException:
                 conductor.kill()  # its workers die with it
                 raise
@@ -145,7 +146,8 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
             log.info("startup_interrupted")
             return 0
         running = RunningSettings(settings, loaded)
-        model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities)
+        model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities,
+                            labels=media.labels, generates=media.generates)
         admission = Admission(lambda: client.failure)
         app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, running, client.send_control)

@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 
     validate = actions.add_parser("validate", help="check a configuration without loading anything")
     add_settings_arguments(validate, knob_flags=False)
-    validate.add_argument("--model", metavar="PATH|builtin",
+    validate.add_argument("--model", metavar="PATH|builtin|ORG/NAME[@REV]",
                           help="also check the settings against this model's config.json")
     validate.set_defaults(func=run_validate)
 
@@ -113,9 +113,9 @@ def run_validate(args: argparse.Namespace) -> int:
         loaded = load_settings(env_files=args.env_file, strict=False)
         problems = list(loaded.problems)
         if args.model:
-            from mstar.settings.checks.preflight import config_path, preflight, read_shape
+            from mstar.settings.checks.preflight import preflight, read_shape
 
-            path = config_path(args.model, loaded.settings)
+            path = _model_config(args.model, loaded.settings)
             problems += preflight(loaded.settings,
                                   read_shape(path, loaded.settings.max_image_pixels))
     except SettingsUsageError as exc:
@@ -147,6 +147,22 @@ def generated_files() -> dict[Path, Callable[[], str]]:
     from mstar.api_server.ui.grafana import DASHBOARD_PATH, render_dashboard
 
     return {**GENERATED, DASHBOARD_PATH: render_dashboard}
+
+
+def _model_config(model: str, settings) -> Path:
+    """The config.json to check ``model`` with: a hub id's (only that file is fetched), or a
+    local one's (``config_path``)."""
+    from mstar.models.loading.hub import hub_config, hub_id
+    from mstar.models.loading.model_error import HubModelError
+    from mstar.settings.checks.preflight import config_path
+
+    hub = hub_id(model)
+    if hub is None:
+        return config_path(model, settings)
+    try:
+        return hub_config(hub, settings)
+    except HubModelError as exc:
+        raise SettingsUsageError(str(exc)) from None
 
 
 def run_docs(args: argparse.Namespace) -> int:

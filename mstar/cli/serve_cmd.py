@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 def add_parser(subparsers) -> None:
     serve = subparsers.add_parser(
         "serve", help="serve a model over an OpenAI-compatible HTTP API",
-        description="Serve MODEL (the built-in model when omitted, or a local HF-format "
-                    "directory) over an OpenAI-compatible HTTP API.")
+        description="Serve MODEL (the built-in model when omitted, a local HF-format "
+                    "directory or .gguf file, or a Hugging Face id org/name[@revision]) over an "
+                    "OpenAI-compatible HTTP API.")
     serve.add_argument("model_positional", nargs="?", metavar="MODEL", default=None,
                        help="model to serve (same as --model / MSTAR_MODEL)")
     add_settings_arguments(serve)
@@ -60,7 +61,7 @@ def _resolve_and_serve(loaded: LoadedSettings, sock: socket.socket, log: Any) ->
         model_dir = resolve_model_dir(settings)
     except ModelError as exc:
         log.error("model_error", error=str(exc))
-        return 1
+        return exc.exit_code
     log.info("model_resolved", path=str(model_dir))
 
     from mstar.api_server.server import serve

@@ -32,15 +32,16 @@ class RequestText:
         if self.ended:
             return None
         tokens = out.new_token_ids
-        kept = len(tokens)
+        kept, text_count = len(tokens), text_tokens(out)
         stopped = False
-        for k, token in enumerate(tokens):
+        for k, token in enumerate(tokens[:text_count]):
             if self.detokenizer.append(token):
-                kept, stopped = k + 1, True
+                kept = text_count = k + 1
+                stopped = True
                 break
         finished = out.finished or stopped
         self.ended = finished
-        logprobs = out.logprobs[:kept] if out.logprobs is not None else None
+        logprobs = out.logprobs[:text_count] if out.logprobs is not None else None
         return TextOutput(
             request_id=out.request_id, new_token_ids=tokens[:kept], finished=finished,
             finish_reason="stop" if stopped else out.finish_reason,
@@ -48,6 +49,14 @@ class RequestText:
             num_output_tokens=out.num_output_tokens - (len(tokens) - kept), logprobs=logprobs,
             num_cached_tokens=out.num_cached_tokens, embedding=out.embedding,
             new_text=self.detokenizer.take_delta(finished=finished))
+
+
+def text_tokens(out: RequestOutput) -> int:
+    """How many of an output's tokens make its text (and have logprobs, whose ``bytes`` then join
+    to the text): all but the stop token (EOS, or one of ``stop_token_ids``) the engine ended the
+    request on. That token still counts as output (``num_output_tokens``: usage)."""
+    on_stop_token = out.finished and out.finish_reason == "stop" and out.new_token_ids
+    return len(out.new_token_ids) - 1 if on_stop_token else len(out.new_token_ids)
 
 
 def ends_in_engine(text: TextOutput, out: RequestOutput) -> bool:

@@ -128,6 +128,12 @@ def _syntax(problem: SyntaxProblem) -> Problem:
     return Problem("env file", problem.reason, problem.location)
 
 
+# Variables of other tools that mean a knob (read here, so no other module reads the
+# environment): Hugging Face's, for hub ids. The MSTAR_* name of the knob wins over them.
+FOREIGN_ENV = {"HF_TOKEN": "hf_token", "HF_HOME": "hf_home", "HF_HUB_OFFLINE": "hf_hub_offline",
+               "HF_ENDPOINT": "hf_endpoint"}
+
+
 def _layers(env_files: Iterable[Path], environ: Mapping[str, str], cli: Mapping[str, Any],
             overrides: Mapping[str, Any], problems: list[Problem]):
     """Yield (knob, raw value, origin) in precedence order, reporting unknown names."""
@@ -139,8 +145,10 @@ def _layers(env_files: Iterable[Path], environ: Mapping[str, str], cli: Mapping[
                 yield BY_ENV[entry.key], entry.value, entry.location
             elif problem := _unknown(entry.key, entry.location):
                 problems.append(problem)
-    for key, value in sorted(environ.items()):
-        if key in BY_ENV:
+    for key, value in sorted(environ.items()):  # HF_* sort before MSTAR_*, which win
+        if key in FOREIGN_ENV:
+            yield BY_NAME[FOREIGN_ENV[key]], value, key
+        elif key in BY_ENV:
             yield BY_ENV[key], value, ENVIRONMENT
         elif problem := _unknown(key, ENVIRONMENT):
             problems.append(problem)

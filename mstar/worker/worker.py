@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -19,6 +18,7 @@ import structlog
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.tracing import Tracing
+from mstar.models.loading.hub import served_name
 from mstar.worker.tracing import WorkerTracing
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Worker:
         self.engine = self._load()
         tracing = Tracing.start(self.settings.otlp_endpoint, "mstar-worker")
         if tracing is not None:
-            self.tracing = WorkerTracing(tracing, Path(self.engine.model_name).name, self.index)
+            self.tracing = WorkerTracing(tracing, served_name(self.engine.model_name), self.index)
         try:
             running = True
             while running:
@@ -92,7 +92,7 @@ class Worker:
                  seconds=round(seconds, 2), fingerprint=self.settings.fingerprint())
         self.channel.send_to_conductor(m.SetupDone(
             worker=self.index, pid=os.getpid(), fingerprint=self.settings.fingerprint(),
-            model_name=Path(engine.model_name).name, max_model_len=engine.max_model_len,
+            model_name=served_name(engine.model_name), max_model_len=engine.max_model_len,
             seconds=seconds, rank=rank))
         return engine
 

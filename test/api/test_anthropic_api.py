@@ -183,7 +183,7 @@ def test_thinking_text_is_a_thinking_block_before_the_text():
 
 def test_unknown_paths_under_messages_answer_in_anthropics_shape(stub):
     client, _, _ = stub
-    resp = client.post("/v1/messages/count_tokens", json={})
+    resp = client.post("/v1/messages/batches", json={})
     assert resp.status_code == 404 and resp.json()["type"] == "error"
     assert resp.json()["error"]["message"] == \
-        "/v1/messages/count_tokens is not served; see /openapi.json"
+        "/v1/messages/batches is not served; see /openapi.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from api_stub import stub_app
+from api_stub import STUB_LABELS, stub_app
 from starlette.testclient import TestClient
 
 from mstar.api_server.validation.field_table import TABLE, FieldRow, rst_table
@@ -17,7 +17,10 @@ BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content
         "responses": ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
         "messages": ("/v1/messages", {"model": "stub-model", "max_tokens": 2,
                                       "messages": [{"role": "user", "content": "hi"}]}),
-        "embeddings": ("/v1/embeddings", {"input": "hi"})}
+        "embeddings": ("/v1/embeddings", {"input": "hi"}),
+        "rerank": ("/v1/rerank", {"query": "q", "documents": ["a", "b c"]}),
+        "score": ("/v1/score", {"text_1": "q", "text_2": ["a", "b c"]}),
+        "classify": ("/v1/classify", {"input": "hi"})}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai_api.rst"
 CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints]
 
@@ -28,7 +31,7 @@ def _id(case: tuple[str, FieldRow]) -> str:
 
 @pytest.fixture(scope="module")
 def stub(tiny_tokenizer):
-    app, engine = stub_app(tiny_tokenizer)
+    app, engine = stub_app(tiny_tokenizer, labels=STUB_LABELS)
     return TestClient(app), engine
 
 
@@ -79,6 +82,9 @@ def test_the_docs_table_is_the_table_in_code():
 
 @pytest.mark.parametrize(("doc", "endpoint"), [("openai_api.rst", "responses"),
                                                ("openai_api.rst", "embeddings"),
+                                               ("openai_api.rst", "rerank"),
+                                               ("openai_api.rst", "score"),
+                                               ("openai_api.rst", "classify"),
                                                ("anthropic_api.rst", "messages")])
 def test_the_docs_tables_of_responses_and_messages_are_the_tables_in_code(doc, endpoint):
     text = (DOCS.parent / doc).read_text()
@@ -93,8 +99,10 @@ def test_every_responses_messages_and_embeddings_field_has_a_row():
     from mstar.api_server.anthropic.protocol import MessagesRequest
     from mstar.api_server.openai.embedding_protocol import EmbeddingRequest
     from mstar.api_server.responses.protocol import ResponsesRequest
+    from mstar.api_server.scoring.protocol import ClassifyRequest, RerankRequest, ScoreRequest
 
     for endpoint, model in (("responses", ResponsesRequest), ("messages", MessagesRequest),
-                            ("embeddings", EmbeddingRequest)):
+                            ("embeddings", EmbeddingRequest), ("rerank", RerankRequest),
+                            ("score", ScoreRequest), ("classify", ClassifyRequest)):
         rows = {row.name.split(".")[0].split(" ")[0] for row in TABLE if endpoint in row.endpoints}
         assert rows == set(model.model_fields), endpoint

@@ -19,7 +19,7 @@ import copy
 
 import pytest
 import schemathesis
-from api_stub import stub_app
+from api_stub import STUB_LABELS, stub_app
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -38,6 +38,9 @@ OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("P
 OPERATIONS += [("GET", "/v1/models/{model_id}"), ("POST", "/v1/responses"),
                ("GET", "/v1/responses/{response_id}"), ("DELETE", "/v1/responses/{response_id}"),
                ("POST", "/v1/messages"), ("POST", "/v1/embeddings")]
+OPERATIONS += [("GET", "/v1/responses/{response_id}/input_items"),
+               ("POST", "/v1/messages/count_tokens"), ("POST", "/v1/rerank"),
+               ("POST", "/v2/rerank"), ("POST", "/v1/score"), ("POST", "/v1/classify")]
 EXAMPLES = {"POST": 40, "GET": 3, "DELETE": 3}
 LONG_EXAMPLES = 1000
 REQUEST_TIMEOUT_S = 300  # a hang still fails; a slow shared CI machine does not
@@ -54,7 +57,7 @@ def _fuzz_settings(method: str) -> settings:
 
 @pytest.fixture(scope="module")
 def api_schema(tiny_tokenizer):
-    app, _ = stub_app(tiny_tokenizer)
+    app, _ = stub_app(tiny_tokenizer, labels=STUB_LABELS)  # a classifier head: rerank answers
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -12,7 +12,8 @@ from mstar.settings.render.docs import DOCS_PATH, check, render
 
 
 def mstar(*args, env=None, timeout=30):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
+    # HF_* mean knobs too (MSTAR_HF_*); conftest sets HF_HUB_OFFLINE for every test
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MSTAR_", "HF_"))}
     environ.update(env or {})
     return subprocess.run([sys.executable, "-m", "mstar", *args], env=environ,
                           capture_output=True, text=True, timeout=timeout)

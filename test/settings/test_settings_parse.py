@@ -125,6 +125,13 @@ VALID = {
     "MSTAR_API_KEYS_FILE": (str(KEYS_FILE), KEYS_FILE),
     "MSTAR_PRIORITY_PREEMPTION": ("off", False),
     "MSTAR_OTLP_ENDPOINT": ("http://127.0.0.1:4318", "http://127.0.0.1:4318"),
+    "MSTAR_CORS_ORIGINS": ("https://a.example,*", "https://a.example,*"),
+    "MSTAR_SCORE_TEMPLATE": ("/tmp/pair.txt", Path("/tmp/pair.txt")),
+    "MSTAR_SCORE_TOKENS": ("no,yes", "no,yes"),
+    "MSTAR_HF_TOKEN": ("hf_abc", SecretStr("hf_abc")),
+    "MSTAR_HF_HOME": ("/tmp/hf", Path("/tmp/hf")),
+    "MSTAR_HF_HUB_OFFLINE": ("1", True),
+    "MSTAR_HF_ENDPOINT": ("http://127.0.0.1:9", "http://127.0.0.1:9"),
 }
 
 
@@ -290,3 +297,14 @@ def test_any_text_never_raises_and_stays_within_bounds(knob, raw):
                 assert v <= knob.maximum
     if knob.choices:
         assert value in knob.choices
+
+
+def test_hugging_face_variables_are_knobs_and_the_mstar_names_win():
+    loaded = load({"HF_HOME": "/a", "HF_HUB_OFFLINE": "1", "HF_TOKEN": "t",
+                   "HF_ENDPOINT": "http://mirror", "MSTAR_HF_HOME": "/b"})
+    settings = loaded.settings
+    assert settings.hf_home == Path("/b") and settings.hf_hub_offline is True
+    assert settings.hf_token.get_secret_value() == "t" and settings.hf_endpoint == "http://mirror"
+    assert str(loaded.sources["hf_hub_offline"]) == "HF_HUB_OFFLINE"
+    assert str(loaded.sources["hf_home"]) == "environment"
+    assert loaded.problems == ()

@@ -64,12 +64,20 @@ class AnthropicMessage(BaseModel):
     usage: AnthropicUsage
 
 
+class TokenCount(BaseModel):
+    input_tokens: int = Field(description="The prompt's tokens, chat template and tools included.")
+
+
 def _doc() -> dict[int | str, dict[str, Any]]:
     ok = {"model": AnthropicMessage, "content": {"text/event-stream": {
         "schema": typed_event_schema(MessageStreamEvent, EVENTS)}}}
-    errors = {status: {"model": AnthropicError, "description": ERROR_MEANINGS[status]}
-              for status in GENERATION_ERRORS}
-    return {200: ok, **errors}
+    return {200: ok, **_errors()}
+
+
+def _errors() -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": AnthropicError, "description": ERROR_MEANINGS[status]}
+            for status in GENERATION_ERRORS}
 
 
 MESSAGES_DOC = _doc()
+COUNT_TOKENS_DOC: dict[int | str, dict[str, Any]] = {200: {"model": TokenCount}, **_errors()}

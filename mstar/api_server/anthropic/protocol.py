@@ -104,3 +104,10 @@ class MessagesRequest(StrictModel):
         return [Counted(STOP_STRINGS, "stop_sequences", len(self.stop_sequences or [])),
                 Counted(TOOLS, "tools", len(self.tools or [])),
                 Counted(MESSAGES, "messages", len(self.messages))]
+
+
+class CountTokensRequest(MessagesRequest):
+    """The body of POST /v1/messages/count_tokens: a Messages request without ``max_tokens``
+    (the other fields are those of /v1/messages; the sampling ones do not change the count)."""
+
+    max_tokens: int = Field(1, ge=1, le=MAX_INT32, description="Not needed; unused.")

@@ -19,9 +19,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
 from mstar.api_server.anthropic import translate
-from mstar.api_server.anthropic.docs import MESSAGES_DOC
+from mstar.api_server.anthropic.docs import COUNT_TOKENS_DOC, MESSAGES_DOC
 from mstar.api_server.anthropic.output import ContentBlocks, Event, event
-from mstar.api_server.anthropic.protocol import MessagesRequest
+from mstar.api_server.anthropic.protocol import CountTokensRequest, MessagesRequest
 from mstar.api_server.generation.facade import Generation
 from mstar.api_server.generation.run import first_output, new_request_id, replay
 from mstar.api_server.http import framing
@@ -78,6 +78,16 @@ async def messages(req: MessagesRequest, request: Request) -> Any:
     async with aclosing(_events(reading, req, plan, shell, outputs)) as events:
         final = [data for kind, data in [e async for e in events] if kind == "message_final"]
     return JSONResponse(final[-1]["message"] if final else shell, headers=headers)
+
+
+@router.post("/v1/messages/count_tokens", response_model=None, responses=COUNT_TOKENS_DOC)
+async def count_tokens(req: CountTokensRequest, request: Request) -> Any:
+    """The prompt's token count, as /v1/messages would build it (system, tools, template)."""
+    generation: Generation = request.app.state.generation
+    headers = request.app.state.gate.admit_fields(req, "messages", translate.check_request)
+    plan = await plan_translated(generation, request.app.state.running.settings,
+                                 translate.to_chat(req))
+    return JSONResponse({"input_tokens": plan.prompt.num_tokens}, headers=headers)
 
 
 def usage(prompt_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, int]:

@@ -3,7 +3,9 @@ origin of each chat message so that an error can name the Messages field to blam
 
 ``system`` becomes a first system message. A user message's ``tool_result`` blocks become
 ``tool`` messages and its text blocks a user message, in block order; an assistant message's
-``tool_use`` blocks become its ``tool_calls`` (the ``input`` object as JSON text).
+``tool_use`` blocks become its ``tool_calls`` (the ``input`` object as JSON text). A final
+assistant message with text (a "prefill", such as ``{"a":``) is continued: the prompt ends inside
+it and the answer's content is what comes after it, as in Anthropic's API.
 """
 
 from __future__ import annotations
@@ -48,9 +50,28 @@ def check_request(req: MessagesRequest) -> None:
     if req.output_config is not None and req.output_config.effort is not None:
         raise APIError(400, "`output_config.effort` is not supported: no reasoning controls",
                        "output_config.effort")
+    _check_prefill(req)
     choice = req.tool_choice
     if choice is not None and choice.type == "tool" and choice.name is None:
         raise APIError(400, "tool_choice of type 'tool' needs 'name'", "tool_choice.name")
+
+
+def prefill(req: MessagesRequest) -> str | None:
+    """The text of a final assistant message (Anthropic's "prefill"), which the output continues;
+    None when the request ends with a user turn, or an assistant turn with no text or with tool
+    calls (those are answered by a new turn)."""
+    last = req.messages[-1] if req.messages else None
+    turn = _assistant(last) if last is not None and last.role == "assistant" else {}
+    return None if "tool_calls" in turn else turn.get("content")
+
+
+def _check_prefill(req: MessagesRequest) -> None:
+    """As Anthropic's API: a prefill may not end in whitespace (a token boundary the model would
+    not have chosen)."""
+    text = prefill(req)
+    if text is not None and text != text.rstrip():
+        param = f"messages.{len(req.messages) - 1}.content"
+        raise APIError(400, "final assistant content cannot end with trailing whitespace", param)
 
 
 def _check_text_blocks(blocks: list[TextBlock], param: str) -> None:
@@ -139,4 +160,5 @@ def to_chat(req: MessagesRequest) -> ChatTranslation:
             "stop": req.stop_sequences, "temperature": req.temperature, "top_p": req.top_p,
             "top_k": req.top_k}
     return ChatTranslation({k: v for k, v in body.items() if v is not None},
-                           [origin for _, origin in pairs], RENAMES, "messages")
+                           [origin for _, origin in pairs], RENAMES, "messages",
+                           continue_final=prefill(req) is not None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from mstar.api_server.context.running import RunningSettings
 
@@ -14,6 +15,13 @@ class ServedModel:
     running: RunningSettings  # the aliases (MSTAR_SERVED_MODEL_NAMES) are read per request
     # What a request may carry (``models.registry.accepted_modalities``): "text", "image".
     modalities: tuple[str, ...] = ("text",)
+    # /v1/models' ``created``: when this server started serving it (Unix seconds), the same in
+    # every listing
+    created: int = field(default_factory=lambda: int(time.time()))
+    # The label of each classifier logit (rerank, score, classify; ``context.heads``): () when
+    # the model has no classifier head.
+    labels: tuple[str, ...] = ()
+    generates: bool = True  # False: a sequence classifier (no LM head) only classifies
 
     def served_names(self) -> list[str]:
         """The names /v1/models lists: the served name, then MSTAR_SERVED_MODEL_NAMES."""

@@ -21,6 +21,7 @@ from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.image_prompt import image_chat_prompt
 from mstar.api_server.generation.prompts import batch_field, chat_prompt_ids, given_prompt_ids
 from mstar.api_server.generation.run import Job, jobs_for, run_requests
+from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.loader import ImageLoader
 from mstar.api_server.media.parts import message_dicts
 from mstar.engine.request.sampling_params import StructuredOutput
@@ -75,6 +76,10 @@ class Generation:
     def jobs(self, req: Any, prompts: list[Prompt], prompt_field: str,
              structured: StructuredOutput | None = None) -> list[Job]:
         """Every choice of a request: prompt-major, n per prompt (see ``run.jobs_for``)."""
+        if not self._model.generates:
+            raise APIError(400, f"the served model {self._model.name} is a sequence classifier: "
+                           "it generates nothing (use /v1/classify, /v1/score, /v1/rerank)",
+                           "model")
         return jobs_for(self._model.max_model_len, req, prompts, prompt_field, structured)
 
     def run(self, request_id: str, jobs: list[Job],

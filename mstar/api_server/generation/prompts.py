@@ -33,7 +33,9 @@ def chat_prompt_ids(tokenizer: Any, settings: Any, max_model_len: int, messages:
     ``tools``: the OpenAI tool objects the model is shown (see ``tools.plan``);
     ``template_kwargs``: more chat-template arguments (see ``reasoning.plan``)."""
     rendered, extra = template_inputs(messages, tools, tokenizer.chat_template)
-    text, contents = render_chat(tokenizer, settings, messages, rendered, extra, True,
+    # a continued final message (an Anthropic prefill) is left open: no new assistant turn
+    opens_turn = not template_kwargs.get("continue_final_message", False)
+    text, contents = render_chat(tokenizer, settings, messages, rendered, extra, opens_turn,
                                  template_kwargs)
     if not contents:
         return encode(tokenizer, text, False, max_model_len, "messages")
@@ -75,13 +77,20 @@ def given_prompt_ids(tokenizer: Any, max_chars: int, max_model_len: int,
     if isinstance(prompt, str):
         check_prompt_chars(len(prompt), max_chars, param)
         return encode(tokenizer, prompt, True, max_model_len, param, pooled)
-    vocab = len(tokenizer)
-    bad = [t for t in prompt if not 0 <= t < vocab]
-    if bad:
-        raise APIError(400, f"{param.split('.')[0]} token ids out of range [0, {vocab}): "
-                       f"{bad[:5]}", param)
+    check_prompt_ids(prompt, len(tokenizer), param)
     check_prompt_len(len(prompt), max_model_len, param, pooled)
     return list(prompt)
+
+
+def check_prompt_ids(ids: list[int], vocab: int, param: str) -> None:
+    """Each id is one of the tokenizer's: the first one outside [0, vocab) is a 400 naming its
+    index (``input.0.5``). Ids from another tokenizer (tiktoken's, which LangChain's
+    OpenAIEmbeddings sends) below ``vocab`` cannot be told apart: they are read as this model's
+    tokens (docs/openai_api.rst, Embeddings)."""
+    for k, token in enumerate(ids):
+        if not 0 <= token < vocab:
+            raise APIError(400, f"`{param}.{k}`: token id {token} is not in this model's "
+                           f"vocabulary [0, {vocab}) (ids of another tokenizer?)", f"{param}.{k}")
 
 
 def encode(tokenizer: Any, text: str, add_special_tokens: bool, max_model_len: int,

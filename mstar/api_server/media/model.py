@@ -1,5 +1,6 @@
 """What the served model takes, read once at start: its modalities (from config.json's
-architecture) and, for a vision model, its processor (transformers' PIL image processor)."""
+architecture) and, for a vision model, its processor (transformers' PIL image processor); and
+what its classifier head gives (``context.heads``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mstar.api_server.context.heads import model_generates, model_labels
 from mstar.models.loading.registry import accepted_modalities
 
 
@@ -15,17 +17,23 @@ from mstar.models.loading.registry import accepted_modalities
 class ModelMedia:
     modalities: tuple[str, ...] = ("text",)
     processor: Any = None
+    # What its classifier head's logits are, and whether it generates (``scoring.labels``).
+    labels: tuple[str, ...] = ()
+    generates: bool = True
 
 
-def model_media(model_dir: Path) -> ModelMedia:
+def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
+    """``score_tokens``: MSTAR_SCORE_TOKENS."""
+    heads = {"labels": model_labels(model_dir, score_tokens),
+             "generates": model_generates(model_dir)}
     config = Path(model_dir) / "config.json"
     try:
         archs = json.loads(config.read_text(encoding="utf-8")).get("architectures")
     except (OSError, ValueError, AttributeError):
-        return ModelMedia()
+        return ModelMedia(**heads)
     modalities = accepted_modalities(archs)
     if "image" not in modalities:
-        return ModelMedia(modalities)
+        return ModelMedia(modalities, **heads)
     from mstar.models.vision.inputs import load_processor
 
-    return ModelMedia(modalities, load_processor(model_dir))
+    return ModelMedia(modalities, load_processor(model_dir), **heads)

@@ -41,6 +41,9 @@ class OutputReading:
         return self.tools.new_parser is None and self.new_reasoning is None
 
 
+CONTINUE_FINAL = "continue_final_message"  # transformers' apply_chat_template argument
+
+
 @dataclass(frozen=True)
 class ChatPlan:
     reading: OutputReading
@@ -48,18 +51,25 @@ class ChatPlan:
     jobs: list[Job]  # one per choice (n)
 
 
-async def plan_chat(generation: Generation, settings: Any, req: ChatCompletionRequest) -> ChatPlan:
+async def plan_chat(generation: Generation, settings: Any, req: ChatCompletionRequest,
+                    continue_final: bool = False) -> ChatPlan:
     """Tools, reasoning, output constraint, prompt and sub-requests of a validated chat request
-    (``settings``: the running ones)."""
+    (``settings``: the running ones). ``continue_final``: the prompt ends inside the final
+    (assistant) message, which the output continues (Anthropic's prefill), instead of closing it
+    and opening a new assistant turn."""
     tokenizer = generation.tokenizer
     requested = await structured_output(req, settings)
     tools = await request_tool_plan(req, settings.tool_call_parser, tokenizer.chat_template,
                                     requested, settings.tool_call_undeclared)
     reasoning = await request_reasoning_plan(req, settings.reasoning_parser, tokenizer,
                                              tools.structured_output)
-    prompt = await generation.chat_prompt(req, tools.shown_tools, reasoning.template_kwargs)
+    template_kwargs = {**reasoning.template_kwargs,
+                       **({CONTINUE_FINAL: True} if continue_final else {})}
+    prompt = await generation.chat_prompt(req, tools.shown_tools, template_kwargs)
     jobs = generation.jobs(req, [prompt], "messages", reasoning.structured_output)
-    return ChatPlan(OutputReading(tools, reasoning.new_stream), prompt, jobs)
+    # A continued message is the answer itself: its text is not split for reasoning.
+    new_reasoning = None if continue_final else reasoning.new_stream
+    return ChatPlan(OutputReading(tools, new_reasoning), prompt, jobs)
 
 
 Renames = list[tuple[re.Pattern[str], str]]  # chat field path -> the original API's
@@ -73,6 +83,7 @@ class ChatTranslation:
     origins: list[str]  # per chat message: the original field it came from
     renames: Renames  # the original names of the other chat fields
     messages_field: str  # the original field of the messages as a whole
+    continue_final: bool = False  # the final (assistant) message is continued: see plan_chat
 
     def original_param(self, param: str | None) -> str | None:
         """The original request's field a chat request's ``param`` names."""
@@ -94,7 +105,7 @@ async def plan_translated(generation: Generation, settings: Any,
     ``param`` names the field of the original request."""
     try:
         return await plan_chat(generation, settings,
-                               ChatCompletionRequest.model_validate(chat.body))
+                               ChatCompletionRequest.model_validate(chat.body), chat.continue_final)
     except ValidationError as exc:
         err = validation_error(exc, chat.body)
         raise APIError(400, err.message, chat.original_param(err.param)) from None

@@ -8,7 +8,6 @@ unit length here, as OpenAI's are, and sent as numbers or as base64 of little-en
 from __future__ import annotations
 
 import base64
-from contextlib import aclosing
 from typing import Any
 
 import numpy as np
@@ -16,13 +15,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mstar.api_server.generation.facade import Generation
-from mstar.api_server.generation.run import new_request_id
-from mstar.api_server.http.errors import APIError
+from mstar.api_server.generation.pooled import pooled_vectors
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai.embedding_protocol import EmbeddingRequest, EmbeddingResponse
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.engine.runner.pooling import bytes_vector
-from mstar.prompt.value import Prompt
 
 router = APIRouter()
 
@@ -35,7 +31,8 @@ async def embeddings(req: EmbeddingRequest, request: Request) -> Any:
     generation: Generation = request.app.state.generation
     headers = request.app.state.gate.admit_fields(req, "embeddings")
     prompts = await generation.given_prompts(req.inputs(), "input", pooled=True)
-    vectors = await _pooled(generation, request, prompts)
+    vectors = await pooled_vectors(generation, "embd", prompts, POOLING,
+                                   request.is_disconnected)
     data = [{"object": "embedding", "index": i, "embedding": _encoded(v, req.encoding_format)}
             for i, v in enumerate(vectors)]
     num_tokens = sum(p.num_tokens for p in prompts)
@@ -43,21 +40,6 @@ async def embeddings(req: EmbeddingRequest, request: Request) -> Any:
     return JSONResponse({"object": "list", "data": data, "model": model,
                          "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}},
                         headers=headers)
-
-
-async def _pooled(generation: Generation, request: Request, prompts: list[Prompt]
-                  ) -> list[np.ndarray]:
-    vectors: list[np.ndarray | None] = [None] * len(prompts)
-    jobs = [(prompt, POOLING) for prompt in prompts]
-    async with aclosing(generation.run(new_request_id("embd"), jobs,
-                                       request.is_disconnected)) as outputs:
-        async for i, out in outputs:
-            if out.embedding is not None:
-                vectors[i] = bytes_vector(out.embedding)
-    missing = [i for i, v in enumerate(vectors) if v is None]
-    if missing:  # aborted in the worker, or the client went away
-        raise APIError(503, f"no vector came back for input {missing[0]}")
-    return vectors
 
 
 def _encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:

@@ -98,7 +98,7 @@ async def model(model_id: str, request: Request) -> Any:
 
 
 def _model_card(model: ServedModel, name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": fmt.now(), "owned_by": "mstar",
+    return {"id": name, "object": "model", "created": model.created, "owned_by": "mstar",
             "root": model.name, "max_model_len": model.max_model_len,
             "modalities": list(model.modalities)}
 

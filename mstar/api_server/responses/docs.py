@@ -108,6 +108,14 @@ class DeletedResponse(BaseModel):
     deleted: bool
 
 
+class InputItemList(BaseModel):
+    object: Literal["list"]
+    data: list[dict[str, Any]]  # message, function_call and function_call_output items
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
 NOT_FOUND = "No stored response with this id for this API key; or (POST) an unknown model or " \
     "previous_response_id."
 
@@ -126,3 +134,4 @@ def _create_doc() -> dict[int | str, dict[str, Any]]:
 CREATE_DOC = _create_doc()
 GET_DOC = _with_not_found(documented(ResponseObject, (401, 404)))
 DELETE_DOC = _with_not_found(documented(DeletedResponse, (401, 404)))
+INPUT_ITEMS_DOC = _with_not_found(documented(InputItemList, (400, 401, 404)))

@@ -33,13 +33,21 @@ def read_part(item: InputItem) -> InputItem:
     return InputItem(type=item.type, **fields)
 
 
-class StoredResponse:
-    __slots__ = ("_body", "_conversation")
+def read_items(items: list[InputItem]) -> list[InputItem]:
+    """The items the model reads (no reasoning), each with only the fields it reads."""
+    return [read_part(item) for item in items if item.type != "reasoning"]
 
-    def __init__(self, body: dict[str, Any], conversation: list[InputItem]) -> None:
+
+class StoredResponse:
+    __slots__ = ("_body", "_conversation", "_inputs")
+
+    def __init__(self, body: dict[str, Any], conversation: list[InputItem],
+                 inputs: slice = slice(0)) -> None:
+        """``inputs``: where the request's own input lies in ``read_items(conversation)`` (after
+        the history a ``previous_response_id`` brought, before the output)."""
         self._body = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        read = [read_part(item) for item in conversation if item.type != "reasoning"]
-        self._conversation = CONVERSATION.dump_json(read, exclude_none=True)
+        self._conversation = CONVERSATION.dump_json(read_items(conversation), exclude_none=True)
+        self._inputs = (inputs.start or 0, inputs.stop)
 
     @property
     def body(self) -> dict[str, Any]:
@@ -50,6 +58,11 @@ class StoredResponse:
     def conversation(self) -> list[InputItem]:
         """What a follow-up sees first: the input the model read, then the output."""
         return CONVERSATION.validate_json(self._conversation)
+
+    @property
+    def inputs(self) -> list[InputItem]:
+        """The request's own input items as the model read them (GET .../input_items)."""
+        return self.conversation[slice(*self._inputs)]
 
     @property
     def size(self) -> int:

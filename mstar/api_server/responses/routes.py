@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from mstar.api_server.generation.facade import Generation
@@ -29,7 +29,9 @@ from mstar.api_server.openai.chat_plan import (
     plan_translated,
 )
 from mstar.api_server.responses import translate
-from mstar.api_server.responses.docs import CREATE_DOC, DELETE_DOC, GET_DOC
+from mstar.api_server.responses.docs import CREATE_DOC, DELETE_DOC, GET_DOC, INPUT_ITEMS_DOC
+from mstar.api_server.responses.input_items import InputItemsQuery, page
+from mstar.api_server.responses.kept import read_items
 from mstar.api_server.responses.objects import as_input, response_object, usage
 from mstar.api_server.responses.output import OutputItems
 from mstar.api_server.responses.protocol import InputItem, ResponsesRequest
@@ -89,6 +91,16 @@ async def get_response(response_id: str, request: Request) -> Any:
     return JSONResponse(stored.body)
 
 
+@router.get("/v1/responses/{response_id}/input_items", response_model=None,
+            responses=INPUT_ITEMS_DOC)
+async def list_input_items(response_id: str, query: Annotated[InputItemsQuery, Query()],
+                           request: Request) -> Any:
+    stored = _store(request).get(_owner(request), response_id)
+    if stored is None:
+        raise _not_found(response_id)
+    return JSONResponse(page(response_id, stored.inputs, query))
+
+
 @router.delete("/v1/responses/{response_id}", response_model=None, responses=DELETE_DOC)
 async def delete_response(response_id: str, request: Request) -> Any:
     if not _store(request).delete(_owner(request), response_id):
@@ -105,8 +117,9 @@ def _keeper(request: Request, req: ResponsesRequest, response_id: str,
         if not req.store:
             return
         said = [item for item in map(as_input, body["output"]) if item is not None]
-        store.put(owner, response_id,
-                  StoredResponse(body, [*history, *translate.input_items(req), *said]))
+        given = translate.input_items(req)
+        inputs = slice(len(history), len(history) + len(read_items(given)))
+        store.put(owner, response_id, StoredResponse(body, [*history, *given, *said], inputs))
 
     return keep
 

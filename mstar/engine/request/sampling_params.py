@@ -16,7 +16,8 @@ MAX_PENALTY = 2.0  # presence/frequency penalties: OpenAI's range, -2 .. 2
 MAX_LOGIT_BIAS = 100.0  # logit_bias values: OpenAI's range, -100 .. 100
 
 StructuredKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
-Pooling = Literal["auto", "last", "mean"]
+# classify: the classifier head's logits at the last token (mstar.engine.runner.classify_head)
+Pooling = Literal["auto", "last", "mean", "classify"]
 
 
 class StructuredOutput(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,8 +114,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
                       f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise bad("min_tokens", "must be an integer in [0, max_tokens]")
-        if self.pooling not in (None, "auto", "last", "mean"):
-            raise bad("pooling", "must be None, 'auto', 'last' or 'mean'")
+        if self.pooling not in (None, "auto", "last", "mean", "classify"):
+            raise bad("pooling", "must be None, 'auto', 'last', 'mean' or 'classify'")
         if self.pooling is not None and self.structured_output is not None:
             raise bad("pooling", "an embedding request generates nothing to constrain")
 

@@ -18,6 +18,7 @@ from mstar.engine.kv.kv_cache import (
     num_blocks_for,
 )
 from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slot_bytes, state_layers
+from mstar.engine.runner.classify_head import classifier_head
 from mstar.engine.runner.compilation import compile_model
 from mstar.engine.runner.encoder_cache import EncoderCache
 from mstar.engine.runner.input_batch import InputBatch, StepTensors
@@ -76,7 +77,8 @@ class ModelRunner:
                                else None)
         # Image tokens attending to each other both ways in prefill (Gemma 3).
         self.bidirectional_images = getattr(self.model, "bidirectional_image_attention", False)
-        self.pooler = Pooler()
+        self.pooler = Pooler(classifier_head(self.model, model_dir, hf_config,
+                                             settings.score_tokens))
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
 

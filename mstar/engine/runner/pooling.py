@@ -5,6 +5,8 @@ before the LM head, reduced to one vector in the model runner.
 - ``mean``: the mean over every prompt token. A prompt prefilled in several chunks keeps a running
   float32 sum per request until its last chunk; the engine gives such a request no prefix-cache
   hits, so every token's hidden state passes through here.
+- ``classify``: the model's classifier head (``classify_head``) applied to the last token's hidden
+  state: the logits of its labels (rerank, score and classify).
 
 The vector leaves as little-endian float32 bytes (``RequestOutput.embedding``). Only the thread
 running the runner's steps touches a ``Pooler``.
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mstar.engine.runner.classify_head import ClassifierHead
 from mstar.engine.schedule.scheduler_output import SchedulerOutput
 
 
@@ -31,7 +34,9 @@ def bytes_vector(data: bytes) -> np.ndarray:
 
 
 class Pooler:
-    def __init__(self) -> None:
+    def __init__(self, classifier: ClassifierHead | None = None) -> None:
+        """``classifier``: the served model's classifier head (None: it has none)."""
+        self.classifier = classifier
         self.modes: dict[int, str] = {}  # request number -> "last" | "mean", while it is live
         self.sums: dict[int, torch.Tensor] = {}  # mean pooling: the chunks computed so far
 
@@ -64,6 +69,9 @@ class Pooler:
                     self.sums[row.seq_no] = total
             elif mode == "last" and row.samples:
                 vectors[row.seq_no] = vector_bytes(hidden[first + n - 1])
+            elif mode == "classify" and row.samples and self.classifier is not None:
+                last = first + n - 1
+                vectors[row.seq_no] = vector_bytes(self.classifier(hidden[last:last + 1])[0])
             first += n
         return vectors
 

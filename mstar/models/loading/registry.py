@@ -26,6 +26,17 @@ _MODELS = {
     "Gemma3ForConditionalGeneration": ("mstar.models.vision.gemma3",
                                        "Gemma3ForConditionalGeneration"),
 }
+# Sequence-classification heads on decoder families (mstar.models.families.sequence_classification):
+# they classify, score and rerank, and generate nothing.
+_CLASSIFIERS = {f"{family}ForSequenceClassification": (
+    "mstar.models.families.sequence_classification", f"{family}ForSequenceClassification")
+    for family in ("Llama", "Qwen2", "Qwen3")}
+_MODELS |= _CLASSIFIERS
+
+
+def classifies(architectures: list[str] | None) -> bool:
+    """Whether the model is a sequence classifier (no torch import)."""
+    return (architectures or [""])[0] in _CLASSIFIERS
 
 
 # Architectures whose requests may carry images (their graph has a vision encoder node).

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mstar.models.loading.builtin import Conversion, ensure_builtin_model
+from mstar.models.loading.hub import hub_id, resolve_hub
 from mstar.models.loading.model_error import ModelError
 from mstar.models.loading.registry import supported_architectures
 from mstar.models.loading.safetensors_check import check_weights
@@ -31,17 +32,26 @@ def resolve_model_dir(settings: WorkerSettings, conversion: Conversion | None = 
     (by ``conversion``: the GGUF's unless given, builtin.py).
 
     The built-in name wins over a same-named directory in the working directory; use
-    `./SmolLM2-135M-Instruct` to mean the directory.
+    `./SmolLM2-135M-Instruct` to mean the directory. A Hugging Face id (``org/name[@revision]``)
+    that is not a local path resolves through the hub cache (``hub``).
     """
     if settings.model == BUILTIN_MODEL_NAME:
         target = ensure_builtin_model(settings.cache_dir, settings.verify_cache, conversion)
         check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
         return target
-    if settings.model.endswith(".gguf"):
+    hub = hub_id(settings.model)
+    if hub is not None:  # org/name[@revision]: the hub cache's snapshot (downloaded if need be)
+        return resolve_hub(hub, settings, lambda path: _local_model_dir(path, settings))
+    return _local_model_dir(Path(settings.model).expanduser(), settings)
+
+
+def _local_model_dir(path: Path, settings: WorkerSettings) -> Path:
+    """A local GGUF file's model directory, or a checked HF-format directory."""
+    if path.name.endswith(".gguf"):
         from mstar.models.loading.gguf_loader import gguf_model_dir
 
-        return gguf_model_dir(Path(settings.model), settings.cache_dir)
-    return validate_model_dir(Path(settings.model).expanduser())
+        return gguf_model_dir(path, settings.cache_dir)
+    return validate_model_dir(path)
 
 
 def validate_model_dir(path: Path) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from mstar.settings.knobs.field import MAX_COUNT, _engine
 
@@ -104,4 +104,23 @@ class EngineKnobs(BaseModel):
         0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
         "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
         le=1024)
+    hf_token: SecretStr | None = _engine(
+        None, "Hugging Face access token for downloading a hub id's files (a gated or private "
+        "model). Also read from HF_TOKEN (MSTAR_HF_TOKEN wins). Unset: huggingface_hub's stored "
+        "login, if any.", secret=True)
+    hf_home: Path | None = _engine(
+        None, "Hugging Face's home: hub ids are downloaded to, and looked up in, its hub/ "
+        "cache. Also read from HF_HOME. Unset: ~/.cache/huggingface.")
+    hf_hub_offline: bool = _engine(
+        False, "Serve hub ids from the cache only, never asking the hub; an id not cached is "
+        "an error naming it and the cache directory. Also read from HF_HUB_OFFLINE.")
+    hf_endpoint: str = _engine(
+        "https://huggingface.co", "The Hugging Face hub hub ids are downloaded from (a mirror, "
+        "or a local server). Also read from HF_ENDPOINT.")
+    score_tokens: str | None = _engine(
+        None, "Two tokens, a comma pair such as 'no,yes': the served causal LM scores (rerank, "
+        "score, classify) with the logits of those tokens at the prompt's last position, as "
+        "Qwen3-Reranker does: the score is the softmax probability of the second. Each must be "
+        "one token of the model's tokenizer. Unset: only a *ForSequenceClassification model "
+        "scores (docs/openai_api.rst).")
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)

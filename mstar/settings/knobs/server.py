@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, SecretStr
@@ -101,6 +102,17 @@ class ServerKnobs(BaseModel):
     embedding_max_inputs: int = _server(
         2048, "Most inputs in one /v1/embeddings request (OpenAI's limit is 2048); more is a 400 "
         "naming 'input'.", unit="inputs", ge=1, le=MAX_COUNT)
+    score_template: Path | None = _server(
+        None, "A text file: how /v1/rerank and /v1/score show a (query, document) pair to the "
+        "model, with {query} and {document} where they go (e.g. Qwen3-Reranker's prompt; "
+        "docs/openai_api.rst). Unset: the tokenizer's own pair encoding, as a cross-encoder "
+        "is trained (query, then document).")
+    cors_origins: str | None = _server(
+        None, "Origins (a comma list of scheme://host[:port], matched exactly; * = any) whose web "
+        "pages may call the API from a browser: their CORS preflight (OPTIONS) is answered and "
+        "responses carry Access-Control-Allow-Origin. Unset: no CORS headers, so browsers keep "
+        "other origins out. Not reloadable. A security setting: any problem with it is an error.",
+        security=True)
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")
