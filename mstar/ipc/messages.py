@@ -16,7 +16,7 @@ import msgspec
 
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.ipc.images import WireImage, from_wire, to_wire
+from mstar.ipc.parts import WirePart, from_wire, to_wire
 from mstar.prompt.value import Prompt
 
 
@@ -29,17 +29,17 @@ class AddRequest(_Message):
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
-    images: list[WireImage] = []  # a vision model's encoder inputs, placeholders in the prompt
+    parts: list[WirePart] = []  # the prompt's media parts (images, audio), typed, in order
 
     @classmethod
     def of(cls, request_id: str, prompt: Prompt, params: SamplingParams) -> AddRequest:
         """The message that carries ``prompt`` (its token ids and media parts) to a worker."""
         return cls(request_id, list(prompt.token_ids), params,
-                   [to_wire(image) for image in prompt.images])
+                   [to_wire(part) for part in prompt.parts])
 
     def prompt(self) -> Prompt:
         """The prompt this message carries, its parts' tensors rebuilt (loads torch)."""
-        return Prompt(self.prompt_token_ids, tuple(from_wire(w) for w in self.images))
+        return Prompt(self.prompt_token_ids, tuple(from_wire(w) for w in self.parts))
 
 
 class AbortRequests(_Message):
@@ -107,8 +107,8 @@ class WorkerStats(_Message):
     waiting: int
     kv_cache_usage: float
     preemptions: int  # so far
-    encoder_cache_hits: int = 0  # vision models: images whose encoder output was cached
-    encoder_cache_misses: int = 0  # ... and images encoded
+    encoder_cache_hits: int = 0  # media parts (images, audio) whose encoder output was cached
+    encoder_cache_misses: int = 0  # ... and parts encoded
     encoder_seconds: float = 0.0  # time in the vision encoder so far
     # speculative decoding, totals so far ("" = off): draft tokens proposed, accepted, and the
     # seconds spent proposing and in the forwards that verified drafts

@@ -103,7 +103,7 @@ class Worker:
     def add(self, msg: m.AddRequest) -> None:
         try:
             prompt = msg.prompt()
-            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.images)
+            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.parts)
         except ValueError as exc:  # RequestRejected is a ValueError: it can never fit
             self.channel.send_to_api(m.RequestFailed(msg.request_id, getattr(exc, "status", 400),
                                                      str(exc), getattr(exc, "param", None)))

@@ -1,29 +1,31 @@
-"""An image's encoder inputs on the wire (``mstar.ipc.images.WireImage``), checked before
-``from_wire`` turns them into tensors: a known dtype, a shape whose size is the bytes sent, and
-placeholder positions inside the prompt, in order."""
+"""A prompt's media parts on the wire (``mstar.ipc.parts.WireImage``, ``WireAudio``), checked
+before ``from_wire`` turns them into tensors: a known dtype, a shape whose size is the bytes sent,
+placeholder positions inside the prompt, in order, and (audio) a length in seconds."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
-from mstar.ipc.check_rules import Invalid, text
-from mstar.ipc.images import WireImage
+from mstar.ipc.check_rules import Invalid, amount, text
+from mstar.ipc.parts import WireAudio, WirePart
 
-# The dtypes an image's tensors may have on the wire, with their item sizes in bytes.
+# The dtypes a part's tensors may have on the wire, with their item sizes in bytes.
 ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
               "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 MAX_DIMS = 8
 
 
-def check_image(image: WireImage, prompt_len: int, field: str) -> None:
-    text(image.content_hash, f"{field}.content_hash")
-    positions = image.positions
+def check_part(part: WirePart, prompt_len: int, field: str) -> None:
+    text(part.content_hash, f"{field}.content_hash")
+    positions = part.positions
     if positions and not (positions[0] >= 0 and positions[-1] < prompt_len
                           and all(a < b for a, b in itertools.pairwise(positions))):
         raise Invalid(f"{field}.positions must rise strictly within the prompt "
                       f"[0, {prompt_len})")
-    for name, tensor in image.tensors.items():
+    if isinstance(part, WireAudio):
+        amount(part.seconds, f"{field}.seconds")
+    for name, tensor in part.tensors.items():
         where = f"{field}.tensors.{name[:64]}"
         text(name, where)
         if tensor.dtype not in ITEM_BYTES:

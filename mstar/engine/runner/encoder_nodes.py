@@ -1,0 +1,42 @@
+"""The walk graph's encoder nodes as the runner calls them.
+
+The model hands its encoder callables over once, by node name (``model.encoder_nodes()``); the
+names must be the graph's encoder nodes, no more and no fewer (checked at load). A step's media
+part goes to the node of its modality and its output comes back through the encoder cache (a
+node is stateless, so the output is kept by the part's content hash). What the output feeds is
+the node's outgoing edge: rows merged at placeholder positions, or cross-attention memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from mstar.engine.runner.encoder_cache import EncoderCache
+from mstar.engine.schedule.scheduler_output import EncoderCounts
+from mstar.graph import EdgeKind, WalkGraph
+from mstar.models.media_part import MediaPart, modality_of
+
+
+class EncoderNodes:
+    def __init__(self, graph: WalkGraph, model, cache: EncoderCache) -> None:
+        self.graph = graph
+        self.cache = cache
+        self.calls: dict[str, Callable[[dict], torch.Tensor]] = (
+            dict(model.encoder_nodes()) if graph.encoders else {})
+        names = {n.name for n in graph.encoders}
+        if set(self.calls) != names:
+            raise ValueError(f"the model's encoder nodes {sorted(self.calls)} are not its "
+                             f"graph's {sorted(names)}")
+        # modality -> (node name, what its output feeds)
+        self.by_modality = {n.modality: (n.name, graph.edge_from(n.name).kind)
+                            for n in graph.encoders}
+
+    def edge_kind(self, part: MediaPart) -> EdgeKind:
+        return self.by_modality[modality_of(part)][1]
+
+    def output(self, part: MediaPart, counts: EncoderCounts) -> torch.Tensor:
+        """The output of ``part``'s encoder node on it, from the cache or computed now."""
+        node = self.by_modality[modality_of(part)][0]
+        return self.cache.get(part, self.calls[node], counts)
