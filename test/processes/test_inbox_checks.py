@@ -17,8 +17,8 @@ from wire_strategies import messages
 
 from mstar.engine.request.outputs import RequestOutput, TokenLogprob
 from mstar.ipc import messages as m
-from mstar.ipc.parts import WireAudio, WireImage, WireTensor, from_wire
 from mstar.ipc.inbox_checks import InboxBounds, Invalid, check
+from mstar.ipc.parts import WireImage, WireTensor, from_wire
 from mstar.ipc.security import SocketSecurity
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.sockets import admit, push_socket

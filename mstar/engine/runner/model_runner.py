@@ -30,9 +30,9 @@ from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, 
 from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
+from mstar.graph import EdgeKind
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.layers.state_layout import StateLayout
-from mstar.graph import EdgeKind
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.media_part import MediaPart

@@ -10,10 +10,10 @@ architecture's registry entry (``mstar.models.loading.registry``), declared ther
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
-
-from collections.abc import Callable
 
 from mstar.models.families.llama import LlamaForCausalLM, fused_shard_range
 from mstar.models.loading.registry import VISION

@@ -3,8 +3,8 @@
 
 During prefill the tokens of one image attend to each other in both directions (the rest stays
 causal; sliding layers keep their window): its registry entry's ``bidirectional_image_attention``
-asks the engine for that mask, and for chunks that never end inside an image's run (a token cannot attend to keys a
-later chunk has not computed yet).
+asks the engine for that mask, and for chunks that never end inside an image's run (a token
+cannot attend to keys a later chunk has not computed yet).
 """
 
 from __future__ import annotations
