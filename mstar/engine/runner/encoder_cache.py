@@ -2,9 +2,9 @@
 
 Owned by the model runner (the thread that runs the steps): a step's rows that cover a part's
 placeholders (an image, an audio clip) take its output from here, encoding it on a miss. Least
-recently used outputs are dropped first; an output larger than the whole cache is used once and not kept. The cache keeps
-no counters: each ``get`` counts into the step's ``EncoderCounts``, which travels back in the
-step's ``RunnerOutput`` (so no count is shared between threads).
+recently used outputs are dropped first; an output larger than the whole cache is used once and
+not kept. The cache keeps no counters: each ``get`` counts into the step's ``EncoderCounts``,
+which travels back in the step's ``RunnerOutput`` (so no count is shared between threads).
 """
 
 from __future__ import annotations
