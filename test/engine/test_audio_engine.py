@@ -115,3 +115,22 @@ def test_a_vision_model_refuses_audio_by_name(tiny_model_dir, alm, make_engine):
     with pytest.raises(RequestRejected, match="takes text; not audio") as err:
         engine.add_request("r", prompt[:8], SamplingParams(max_tokens=2), tuple(clips))
     assert err.value.param == "messages"
+
+
+def test_a_chat_with_an_input_audio_part_matches(alm, make_engine):
+    """OpenAI-shaped messages: the part becomes the processor's chat-template audio marker
+    (Qwen2-Audio's own template), the marker the clip's placeholders."""
+    from mstar.prompt import chat_media
+
+    path, processor, _, _ = alm("qwen2_audio")
+    messages = [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+        {"type": "text", "text": "What is that sound?"}]}]
+    (ref,) = chat_media.media_refs(messages)
+    assert (ref.modality, ref.audio) == ("audio", {"data": "", "format": "wav"})
+    text = chat_media.render(processor, messages)
+    assert processor.audio_token in text
+    prompt = chat_media.build(processor, text, [clip(5)], modality="audio")
+    engine = make_engine(path, kv_block_size=4, num_kv_blocks=512)
+    got = run_built(engine, {"chat": (prompt.token_ids, prompt.parts)}, MAX_NEW)
+    assert got == {"chat": transformers_greedy(path, text, [clip(5)], MAX_NEW)}
