@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import msgspec
 import structlog
@@ -58,7 +59,10 @@ class LLMEngine:
     """
 
     def __init__(self, settings: WorkerSettings, timer_label: int = 0,
-                 parallel: TensorParallel | None = None) -> None:
+                 parallel: TensorParallel | None = None,
+                 placed_nodes: dict[str, Callable] | None = None) -> None:
+        """``placed_nodes``: the calls of the encoder nodes MSTAR_ENCODER_PLACEMENT runs in a
+        process of their own (the worker starts them, ``mstar.worker.encoder_node``)."""
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
@@ -86,7 +90,8 @@ class LLMEngine:
         self.rejected: list[tuple[str, RequestRejected]] = []  # grammars failed; the worker tells
         method = speculative_method(settings, model_dir)
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
-                                        self.max_model_len, parallel, mtp_head=method[0] == "mtp")
+                                        self.max_model_len, parallel, mtp_head=method[0] == "mtp",
+                                        placed_nodes=placed_nodes)
         self.model_runner.warmup()
         # What the model is made of (its registry entry's graph); each request walks it.
         self.graph = self.model_runner.graph

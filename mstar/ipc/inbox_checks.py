@@ -34,6 +34,7 @@ from mstar.ipc.check_rules import (
     text,
     token_ids,
 )
+from mstar.ipc.encoder_node_checks import ENCODER_NODE_CHECKS
 from mstar.ipc.part_checks import check_part
 from mstar.settings.reload import reloadable_values, with_values
 from mstar.settings.wire import settings_from_json
@@ -245,5 +246,6 @@ CHECKS: dict[type, Callable[[Any, InboxBounds], None]] = {
     m.Fatal: check_fatal,
     m.TransportDrops: check_drops,
     m.Liveness: check_liveness,
+    **ENCODER_NODE_CHECKS,
 }
 

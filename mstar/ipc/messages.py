@@ -16,7 +16,7 @@ import msgspec
 
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.ipc.parts import WirePart, from_wire, to_wire
+from mstar.ipc.parts import WirePart, WireTensor, from_wire, to_wire
 from mstar.prompt.value import Prompt
 
 
@@ -160,10 +160,28 @@ class TransportDrops(_Message):
     counts: dict[str, int]
 
 
+# worker <-> its encoder-node process (MSTAR_ENCODER_PLACEMENT, ``mstar.worker.encoder_node``)
+class EncodeRequest(_Message):
+    """Run the node on one part's encoder input; answered by ``EncodedOutput`` of ``call``."""
+
+    call: int
+    tensors: dict[str, WireTensor]
+
+
+class EncodedOutput(_Message):
+    call: int
+    output: WireTensor  # the node's output on the call's input
+
+
+class EncoderNodeReady(_Message):
+    node: str  # loaded and listening
+
+
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
     Outputs, RequestFailed,
     WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
+    EncodeRequest, EncodedOutput, EncoderNodeReady,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
@@ -171,6 +189,8 @@ TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liv
 TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join, Alive)
 TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
 TO_JOINING_WORKER = (SettingsSync,)
+TO_ENCODER_NODE = (EncodeRequest, Shutdown)
+FROM_ENCODER_NODE = (EncodedOutput, EncoderNodeReady)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -8,7 +8,7 @@ import itertools
 import math
 
 from mstar.ipc.check_rules import Invalid, amount, text
-from mstar.ipc.parts import WireAudio, WirePart
+from mstar.ipc.parts import WireAudio, WirePart, WireTensor
 
 # The dtypes a part's tensors may have on the wire, with their item sizes in bytes.
 ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
@@ -25,13 +25,21 @@ def check_part(part: WirePart, prompt_len: int, field: str) -> None:
                       f"[0, {prompt_len})")
     if isinstance(part, WireAudio):
         amount(part.seconds, f"{field}.seconds")
-    for name, tensor in part.tensors.items():
-        where = f"{field}.tensors.{name[:64]}"
-        text(name, where)
-        if tensor.dtype not in ITEM_BYTES:
-            raise Invalid(f"{where}.dtype={tensor.dtype[:64]!r} is not one of {sorted(ITEM_BYTES)}")
-        if len(tensor.shape) > MAX_DIMS or any(d < 0 for d in tensor.shape):
-            raise Invalid(f"{where}.shape={tensor.shape[:MAX_DIMS + 1]} is not a shape")
-        if math.prod(tensor.shape) * ITEM_BYTES[tensor.dtype] != len(tensor.data):
-            raise Invalid(f"{where}: shape {tensor.shape} of {tensor.dtype} is not the "
-                          f"{len(tensor.data)} bytes sent")
+    check_tensors(part.tensors, f"{field}.tensors")
+
+
+def check_tensors(tensors: dict[str, WireTensor], field: str) -> None:
+    for name, tensor in tensors.items():
+        text(name, field)
+        check_tensor(tensor, f"{field}.{name[:64]}")
+
+
+def check_tensor(tensor: WireTensor, where: str) -> None:
+    """A known dtype and a shape whose size is the bytes sent."""
+    if tensor.dtype not in ITEM_BYTES:
+        raise Invalid(f"{where}.dtype={tensor.dtype[:64]!r} is not one of {sorted(ITEM_BYTES)}")
+    if len(tensor.shape) > MAX_DIMS or any(d < 0 for d in tensor.shape):
+        raise Invalid(f"{where}.shape={tensor.shape[:MAX_DIMS + 1]} is not a shape")
+    if math.prod(tensor.shape) * ITEM_BYTES[tensor.dtype] != len(tensor.data):
+        raise Invalid(f"{where}: shape {tensor.shape} of {tensor.dtype} is not the "
+                      f"{len(tensor.data)} bytes sent")

@@ -36,7 +36,7 @@ class WireAudio(msgspec.Struct, array_like=True, tag="audio"):
 WirePart = WireImage | WireAudio
 
 
-def _tensors_to_wire(tensors: dict[str, torch.Tensor]) -> dict[str, WireTensor]:
+def tensors_to_wire(tensors: dict[str, torch.Tensor]) -> dict[str, WireTensor]:
     import torch
 
     out = {}
@@ -47,7 +47,7 @@ def _tensors_to_wire(tensors: dict[str, torch.Tensor]) -> dict[str, WireTensor]:
     return out
 
 
-def _tensors_from_wire(tensors: dict[str, WireTensor]) -> dict[str, torch.Tensor]:
+def tensors_from_wire(tensors: dict[str, WireTensor]) -> dict[str, torch.Tensor]:
     import torch
 
     out = {}
@@ -62,7 +62,7 @@ def _tensors_from_wire(tensors: dict[str, WireTensor]) -> dict[str, torch.Tensor
 def to_wire(part: MediaPart) -> WirePart:
     from mstar.models.audio.inputs import AudioInput
 
-    tensors = _tensors_to_wire(part.tensors)
+    tensors = tensors_to_wire(part.tensors)
     if isinstance(part, AudioInput):
         return WireAudio(part.content_hash, list(part.positions), tensors, part.seconds)
     return WireImage(part.content_hash, list(part.positions), tensors)
@@ -72,7 +72,7 @@ def from_wire(wire: WirePart) -> MediaPart:
     from mstar.models.audio.inputs import AudioInput
     from mstar.models.vision.inputs import ImageInput
 
-    tensors = _tensors_from_wire(wire.tensors)
+    tensors = tensors_from_wire(wire.tensors)
     if isinstance(wire, WireAudio):
         return AudioInput(wire.content_hash, tensors, tuple(wire.positions), wire.seconds)
     return ImageInput(wire.content_hash, tensors, tuple(wire.positions))

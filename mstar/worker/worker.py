@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from mstar.graph.placement import placed_apart
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from mstar.models.families.parallel import TensorParallel
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel
+    from mstar.worker.encoder_node import EncoderNodeProcess
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +42,7 @@ class Worker:
         self.channel = channel
         self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
         self.engine: LLMEngine | None = None  # built by run(); its requests are the live ones
+        self.nodes: dict[str, EncoderNodeProcess] = {}  # encoder nodes in their own processes
         self._last_stats: m.WorkerStats | None = None
         self._last_stats_at = 0.0
 
@@ -56,6 +59,8 @@ class Worker:
                 self.report_stats()
         finally:
             self.engine.shutdown()
+            for node in self.nodes.values():
+                node.close()
 
     def take_commands(self) -> bool:
         """Apply the commands in the inbox, waiting for one only when idle; False: shut down.
@@ -71,9 +76,13 @@ class Worker:
     def _load(self) -> LLMEngine:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
+        from mstar.worker.encoder_node import start_placed_nodes
 
         start = time.perf_counter()
-        engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel)
+        self.nodes = start_placed_nodes(self.settings, placed_apart(self.settings.encoder_placement),
+                                        self.channel.security.max_message_bytes)
+        engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
+                           placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
         self.channel.admit_model(engine.vocab_size, engine.max_model_len)  # the inbox checks

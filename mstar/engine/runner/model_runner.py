@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from mstar.engine.attention import (
@@ -31,6 +33,7 @@ from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
 from mstar.graph import EdgeKind
+from mstar.graph.placement import nodes_apart
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.layers.state_layout import StateLayout
 from mstar.models.loading.loader import load_model
@@ -42,9 +45,11 @@ from mstar.settings import WorkerSettings
 class ModelRunner:
     def __init__(self, settings: WorkerSettings, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype, max_model_len: int,
-                 parallel: TensorParallel | None = None, mtp_head: bool = False) -> None:
+                 parallel: TensorParallel | None = None, mtp_head: bool = False,
+                 placed_nodes: dict[str, Callable] | None = None) -> None:
         """``mtp_head``: speculative decoding with the model's MTP head (``MtpProposer``), which
-        the runner makes on its model and feeds after every forward."""
+        the runner makes on its model and feeds after every forward. ``placed_nodes``: the calls
+        of the encoder nodes MSTAR_ENCODER_PLACEMENT runs in a process of their own."""
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
@@ -79,7 +84,8 @@ class ModelRunner:
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
         # The graph's encoder nodes, each called through it (outputs cached by content hash).
         self.encoders = EncoderNodes(self.graph, self.model, EncoderCache(
-            int(settings.encoder_cache_mb * (1 << 20)), device))
+            int(settings.encoder_cache_mb * (1 << 20)), device), placed_nodes,
+            nodes_apart(settings.encoder_placement, self.graph))
         # M-RoPE models: per-request position tables (else each token's index is its position).
         self.rope_positions = (RopePositions(self.model) if self.entry.rope_position_table
                                else None)
