@@ -113,9 +113,16 @@ def run_validate(args: argparse.Namespace) -> int:
         if args.model:
             from mstar.settings.checks.preflight import config_path, preflight, read_shape
 
+            from mstar.models.loading.placement_check import encoder_placement_problem
+            from mstar.settings.sources import Problem
+
             path = config_path(args.model, loaded.settings)
             problems += preflight(loaded.settings,
                                   read_shape(path, loaded.settings.max_image_pixels))
+            placement = encoder_placement_problem(loaded.settings, path.parent)
+            if placement is not None:  # the map against the model's walk graph
+                problems.append(Problem("MSTAR_ENCODER_PLACEMENT", placement,
+                                        f"preflight ({path})", error=True))
     except SettingsUsageError as exc:
         print(f"mstar: error: {exc}", file=sys.stderr)
         return 2

@@ -14,17 +14,8 @@ import torch
 
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.walks import part_nodes
-from mstar.graph import (
-    Edge,
-    EdgeKind,
-    Node,
-    NodeKind,
-    Walk,
-    WalkGraph,
-    cross_attention_encoder,
-    text_only,
-    with_encoder,
-)
+from mstar.graph import Edge, EdgeKind, Node, NodeKind, Walk, WalkGraph, text_only
+from mstar.graph.walk_graph import cross_attention_encoder, with_encoder
 from mstar.models.audio.inputs import AudioInput
 from mstar.models.loading.registry import (
     AUDIO_CROSS_ATTENTION,

@@ -94,3 +94,26 @@ def test_greedy_output_is_the_same_colocated_and_apart(tmp_path, tiny_tokenizer,
     finally:
         node.close()
     assert node.proc.poll() is not None and not node.dir.exists()
+
+
+def test_config_validate_names_a_bad_placement(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    model = _model_dir(tmp_path, "Qwen2AudioForConditionalGeneration")
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2AudioForConditionalGeneration"], "text_config": {
+            "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 1024, "vocab_size": 400}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
+    env["MSTAR_ENCODER_PLACEMENT"] = "vision_encoder=process"
+    done = subprocess.run([sys.executable, "-m", "mstar", "config", "validate", "--model",
+                           str(model)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "MSTAR_ENCODER_PLACEMENT" in done.stdout and "encoder nodes: audio_encoder" in \
+        done.stdout
+    env["MSTAR_ENCODER_PLACEMENT"] = PLACED
+    done = subprocess.run([sys.executable, "-m", "mstar", "config", "validate", "--model",
+                           str(model)], env=env, capture_output=True, text=True, timeout=120)
+    assert "MSTAR_ENCODER_PLACEMENT" not in done.stdout, done.stdout
