@@ -111,9 +111,8 @@ def run_validate(args: argparse.Namespace) -> int:
         loaded = load_settings(env_files=args.env_file, strict=False)
         problems = list(loaded.problems)
         if args.model:
-            from mstar.settings.checks.preflight import config_path, preflight, read_shape
-
             from mstar.models.loading.placement_check import encoder_placement_problem
+            from mstar.settings.checks.preflight import config_path, preflight, read_shape
             from mstar.settings.sources import Problem
 
             path = config_path(args.model, loaded.settings)
