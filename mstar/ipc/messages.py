@@ -109,7 +109,7 @@ class WorkerStats(_Message):
     preemptions: int  # so far
     encoder_cache_hits: int = 0  # media parts (images, audio) whose encoder output was cached
     encoder_cache_misses: int = 0  # ... and parts encoded
-    encoder_seconds: float = 0.0  # time in the vision encoder so far
+    encoder_seconds: float = 0.0  # time in the encoder nodes so far
     # speculative decoding, totals so far ("" = off): draft tokens proposed, accepted, and the
     # seconds spent proposing and in the forwards that verified drafts
     spec_method: str = ""

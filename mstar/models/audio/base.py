@@ -1,10 +1,9 @@
 """What the audio-in language models share (Qwen2-Audio, Voxtral): the vision-language model's
 shape, with an audio encoder node whose rows fill the clip's placeholder positions. Their walk
-graph is the registry's ``AUDIO_PLACEHOLDERS``: ``audio_encoder -> language_model``."""
+graph (their registry entries') is ``AUDIO_PLACEHOLDERS``: ``audio_encoder -> language_model``."""
 
 from __future__ import annotations
 
-from mstar.models.loading.registry import AUDIO_PLACEHOLDERS
 from mstar.models.vision.base import VisionLanguageModel
 
 # The original layout (Qwen's and Mistral's checkpoints) -> this package's module names, as
@@ -21,6 +20,5 @@ class AudioLanguageModel(VisionLanguageModel):
     """Subclasses build ``self.model`` (``language_model``, ``audio_tower``,
     ``multi_modal_projector``) and implement ``encode`` (one clip's features -> its rows)."""
 
-    graph = AUDIO_PLACEHOLDERS
     unpacked_prefixes = ("model.audio_tower.", "model.multi_modal_projector.")
     checkpoint_prefixes = AUDIO_CHECKPOINT_PREFIXES

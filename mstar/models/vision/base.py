@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from mstar.models.families.llama import LlamaForCausalLM, fused_shard_range
-from mstar.models.loading.registry import VISION
+from mstar.models.loading.registry import model_entry
 
 # The original LLaVA-style layout (llava-hf's and Google's Gemma 3 checkpoints, transformers'
 # save_pretrained) -> this package's module names.
@@ -67,13 +67,13 @@ class VisionLanguageParts(nn.Module):
 
 class VisionLanguageModel(nn.Module):
     """Subclasses build ``self.model`` (a VisionLanguageParts) and implement ``encode``; the
-    audio-in families (``mstar.models.audio``) share it with their own ``graph``."""
+    audio-in families (``mstar.models.audio``) share it, their registry entries' graphs naming
+    an audio encoder node."""
 
     packed_modules = LlamaForCausalLM.packed_modules
     unused_checkpoint_prefixes: tuple[str, ...] = ()
     unpacked_prefixes: tuple[str, ...] = ()  # the vision tower keeps its checkpoint layout
     text_model_cls: type = LlamaForCausalLM
-    graph = VISION  # the registry entry's graph: its encoder node is ``encode``
 
     def __init__(self, config) -> None:
         super().__init__()
@@ -105,8 +105,10 @@ class VisionLanguageModel(nn.Module):
         raise NotImplementedError
 
     def encoder_nodes(self) -> dict[str, Callable[[dict], torch.Tensor]]:
-        """The walk graph's encoder node -> the call that runs it (the runner asks once)."""
-        return {self.graph.encoders[0].name: self.encode}
+        """The walk graph's encoder node (the registry entry's graph has one) -> the call that
+        runs it (the runner asks once)."""
+        (node,) = model_entry(self.config).graph.encoders
+        return {node.name: self.encode}
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.text.embed(input_ids)
