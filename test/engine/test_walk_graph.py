@@ -206,3 +206,22 @@ def test_model_media_loads_an_audio_models_processor(tmp_path, tiny_tokenizer):
     assert media.modalities == ("text", "audio")
     assert media.processor.feature_extractor.sampling_rate == 16_000
     with_encoder("x", "audio", "t")  # the factory makes the same shape for any modality
+
+
+def test_the_encoder_budget_is_per_node():
+    """An image and a clip starting in one chunk: each spends its own node's budget, so the
+    vision node's spent budget does not hold back the audio node's clip."""
+    from mstar.engine.request.sampling_params import SamplingParams
+    from mstar.engine.request.sequence import Sequence
+    from mstar.engine.schedule.image_cuts import encoder_cut
+
+    seq = Sequence("r", list(range(20)), SamplingParams(), None,
+                   parts=(_image("i", range(2, 6)), _audio("a", range(8, 14))),
+                   part_nodes=("vision_encoder", "audio_encoder"))
+    assert encoder_cut(seq, 0, 20, {}, 6) == (20, {"vision_encoder": 4, "audio_encoder": 6})
+    # vision has 1 row left: the image waits, the chunk stops before it
+    assert encoder_cut(seq, 0, 20, {"vision_encoder": 1}, 6) == (2, {})
+    # audio has 5 rows left (not fresh): the clip waits, the image runs
+    assert encoder_cut(seq, 0, 20, {"audio_encoder": 5}, 6) == (8, {"vision_encoder": 4})
+    # a node's first part larger than its whole budget still runs
+    assert encoder_cut(seq, 6, 14, {}, 3) == (14, {"audio_encoder": 6})

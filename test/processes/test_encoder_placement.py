@@ -74,7 +74,8 @@ def test_greedy_output_is_the_same_colocated_and_apart(tmp_path, tiny_tokenizer,
                 "two": (prompt_text(processor, "Compare them.", 2), [clip(3, 0.3), clip(4)]),
                 "text": (prompt_text(processor, "Paris is in France.", 0), [])}
     built = {rid: build_audio_prompt(processor, *req) for rid, req in requests.items()}
-    colocated = run_built(make_engine(path, kv_block_size=4, num_kv_blocks=256), built, MAX_NEW)
+    here = make_engine(path, kv_block_size=4, num_kv_blocks=256)
+    colocated = run_built(here, built, MAX_NEW)
     assert colocated["one"] == transformers_greedy(path, *requests["one"], MAX_NEW)
 
     settings = WorkerSettings(model=str(path), device="cpu", dtype="float32", kv_block_size=4,
@@ -87,9 +88,10 @@ def test_greedy_output_is_the_same_colocated_and_apart(tmp_path, tiny_tokenizer,
         engine = LLMEngine(settings, placed_nodes={"audio_encoder": node})
         assert run_built(engine, built, MAX_NEW) == colocated
         assert node.calls == 3  # each clip once, over the transport
-        rows = node({"input_features": torch.zeros(1, 16, 128),
-                     "feature_attention_mask": torch.ones(1, 128, dtype=torch.long)})
-        assert rows.shape == (32, 64)
+        clip_input = built["one"][1][0].tensors
+        rows = node(clip_input)  # bit for bit the in-process node's output
+        assert rows.shape == (16, 64)
+        assert torch.equal(rows, here.model_runner.encoders.calls["audio_encoder"](clip_input))
         engine.shutdown()
     finally:
         node.close()
