@@ -79,8 +79,10 @@ class Worker:
         from mstar.worker.encoder_node import start_placed_nodes
 
         start = time.perf_counter()
-        self.nodes = start_placed_nodes(self.settings, placed_apart(self.settings.encoder_placement),
-                                        self.channel.security.max_message_bytes)
+        apart = placed_apart(self.settings.encoder_placement)
+        if apart:  # encoder nodes in processes of their own, before the engine that calls them
+            self.nodes = start_placed_nodes(self.settings, apart,
+                                            self.channel.security.max_message_bytes)
         engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
                            placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
