@@ -14,24 +14,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mstar.models.audio.inputs import AudioInput
+from mstar.models.audio.placeholders import VOXTRAL_FRAMES_PER_ROW, qwen2_audio_rows
 from mstar.models.vision.inputs import content_hash
 
 if TYPE_CHECKING:
     import numpy
     import torch
 
-FRAMES_PER_ROW_VOXTRAL = 8  # mel frames per placeholder (``mstar.models.audio.voxtral``)
-
 
 def _qwen2_audio(extractor, clip) -> tuple[dict[str, torch.Tensor], int]:
     """Padded to the encoder's window; the mask says how many frames are the clip's."""
-    from mstar.models.audio.qwen2_audio import placeholder_count
-
     out = extractor(clip, sampling_rate=extractor.sampling_rate, return_attention_mask=True,
                     padding="max_length", return_tensors="pt")
     mask = out["attention_mask"]
     tensors = {"input_features": out["input_features"], "feature_attention_mask": mask}
-    return tensors, placeholder_count(int(mask.sum()))
+    return tensors, qwen2_audio_rows(int(mask.sum()))
 
 
 def _voxtral(extractor, clip) -> tuple[dict[str, torch.Tensor], int]:
@@ -41,7 +38,7 @@ def _voxtral(extractor, clip) -> tuple[dict[str, torch.Tensor], int]:
     window = extractor.nb_max_frames
     features = out["input_features"].reshape(extractor.feature_size, -1, window).transpose(0, 1)
     return {"input_features": features.contiguous()}, \
-        features.shape[0] * window // FRAMES_PER_ROW_VOXTRAL
+        features.shape[0] * window // VOXTRAL_FRAMES_PER_ROW
 
 
 # processor class -> how one clip becomes its encoder input and placeholder count

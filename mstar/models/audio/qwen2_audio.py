@@ -11,18 +11,9 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioMultiModalProjector
 
 from mstar.models.audio.base import AudioLanguageModel
+from mstar.models.audio.placeholders import conv_length, qwen2_audio_rows
 from mstar.models.families.qwen2 import Qwen2ForCausalLM
 from mstar.models.vision.base import VisionLanguageParts
-
-
-def conv_length(frames: int) -> int:
-    """Encoder positions of ``frames`` mel frames: the stride-2 convolution."""
-    return (frames - 1) // 2 + 1
-
-
-def placeholder_count(frames: int) -> int:
-    """Rows of a clip of ``frames`` mel frames: the convolutions, then the 2x pool."""
-    return (conv_length(frames) - 2) // 2 + 1
 
 
 class Qwen2AudioForConditionalGeneration(AudioLanguageModel):
@@ -47,4 +38,4 @@ class Qwen2AudioForConditionalGeneration(AudioLanguageModel):
                                          attention_mask=keep)
         hidden = tower(features, attention_mask=mask).last_hidden_state
         rows = self.model.multi_modal_projector(hidden)[0]
-        return rows[:placeholder_count(frames)]
+        return rows[:qwen2_audio_rows(frames)]

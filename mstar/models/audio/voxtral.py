@@ -13,9 +13,6 @@ from mstar.models.audio.base import AudioLanguageModel
 from mstar.models.families.llama import LlamaForCausalLM
 from mstar.models.vision.base import VisionLanguageParts
 
-# Mel frames per placeholder row: the encoder's stride-2 convolution, then 4 frames to a row.
-FRAMES_PER_ROW = 8
-
 
 class VoxtralForConditionalGeneration(AudioLanguageModel):
     text_model_cls = LlamaForCausalLM
