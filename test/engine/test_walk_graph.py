@@ -128,8 +128,9 @@ def test_the_runner_takes_encoder_nodes_by_the_graphs_names():
     rows = EncoderNodes(AUDIO_PLACEHOLDERS, Model({"audio_encoder": lambda t: torch.ones(2, 4)}),
                         cache)
     counts = EncoderCounts()
-    assert rows.output(_audio("a", [5, 6]), counts).shape == (2, 4) and counts.misses == 1
-    assert rows.edge_kind(_audio("a", [5, 6])) is EdgeKind.PLACEHOLDER_EMBEDDINGS
+    assert rows.output(_audio("a", [5, 6]), "audio_encoder", counts).shape == (2, 4)
+    assert counts.misses == 1
+    assert rows.feeds == {"audio_encoder": EdgeKind.PLACEHOLDER_EMBEDDINGS}
     with pytest.raises(ValueError, match=r"encoder nodes \['vision_encoder'\] are not"):
         EncoderNodes(AUDIO_PLACEHOLDERS, Model({"vision_encoder": None}), cache)
     assert EncoderNodes(text_only(), None, cache).calls == {}  # a text model is never asked

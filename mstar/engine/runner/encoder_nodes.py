@@ -1,11 +1,13 @@
 """The walk graph's encoder nodes as the runner calls them.
 
 The model hands its encoder callables over once, by node name (``model.encoder_nodes()``); the
-names must be the graph's encoder nodes, no more and no fewer (checked at load). A node placed in
+names must be the graph's encoder nodes, no more and no fewer (checked at load). Each part of a
+request is run by the node its prefill walk gave it (``NewRequest.part_nodes``, from
+``mstar.engine.request.walks``). A node placed in
 a process of its own (MSTAR_ENCODER_PLACEMENT) is called through the callable its worker gives
-instead (``mstar.worker.encoder_node``: the same node's output, sent over the transport). A step's media
-part goes to the node of its modality and its output comes back through the encoder cache (a
-node is stateless, so the output is kept by the part's content hash). What the output feeds is
+instead (``mstar.worker.encoder_node``: the same node's output, sent over the transport). Its output
+comes back through the encoder cache (a node is stateless, so the output is kept by the part's
+content hash). What the output feeds is
 the node's outgoing edge: rows merged at placeholder positions, or cross-attention memory.
 """
 
@@ -17,9 +19,9 @@ import torch
 
 from mstar.engine.runner.encoder_cache import EncoderCache
 from mstar.engine.schedule.scheduler_output import EncoderCounts
-from mstar.graph import EdgeKind, WalkGraph
+from mstar.graph import WalkGraph
 from mstar.graph.placement import KNOB
-from mstar.models.media_part import MediaPart, modality_of
+from mstar.models.media_part import MediaPart
 
 
 class EncoderNodes:
@@ -41,14 +43,8 @@ class EncoderNodes:
             raise ValueError(f"{KNOB} places {', '.join(apart) or 'no node'} in a process of "
                              f"its own; only a worker of mstar serve starts one")
         self.calls.update(placed)
-        # modality -> (node name, what its output feeds)
-        self.by_modality = {n.modality: (n.name, graph.edge_from(n.name).kind)
-                            for n in graph.encoders}
+        self.feeds = {n.name: graph.edge_from(n.name).kind for n in graph.encoders}  # edge kinds
 
-    def edge_kind(self, part: MediaPart) -> EdgeKind:
-        return self.by_modality[modality_of(part)][1]
-
-    def output(self, part: MediaPart, counts: EncoderCounts) -> torch.Tensor:
-        """The output of ``part``'s encoder node on it, from the cache or computed now."""
-        node = self.by_modality[modality_of(part)][0]
+    def output(self, part: MediaPart, node: str, counts: EncoderCounts) -> torch.Tensor:
+        """The output of encoder ``node`` on ``part``, from the cache or computed now."""
         return self.cache.get(part, self.calls[node], counts)

@@ -158,18 +158,18 @@ class ModelRunner:
         slots = [batch.requests[batch.slot_of[row.seq_no]].state_slot for row in out.rows]
         return StateSnapshot(state_layers(self.model), out.rows, slots)
 
-    def _placeholders_in_step(self, out: SchedulerOutput) -> list[tuple[MediaPart, list[int],
-                                                                        list[int]]]:
-        """(part, its encoder rows used, the step's token rows taking them) for each part whose
-        placeholders the step's rows cover (a chunk may take part of a run)."""
+    def _placeholders_in_step(self, out: SchedulerOutput) -> list[tuple[MediaPart, str,
+                                                                        list[int], list[int]]]:
+        """(part, its encoder node, its rows used, the step's token rows taking them) for each
+        part whose placeholders the step's rows cover (a chunk may take part of a run)."""
         found, first = [], 0
         for row in out.rows:
             req = self.batch.requests[self.batch.slot_of[row.seq_no]]
-            for image in req.parts:
+            for image, node in zip(req.parts, req.part_nodes, strict=True):
                 if (image.offset < row.end and image.end > row.start
-                        and self.encoders.edge_kind(image) is EdgeKind.PLACEHOLDER_EMBEDDINGS):
+                        and self.encoders.feeds[node] is EdgeKind.PLACEHOLDER_EMBEDDINGS):
                     picked = [j for j, p in enumerate(image.positions) if row.start <= p < row.end]
-                    found.append((image, picked,
+                    found.append((image, node, picked,
                                   [first + image.positions[j] - row.start for j in picked]))
             first += row.num_tokens
         return found
@@ -178,8 +178,8 @@ class ModelRunner:
                        counts: EncoderCounts) -> torch.Tensor:
         """The step's token embeddings with each part's encoder rows at its placeholders."""
         parts, rows = [], []
-        for image, picked, token_rows in images:
-            encoded = self.encoders.output(image, counts)
+        for image, node, picked, token_rows in images:
+            encoded = self.encoders.output(image, node, counts)
             parts.append(encoded[self._tensor(picked)])
             rows += token_rows
         return self.model.merge(self.model.embed(input_ids), self._tensor(rows), torch.cat(parts))

@@ -36,6 +36,7 @@ class NewRequest:
     generator: torch.Generator | None
     sampling_state: SamplingState | None
     parts: tuple[MediaPart, ...] = ()  # the media parts of its prompt (images, audio clips)
+    part_nodes: tuple[str, ...] = ()  # each part's encoder node, on the request's prefill walk
 
     @property
     def images(self) -> tuple[ImageInput, ...]:
