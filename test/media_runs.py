@@ -38,3 +38,30 @@ def preempting_blocks(lens: dict[str, int], max_new: int, block: int = 4) -> int
     """KV blocks that admit "one" and "other" together but cannot grow both to full length,
     while the longest request still fits alone."""
     return max(2 * -(-lens["one"] // block) + 1, -(-(max(lens.values()) + max_new) // block))
+
+
+def family_factory(make_dir, load_processor, prompt_text, oracle, subject: str, media,
+                   two: list, max_new: int):
+    """A module fixture's body: family -> (model dir, processor, requests, references), made
+    once per family. The requests: "one" and "other" (the same text about the ``subject``, with
+    ``media(1)`` and ``media(2)``), "two" (the parts ``two``) and "text" (no part); the
+    references are transformers' greedy tokens (``oracle``)."""
+    made = {}
+
+    def get(family: str):
+        if family not in made:
+            path = make_dir(family)
+            processor = load_processor(path)
+            ask = f"Describe the {subject}."
+            requests = {
+                "one": (prompt_text(processor, ask, 1), [media(1)]),
+                "other": (prompt_text(processor, ask, 1), [media(2)]),
+                "two": (prompt_text(processor, "Compare them.", 2), two),
+                "text": (prompt_text(processor, "Paris is the capital of France.", 0), []),
+            }
+            refs = {rid: oracle(path, text, parts, max_new)
+                    for rid, (text, parts) in requests.items()}
+            made[family] = path, processor, requests, refs
+        return made[family]
+
+    return get

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from alm_helpers import clip, make_tiny_alm, prompt_text, transformers_greedy
-from media_runs import preempting_blocks, run_built, run_cached
+from media_runs import family_factory, preempting_blocks, run_built, run_cached
 
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.audio.prompt import build_audio_prompt
@@ -21,25 +21,10 @@ def alm(tmp_path_factory, tiny_tokenizer):
     """Factory: family -> (model dir, processor, requests {id: (text, clips)}, references)."""
     from transformers import AutoProcessor
 
-    made = {}
-
-    def get(family: str):
-        if family not in made:
-            path = make_tiny_alm(family, tiny_tokenizer, tmp_path_factory.mktemp(family))
-            processor = AutoProcessor.from_pretrained(path)
-            requests = {
-                "one": (prompt_text(processor, "Describe the sound.", 1), [clip(1)]),
-                "other": (prompt_text(processor, "Describe the sound.", 1), [clip(2)]),
-                "two": (prompt_text(processor, "Compare them.", 2),
-                        [clip(3, 0.3), clip(4, 1.4)]),
-                "text": (prompt_text(processor, "Paris is the capital of France.", 0), []),
-            }
-            refs = {rid: transformers_greedy(path, text, clips, MAX_NEW)
-                    for rid, (text, clips) in requests.items()}
-            made[family] = path, processor, requests, refs
-        return made[family]
-
-    return get
+    return family_factory(
+        lambda family: make_tiny_alm(family, tiny_tokenizer, tmp_path_factory.mktemp(family)),
+        AutoProcessor.from_pretrained, prompt_text, transformers_greedy, "sound", clip,
+        [clip(3, 0.3), clip(4, 1.4)], MAX_NEW)
 
 
 def _run(engine, processor, requests, ids=None):

@@ -5,7 +5,7 @@ preemption, with two images; the encoder cache and budget; prefix caching keyed 
 from __future__ import annotations
 
 import pytest
-from media_runs import preempting_blocks, run_built, run_cached
+from media_runs import family_factory, preempting_blocks, run_built, run_cached
 from vlm_helpers import image, make_tiny_vlm, prompt_text, transformers_greedy
 
 from mstar.engine.request.sampling_params import SamplingParams
@@ -22,25 +22,10 @@ CHUNK = {"gemma3": 20}
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory, tiny_tokenizer):
     """Factory: family -> (model dir, processor, requests {id: (text, images)}, references)."""
-    made = {}
-
-    def get(family: str):
-        if family not in made:
-            path = make_tiny_vlm(family, tiny_tokenizer, tmp_path_factory.mktemp(family))
-            processor = load_processor(path)
-            requests = {
-                "one": (prompt_text(processor, "Describe the picture.", 1), [image(1)]),
-                "other": (prompt_text(processor, "Describe the picture.", 1), [image(2)]),
-                "two": (prompt_text(processor, "Compare them.", 2),
-                        [image(3, (30, 60)), image(4)]),
-                "text": (prompt_text(processor, "Paris is the capital of France.", 0), []),
-            }
-            refs = {rid: transformers_greedy(path, text, imgs, MAX_NEW)
-                    for rid, (text, imgs) in requests.items()}
-            made[family] = path, processor, requests, refs
-        return made[family]
-
-    return get
+    return family_factory(
+        lambda family: make_tiny_vlm(family, tiny_tokenizer, tmp_path_factory.mktemp(family)),
+        load_processor, prompt_text, transformers_greedy, "picture", image,
+        [image(3, (30, 60)), image(4)], MAX_NEW)
 
 
 def _run(engine, processor, requests, ids=None):
