@@ -129,7 +129,7 @@ class LLM:
             rid = f"llm-{self._next_id}"
             self._next_id += 1
             try:
-                self.engine.add_request(rid, prompt.token_ids, p, prompt.images)
+                self.engine.add_request(rid, prompt.token_ids, p, prompt.parts)
             except ValueError:  # a rejected request (bad schema, too long): none of them runs
                 for added in ids:
                     self.engine.abort_request(added)

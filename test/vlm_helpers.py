@@ -202,6 +202,7 @@ def paged_greedy(model, prompt_ids: list[int], images, max_new: int, block_size:
     """One sequence through the paged KV cache: the prompt (image rows merged), then decodes."""
     from mstar.engine.attention import AttentionInputs, get_backend
     from mstar.engine.kv.kv_cache import allocate_kv_cache
+    from mstar.models.loading.registry import model_entry
 
     backend = get_backend("torch")
     total = len(prompt_ids) + max_new
@@ -212,9 +213,10 @@ def paged_greedy(model, prompt_ids: list[int], images, max_new: int, block_size:
     out = []
     start = 0
     spans = ()  # image runs attended both ways in prefill (Gemma 3)
-    if getattr(model, "bidirectional_image_attention", False):
+    entry = model_entry(model.config)  # what the architecture declares
+    if entry.bidirectional_image_attention:
         spans = tuple((item.offset, item.end) for item in images)
-    rope = model.rope_positions(prompt_ids, images) if hasattr(model, "rope_positions") else None
+    rope = model.rope_positions(prompt_ids, images) if entry.rope_position_table else None
     with torch.inference_mode():
         while len(out) < max_new:
             new = ids[start:]

@@ -113,11 +113,17 @@ def run_validate(args: argparse.Namespace) -> int:
         loaded = load_settings(env_files=args.env_file, strict=False)
         problems = list(loaded.problems)
         if args.model:
+            from mstar.models.loading.placement_check import encoder_placement_problem
             from mstar.settings.checks.preflight import preflight, read_shape
+            from mstar.settings.sources import Problem
 
             path = _model_config(args.model, loaded.settings)
             problems += preflight(loaded.settings,
                                   read_shape(path, loaded.settings.max_image_pixels))
+            placement = encoder_placement_problem(loaded.settings, path.parent)
+            if placement is not None:  # the map against the model's walk graph
+                problems.append(Problem("MSTAR_ENCODER_PLACEMENT", placement,
+                                        f"preflight ({path})", error=True))
     except SettingsUsageError as exc:
         print(f"mstar: error: {exc}", file=sys.stderr)
         return 2

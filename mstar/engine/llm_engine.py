@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import msgspec
 import structlog
@@ -28,6 +29,7 @@ from mstar.engine.request.limits import (
 from mstar.engine.request.outputs import RequestOutput, finish_reason
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.request.sequence import Sequence
+from mstar.engine.request.walks import part_nodes
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
 from mstar.engine.sampling.state import new_sampling_state
@@ -41,10 +43,9 @@ from mstar.engine.speculative.drafting import NO_DRAFTS
 from mstar.engine.speculative.setup import speculation_for, speculative_method
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
-from mstar.graph import text_only
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.resolve import resolve_model_dir
-from mstar.models.vision.inputs import ImageInput
+from mstar.models.media_part import MediaPart
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -60,7 +61,10 @@ class LLMEngine:
     """
 
     def __init__(self, settings: WorkerSettings, timer_label: int = 0,
-                 parallel: TensorParallel | None = None) -> None:
+                 parallel: TensorParallel | None = None,
+                 placed_nodes: dict[str, Callable] | None = None) -> None:
+        """``placed_nodes``: the calls of the encoder nodes MSTAR_ENCODER_PLACEMENT runs in a
+        process of their own (the worker starts them, ``mstar.worker.encoder_node``)."""
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
@@ -88,10 +92,11 @@ class LLMEngine:
         self.rejected: list[tuple[str, RequestRejected]] = []  # grammars failed; the worker tells
         method = speculative_method(settings, model_dir)
         self.model_runner = ModelRunner(settings, model_dir, hf_config, self.device, self.dtype,
-                                        self.max_model_len, parallel, mtp_head=method[0] == "mtp")
+                                        self.max_model_len, parallel, mtp_head=method[0] == "mtp",
+                                        placed_nodes=placed_nodes)
         self.model_runner.warmup()
-        # What the model is made of; each request walks its graph (images: through the encoder).
-        self.graph = getattr(self.model_runner.model, "graph", None) or text_only()
+        # What the model is made of (its registry entry's graph); each request walks it.
+        self.graph = self.model_runner.graph
         self.block_manager = BlockManager(
             self.model_runner.num_blocks, settings.kv_block_size,
             self._prefix_caching(settings.enable_prefix_caching),
@@ -142,19 +147,18 @@ class LLMEngine:
     # ---- request lifecycle -------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_token_ids: list[int],
-                    params: SamplingParams, images: tuple[ImageInput, ...] = (),
+                    params: SamplingParams, parts: tuple[MediaPart, ...] = (),
                     priority: int = NORMAL) -> None:
-        """``images``: a vision model's inputs (``mstar.models.vision.inputs.build_prompt``),
-        their placeholders already in ``prompt_token_ids``. ``priority``: the request's class
-        (``mstar.engine.schedule.priority``)."""
+        """``parts``: the prompt's media parts (``Prompt.parts``: images from
+        ``mstar.models.vision.inputs.build_prompt``, audio clips from
+        ``mstar.models.audio.prompt.build_audio_prompt``), placeholders already in
+        ``prompt_token_ids``. The graph's prefill walk must take them. ``priority``: the
+        request's class (``mstar.engine.schedule.priority``)."""
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
-        try:
-            self.graph.prefill_walk({"text", "image"} if images else {"text"})
-        except ValueError as exc:
-            raise RequestRejected(str(exc), "messages") from exc
+        nodes = part_nodes(self.graph, parts)
         if self.model_runner.bidirectional_images:
-            check_image_runs_fit(images, self.scheduler.max_num_batched_tokens)
+            check_image_runs_fit(parts, self.scheduler.max_num_batched_tokens)  # images only
         if params.pooling is not None:  # prefill only: no output tokens
             check_pooled_prompt_fits(len(prompt_token_ids), self.max_model_len)
             # Its row is sampled once (the token is dropped): greedy, so it draws no random
@@ -179,7 +183,7 @@ class LLMEngine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
-        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(images))
+        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(parts), nodes)
         self.seqs[request_id] = seq
         self.scheduler.add(seq, priority)  # admitted once its grammar is (``grammars.admit``, each step)
 

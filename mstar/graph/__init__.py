@@ -1,5 +1,16 @@
 """Walk graphs: what a model is made of and which path each request takes through it."""
 
-from mstar.graph.walk_graph import Edge, Node, NodeKind, Walk, WalkGraph, text_only, with_encoder
+from mstar.graph.walk_graph import (
+    Edge,
+    EdgeKind,
+    Node,
+    NodeKind,
+    Walk,
+    WalkGraph,
+    cross_attention_encoder,
+    text_only,
+    with_encoder,
+)
 
-__all__ = ["Edge", "Node", "NodeKind", "Walk", "WalkGraph", "text_only", "with_encoder"]
+__all__ = ["Edge", "EdgeKind", "Node", "NodeKind", "Walk", "WalkGraph", "cross_attention_encoder",
+           "text_only", "with_encoder"]

@@ -34,7 +34,8 @@ from mstar.ipc.check_rules import (
     text,
     token_ids,
 )
-from mstar.ipc.image_checks import check_image
+from mstar.ipc.encoder_node_checks import ENCODER_NODE_CHECKS
+from mstar.ipc.part_checks import check_part
 from mstar.settings.reload import reloadable_values, with_values
 from mstar.settings.wire import settings_from_json
 
@@ -90,9 +91,9 @@ def check_add_request(msg: m.AddRequest, bounds: InboxBounds) -> None:
     most(params.stop, bounds.settings.max_stop_strings, "params.stop")
     most(params.logit_bias, bounds.settings.max_logit_bias_entries, "params.logit_bias")
     most(params.stop_token_ids, bounds.vocab_size, "params.stop_token_ids")
-    most(msg.images, len(msg.prompt_token_ids), "images")
-    for i, image in enumerate(msg.images):
-        check_image(image, len(msg.prompt_token_ids), f"images.{i}")
+    most(msg.parts, len(msg.prompt_token_ids), "parts")
+    for i, part in enumerate(msg.parts):
+        check_part(part, len(msg.prompt_token_ids), f"parts.{i}")
 
 
 def check_abort(msg: m.AbortRequests, bounds: InboxBounds) -> None:
@@ -245,5 +246,6 @@ CHECKS: dict[type, Callable[[Any, InboxBounds], None]] = {
     m.Fatal: check_fatal,
     m.TransportDrops: check_drops,
     m.Liveness: check_liveness,
+    **ENCODER_NODE_CHECKS,
 }
 

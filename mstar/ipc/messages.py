@@ -16,7 +16,7 @@ import msgspec
 
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.ipc.images import WireImage, from_wire, to_wire
+from mstar.ipc.parts import WirePart, WireTensor, from_wire, to_wire
 from mstar.prompt.value import Prompt
 
 TRACEPARENT_MAX = 256
@@ -31,7 +31,7 @@ class AddRequest(_Message):
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
-    images: list[WireImage] = []  # a vision model's encoder inputs, placeholders in the prompt
+    parts: list[WirePart] = []  # the prompt's media parts (images, audio), typed, in order
     # the scheduler's class (``mstar.engine.schedule.priority``: 0 low, 1 normal, 2 high)
     priority: Annotated[int, msgspec.Meta(ge=0, le=2)] = 1
     # W3C trace context of the API server's span ("" when not tracing; 55 characters in version 00)
@@ -42,11 +42,11 @@ class AddRequest(_Message):
            traceparent: str = "") -> AddRequest:
         """The message that carries ``prompt`` (its token ids and media parts) to a worker."""
         return cls(request_id, list(prompt.token_ids), params,
-                   [to_wire(image) for image in prompt.images], priority, traceparent)
+                   [to_wire(part) for part in prompt.parts], priority, traceparent)
 
     def prompt(self) -> Prompt:
         """The prompt this message carries, its parts' tensors rebuilt (loads torch)."""
-        return Prompt(self.prompt_token_ids, tuple(from_wire(w) for w in self.images))
+        return Prompt(self.prompt_token_ids, tuple(from_wire(w) for w in self.parts))
 
 
 class AbortRequests(_Message):
@@ -114,9 +114,9 @@ class WorkerStats(_Message):
     waiting: int
     kv_cache_usage: float
     preemptions: int  # so far
-    encoder_cache_hits: int = 0  # vision models: images whose encoder output was cached
-    encoder_cache_misses: int = 0  # ... and images encoded
-    encoder_seconds: float = 0.0  # time in the vision encoder so far
+    encoder_cache_hits: int = 0  # media parts (images, audio) whose encoder output was cached
+    encoder_cache_misses: int = 0  # ... and parts encoded
+    encoder_seconds: float = 0.0  # time in the encoder nodes so far
     # speculative decoding, totals so far ("" = off): draft tokens proposed, accepted, and the
     # seconds spent proposing and in the forwards that verified drafts
     spec_method: str = ""
@@ -167,10 +167,28 @@ class TransportDrops(_Message):
     counts: dict[str, int]
 
 
+# worker <-> its encoder-node process (MSTAR_ENCODER_PLACEMENT, ``mstar.worker.encoder_node``)
+class EncodeRequest(_Message):
+    """Run the node on one part's encoder input; answered by ``EncodedOutput`` of ``call``."""
+
+    call: int
+    tensors: dict[str, WireTensor]
+
+
+class EncodedOutput(_Message):
+    call: int
+    output: WireTensor  # the node's output on the call's input
+
+
+class EncoderNodeReady(_Message):
+    node: str  # loaded and listening
+
+
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
     Outputs, RequestFailed,
     WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
+    EncodeRequest, EncodedOutput, EncoderNodeReady,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
@@ -178,6 +196,8 @@ TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liv
 TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join, Alive)
 TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
 TO_JOINING_WORKER = (SettingsSync,)
+TO_ENCODER_NODE = (EncodeRequest, Shutdown)
+FROM_ENCODER_NODE = (EncodedOutput, EncoderNodeReady)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

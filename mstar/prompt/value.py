@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mstar.models.audio.inputs import AudioInput
+from mstar.models.media_part import MediaPart
 from mstar.models.vision.inputs import ImageInput
 
-MediaPart = ImageInput | AudioInput  # the union of every part type
+__all__ = ["MediaPart", "Prompt"]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from mstar.graph.placement import placed_apart
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.tracing import Tracing
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from mstar.models.families.parallel import TensorParallel
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel
+    from mstar.worker.encoder_node import EncoderNodeProcess
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +44,7 @@ class Worker:
         self.channel = channel
         self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
         self.engine: LLMEngine | None = None  # built by run(); its requests are the live ones
+        self.nodes: dict[str, EncoderNodeProcess] = {}  # encoder nodes in their own processes
         self._last_stats: m.WorkerStats | None = None
         self._last_stats_at = 0.0
         self.tracing: WorkerTracing | None = None  # MSTAR_OTLP_ENDPOINT set: spans (run)
@@ -65,6 +68,8 @@ class Worker:
                 self.report_stats()
         finally:
             self.engine.shutdown()
+            for node in self.nodes.values():
+                node.close()
             if self.tracing is not None:
                 self.tracing.shutdown()
 
@@ -82,9 +87,15 @@ class Worker:
     def _load(self) -> LLMEngine:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
+        from mstar.worker.encoder_node import start_placed_nodes
 
         start = time.perf_counter()
-        engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel)
+        apart = placed_apart(self.settings.encoder_placement)
+        if apart:  # encoder nodes in processes of their own, before the engine that calls them
+            self.nodes = start_placed_nodes(self.settings, apart,
+                                            self.channel.security.max_message_bytes)
+        engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
+                           placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
         self.channel.admit_model(engine.vocab_size, engine.max_model_len)  # the inbox checks
@@ -116,7 +127,7 @@ class Worker:
     def add(self, msg: m.AddRequest) -> None:
         try:
             prompt = msg.prompt()
-            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.images,
+            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.parts,
                                     msg.priority)
             if self.tracing is not None and msg.traceparent:
                 self.tracing.added(msg.request_id, msg.traceparent, len(prompt.token_ids),

@@ -77,4 +77,4 @@ def test_a_prompt_crosses_the_wire_with_its_parts():
     (got,) = back.images
     assert (got.content_hash, got.positions) == ("h1", (1, 2, 3))
     assert torch.equal(got.tensors["pixel_values"], image.tensors["pixel_values"])
-    assert m.AddRequest.of("r-1", Prompt([1]), SamplingParams()).images == []
+    assert m.AddRequest.of("r-1", Prompt([1]), SamplingParams()).parts == []

@@ -27,7 +27,8 @@ def prompts_with_runs(draw):
 
 def _seq(length: int, runs) -> Sequence:
     images = tuple(ImageInput(f"h{i}", {}, tuple(range(a, b))) for i, (a, b) in enumerate(runs))
-    return Sequence("r", [0] * length, SamplingParams(), None, images=images)
+    return Sequence("r", [0] * length, SamplingParams(), None, parts=images,
+                    part_nodes=("vision_encoder",) * len(images))
 
 
 @settings(max_examples=60, deadline=None)

@@ -4,16 +4,14 @@ preemption, with two images; the encoder cache and budget; prefix caching keyed 
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
+from media_runs import family_factory, preempting_blocks, run_built, run_cached
 from vlm_helpers import image, make_tiny_vlm, prompt_text, transformers_greedy
 
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.vision.inputs import build_prompt, load_processor
 
 MAX_NEW = 10
-_CALLS = itertools.count()
 FAMILIES = ["smolvlm", "llava_clip", "qwen2_5_vl", "gemma3"]
 # Chunk sizes that cut through image placeholders. Gemma 3's image tokens attend to each other
 # both ways, so its chunks stop before an image they would split (16 tokens: one chunk holds
@@ -24,40 +22,15 @@ CHUNK = {"gemma3": 20}
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory, tiny_tokenizer):
     """Factory: family -> (model dir, processor, requests {id: (text, images)}, references)."""
-    made = {}
-
-    def get(family: str):
-        if family not in made:
-            path = make_tiny_vlm(family, tiny_tokenizer, tmp_path_factory.mktemp(family))
-            processor = load_processor(path)
-            requests = {
-                "one": (prompt_text(processor, "Describe the picture.", 1), [image(1)]),
-                "other": (prompt_text(processor, "Describe the picture.", 1), [image(2)]),
-                "two": (prompt_text(processor, "Compare them.", 2),
-                        [image(3, (30, 60)), image(4)]),
-                "text": (prompt_text(processor, "Paris is the capital of France.", 0), []),
-            }
-            refs = {rid: transformers_greedy(path, text, imgs, MAX_NEW)
-                    for rid, (text, imgs) in requests.items()}
-            made[family] = path, processor, requests, refs
-        return made[family]
-
-    return get
+    return family_factory(
+        lambda family: make_tiny_vlm(family, tiny_tokenizer, tmp_path_factory.mktemp(family)),
+        load_processor, prompt_text, transformers_greedy, "picture", image,
+        [image(3, (30, 60)), image(4)], MAX_NEW)
 
 
 def _run(engine, processor, requests, ids=None):
-    from conftest import run_engine
-
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
-    built = {}
-    for rid in ids or requests:
-        text, imgs = requests[rid]
-        built[rid] = build_prompt(processor, text, imgs)
-    tag = f"#{next(_CALLS)}"  # request ids are never reused within one engine
-    for rid, (prompt, images) in built.items():
-        engine.add_request(rid + tag, prompt, params, images)
-    results = run_engine(engine, {})
-    return {rid: results[rid + tag]["token_ids"] for rid in built}
+    built = {rid: build_prompt(processor, *requests[rid]) for rid in ids or requests}
+    return run_built(engine, built, MAX_NEW)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -94,8 +67,7 @@ def test_an_image_run_longer_than_a_step_is_refused_by_name(vlm, make_engine):
 def test_preemption_and_recompute_match(family, vlm, make_engine):
     path, processor, requests, refs = vlm(family)
     lens = {rid: len(build_prompt(processor, t, i)[0]) for rid, (t, i) in requests.items()}
-    # "one" and "other" are admitted together; both cannot also grow to their full length.
-    blocks = max(2 * -(-lens["one"] // 4) + 1, -(-(max(lens.values()) + MAX_NEW) // 4))
+    blocks = preempting_blocks(lens, MAX_NEW)
     engine = make_engine(path, kv_block_size=4, num_kv_blocks=blocks,
                          enable_prefix_caching=False)
     assert _run(engine, processor, requests) == refs
@@ -128,12 +100,7 @@ def test_prefix_cache_shares_kv_only_for_the_same_image(vlm, make_engine):
 
 
 def _cached(engine, processor, requests, rid) -> int:
-    from conftest import run_engine
-
-    prompt, images = build_prompt(processor, *requests[rid])
-    again = f"{rid}#{next(_CALLS)}"
-    engine.add_request(again, prompt, SamplingParams(temperature=0, max_tokens=2), images)
-    return run_engine(engine, {})[again]["cached_tokens"]
+    return run_cached(engine, *build_prompt(processor, *requests[rid]), 2)[1]
 
 
 @pytest.mark.parametrize("family", ["smolvlm", "gemma3"])  # Gemma 3's marker is not its token

@@ -17,8 +17,8 @@ from wire_strategies import messages
 
 from mstar.engine.request.outputs import RequestOutput, TokenLogprob
 from mstar.ipc import messages as m
-from mstar.ipc.images import WireImage, WireTensor, from_wire
 from mstar.ipc.inbox_checks import InboxBounds, Invalid, check
+from mstar.ipc.parts import WireImage, WireTensor, from_wire
 from mstar.ipc.security import SocketSecurity
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.sockets import admit, push_socket
@@ -76,7 +76,7 @@ def test_an_image_must_be_the_bytes_its_shape_says():
            WireImage("h", [3], {"p": WireTensor("float32", [1], bytes(4))}),
            WireImage("h", [1], {"p": WireTensor("float32", [-1, -4], bytes(16))})]
     for image in bad:
-        with pytest.raises(Invalid, match="images.0"):
+        with pytest.raises(Invalid, match="parts.0"):
             check(m.AddRequest("r", [1, 2, 3], m.SamplingParams(), [image]), WORKER)
 
 
@@ -108,7 +108,7 @@ def consume(msg: m.Message) -> None:
         apply_reloaded(SETTINGS, msg, "test")
     elif isinstance(msg, m.AddRequest):
         assert all(0 <= t < VOCAB for t in msg.prompt_token_ids)
-        for image in msg.images:
+        for image in msg.parts:
             from_wire(image)
     elif isinstance(msg, m.SettingsSync):
         settings_from_json(msg.settings_json)

@@ -7,13 +7,17 @@ from dataclasses import dataclass, field
 
 from mstar.api_server.context.running import RunningSettings
 
+# The content-part type (OpenAI's name) that carries each modality a walk graph may take.
+PART_TYPES = {"text": "text", "image": "image_url", "audio": "input_audio"}
+
 
 @dataclass(frozen=True)
 class ServedModel:
     name: str  # the name the workers report
     max_model_len: int
     running: RunningSettings  # the aliases (MSTAR_SERVED_MODEL_NAMES) are read per request
-    # What a request may carry (``models.registry.accepted_modalities``): "text", "image".
+    # What a request may carry, from the model's walk graph
+    # (``models.loading.registry.accepted_modalities``): "text", "image", "audio".
     modalities: tuple[str, ...] = ("text",)
     # /v1/models' ``created``: when this server started serving it (Unix seconds), the same in
     # every listing
@@ -33,6 +37,15 @@ class ServedModel:
         """Whether a request's ``model`` names this model (absent: yes; MSTAR_MODEL works too)."""
         return model is None or model in self.served_names() or model == self.running.settings.model
 
+    def takes(self, modality: str) -> bool:
+        return modality in self.modalities
+
     @property
     def takes_images(self) -> bool:
-        return "image" in self.modalities
+        return self.takes("image")
+
+    @property
+    def part_types(self) -> tuple[str, ...]:
+        """The content-part types a request may carry (``text``, ``image_url``,
+        ``input_audio``), one per modality of the graph."""
+        return tuple(PART_TYPES[m] for m in self.modalities if m in PART_TYPES)

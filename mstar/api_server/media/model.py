@@ -1,6 +1,8 @@
-"""What the served model takes, read once at start: its modalities (from config.json's
-architecture) and, for a vision model, its processor (transformers' PIL image processor); and
-what its classifier head gives (``context.heads``)."""
+"""What the served model takes, read once at start: its modalities (from its architecture's walk
+graph, in the registry, with no torch import) and, for a model with an encoder node, its
+transformers processor: the PIL image processor of a vision model, or the processor holding the
+feature extractor of an audio model (Qwen2-Audio, Voxtral, Whisper); and what its classifier head
+gives (``context.heads``)."""
 
 from __future__ import annotations
 
@@ -32,8 +34,12 @@ def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
     except (OSError, ValueError, AttributeError):
         return ModelMedia(**heads)
     modalities = accepted_modalities(archs)
-    if "image" not in modalities:
-        return ModelMedia(modalities, **heads)
-    from mstar.models.vision.inputs import load_processor
+    if "image" in modalities:
+        from mstar.models.vision.inputs import load_processor
 
-    return ModelMedia(modalities, load_processor(model_dir), **heads)
+        return ModelMedia(modalities, load_processor(model_dir), **heads)
+    if "audio" in modalities:  # its feature extractor runs each clip (``processor.feature_extractor``)
+        from transformers import AutoProcessor
+
+        return ModelMedia(modalities, AutoProcessor.from_pretrained(model_dir), **heads)
+    return ModelMedia(modalities, **heads)

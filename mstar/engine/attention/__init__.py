@@ -34,11 +34,11 @@ def get_backend(name: str):
 _FEATURES = {"torch": {"sliding_window", "scale", "bidirectional_images"}, "triton": set()}
 
 
-def model_attention_features(model) -> set[str]:
-    """Attention variations the model uses (a sliding window, a non-default scale, image tokens
-    attending to each other both ways)."""
-    found = {"bidirectional_images"} if getattr(model, "bidirectional_image_attention",
-                                                False) else set()
+def model_attention_features(model, bidirectional_images: bool = False) -> set[str]:
+    """Attention variations the model uses (a sliding window, a non-default scale, and image
+    tokens attending to each other both ways: ``bidirectional_images``, as the model's registry
+    entry declares)."""
+    found = {"bidirectional_images"} if bidirectional_images else set()
     for layer in model.model.layers:
         attn = getattr(layer, "self_attn", None)
         if attn is not None and attn.sliding_window is not None:

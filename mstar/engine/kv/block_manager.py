@@ -19,13 +19,14 @@ class Block:
 
 
 def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...],
-               images: tuple[str, ...] = ()) -> int:
+               parts: tuple[str, ...] = ()) -> int:
     """Hash of a full block, chained so equal blocks only match after an equal prefix.
 
-    ``images``: content hashes of the images whose placeholders fall in the block (the chain
-    carries those before it), so the same placeholder tokens of another image never match.
+    ``parts``: content hashes of the media parts that condition the block (images and audio
+    clips whose placeholders fall in it, cross-attention audio in every block; the chain carries
+    those before it), so the same placeholder tokens of another clip never match.
     """
-    return hash((prev_hash, token_ids, images) if images else (prev_hash, token_ids))
+    return hash((prev_hash, token_ids, parts) if parts else (prev_hash, token_ids))
 
 
 class BlockManager:
@@ -80,17 +81,18 @@ class BlockManager:
         max_blocks = (len(seq) - 1) // self.block_size
         for i in range(max_blocks):
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
-            prev = chain_hash(prev, tokens, self._images_in_block(seq, i))
+            prev = chain_hash(prev, tokens, self._parts_in_block(seq, i))
             block_id = self.hash_to_block.get(prev)
             if block_id is None or self.blocks[block_id].token_ids != tokens:
                 break
             hits.append(block_id)
         return hits
 
-    def _images_in_block(self, seq: Sequence, i: int) -> tuple[str, ...]:
-        if not seq.images:
+    def _parts_in_block(self, seq: Sequence, i: int) -> tuple[str, ...]:
+        """The content hashes of the media parts that condition block ``i`` (images, audio)."""
+        if not seq.parts:
             return ()
-        return seq.image_hashes_in(i * self.block_size, (i + 1) * self.block_size)
+        return seq.part_hashes_in(i * self.block_size, (i + 1) * self.block_size)
 
     def allocate_prompt(self, seq: Sequence, num_new_tokens: int) -> int | None:
         """Give a waiting sequence its cached prefix plus room for ``num_new_tokens``.
@@ -148,7 +150,7 @@ class BlockManager:
         for i in range(done, full):
             block = self.blocks[table[i]]
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
-            prev = chain_hash(prev, tokens, self._images_in_block(seq, i))
+            prev = chain_hash(prev, tokens, self._parts_in_block(seq, i))
             block.hash, block.token_ids = prev, tokens
             self.hash_to_block.setdefault(prev, block.block_id)
         self.num_hashed[key] = max(done, full)

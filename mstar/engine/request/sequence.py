@@ -9,6 +9,7 @@ import torch
 
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
+from mstar.models.media_part import MediaPart
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -36,7 +37,8 @@ class Sequence:
         params: SamplingParams,
         generator: torch.Generator | None,
         sampling_state: SamplingState | None = None,
-        images: tuple[ImageInput, ...] = (),
+        parts: tuple[MediaPart, ...] = (),
+        part_nodes: tuple[str, ...] = (),
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
@@ -48,11 +50,21 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
-        self.images = images  # vision models: each image's tensors, hash and placeholder positions
+        # Media parts (images, audio clips): each one's tensors, hash and placeholder positions,
+        # and the graph's encoder node that takes it (``part_nodes[i]`` for ``parts[i]``).
+        self.parts = parts
+        self.part_nodes = part_nodes
 
-    def image_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
-        """Content hashes of the images whose placeholder runs overlap positions [start, end)."""
-        return tuple(im.content_hash for im in self.images if im.offset < end and im.end > start)
+    @property
+    def images(self) -> tuple[ImageInput, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImageInput))
+
+    def part_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
+        """Content hashes of the parts that condition positions [start, end): those whose
+        placeholder runs overlap it, and every part without positions (cross-attention memory
+        conditions every token)."""
+        return tuple(p.content_hash for p in self.parts
+                     if not p.positions or (p.offset < end and p.end > start))
 
     def __len__(self) -> int:
         return len(self.token_ids)

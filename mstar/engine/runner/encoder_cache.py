@@ -1,10 +1,10 @@
-"""The vision encoder's outputs, kept by image content hash within MSTAR_ENCODER_CACHE_MB.
+"""The encoder nodes' outputs, kept by part content hash within MSTAR_ENCODER_CACHE_MB.
 
-Owned by the model runner (the thread that runs the steps): a step's rows that cover an image's
-placeholders take its output from here, encoding it on a miss. Least recently used outputs are
-dropped first; an output larger than the whole cache is used once and not kept. The cache keeps
-no counters: each ``get`` counts into the step's ``EncoderCounts``, which travels back in the
-step's ``RunnerOutput`` (so no count is shared between threads).
+Owned by the model runner (the thread that runs the steps): a step's rows that cover a part's
+placeholders (an image, an audio clip) take its output from here, encoding it on a miss. Least
+recently used outputs are dropped first; an output larger than the whole cache is used once and
+not kept. The cache keeps no counters: each ``get`` counts into the step's ``EncoderCounts``,
+which travels back in the step's ``RunnerOutput`` (so no count is shared between threads).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from mstar.engine.schedule.scheduler_output import EncoderCounts
-from mstar.models.vision.inputs import ImageInput
+from mstar.models.media_part import MediaPart
 
 
 class EncoderCache:
@@ -26,9 +26,10 @@ class EncoderCache:
         self.entries: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.used = 0
 
-    def get(self, image: ImageInput, encode: Callable[[dict], torch.Tensor],
+    def get(self, image: MediaPart, encode: Callable[[dict], torch.Tensor],
             counts: EncoderCounts) -> torch.Tensor:
-        """The image's encoder rows [num_embeds, hidden]; the hit or miss goes to ``counts``."""
+        """The part's encoder output (placeholder parts: rows [num_embeds, hidden]); the hit or
+        miss goes to ``counts``."""
         out = self.entries.get(image.content_hash)
         if out is not None:
             self.entries.move_to_end(image.content_hash)
@@ -37,8 +38,8 @@ class EncoderCache:
         counts.misses += 1
         start = time.perf_counter()
         out = encode({k: v.to(self.device) for k, v in image.tensors.items()})
-        if out.shape[0] != image.num_embeds:
-            raise ValueError(f"the encoder gave {out.shape[0]} rows for an image with "
+        if image.positions and out.shape[0] != image.num_embeds:
+            raise ValueError(f"the encoder gave {out.shape[0]} rows for a part with "
                              f"{image.num_embeds} placeholder tokens")
         counts.seconds += time.perf_counter() - start
         self._keep(image.content_hash, out)

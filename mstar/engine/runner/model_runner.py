@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from mstar.engine.attention import (
@@ -21,6 +23,7 @@ from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slo
 from mstar.engine.runner.classify_head import classifier_head
 from mstar.engine.runner.compilation import compile_model
 from mstar.engine.runner.encoder_cache import EncoderCache
+from mstar.engine.runner.encoder_nodes import EncoderNodes
 from mstar.engine.runner.input_batch import InputBatch, StepTensors
 from mstar.engine.runner.pooling import Pooler
 from mstar.engine.runner.rope_positions import RopePositions
@@ -30,22 +33,31 @@ from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, 
 from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
+from mstar.graph import EdgeKind
+from mstar.graph.placement import nodes_apart
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.layers.state_layout import StateLayout
 from mstar.models.loading.loader import load_model
-from mstar.models.vision.inputs import ImageInput
+from mstar.models.loading.registry import model_entry
+from mstar.models.media_part import MediaPart
 from mstar.settings import WorkerSettings
 
 
 class ModelRunner:
     def __init__(self, settings: WorkerSettings, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype, max_model_len: int,
-                 parallel: TensorParallel | None = None, mtp_head: bool = False) -> None:
+                 parallel: TensorParallel | None = None, mtp_head: bool = False,
+                 placed_nodes: dict[str, Callable] | None = None) -> None:
         """``mtp_head``: speculative decoding with the model's MTP head (``MtpProposer``), which
-        the runner makes on its model and feeds after every forward."""
+        the runner makes on its model and feeds after every forward. ``placed_nodes``: the calls
+        of the encoder nodes MSTAR_ENCODER_PLACEMENT runs in a process of their own."""
         self.device = device
         self.dtype = dtype
         self.block_size = settings.kv_block_size
+        # The architecture's one declaration: its walk graph and the features it needs.
+        self.entry = model_entry(hf_config)
+        self.graph = self.entry.graph
+        self.language_model = self.graph.language_model  # the one it runs (several: refused)
         self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
                                 quantization=settings.quantization, cache_dir=settings.cache_dir,
                                 parallel=parallel)
@@ -63,20 +75,23 @@ class ModelRunner:
         self.num_blocks = num_blocks_for(settings, per_block, max_model_len,
                                          budget - self.num_state_slots * per_slot)
         self.attn_backend = get_backend(choose_attention_backend(
-            settings, device, model_attention_features(self.model)))
+            settings, device,
+            model_attention_features(self.model, self.entry.bidirectional_image_attention)))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
                                           self.block_size, device, dtype)
         self.sampler = Sampler(SamplingBatch(settings.max_num_seqs,
                                              hf_config.get_text_config().vocab_size, device,
                                              settings.seed))
         self.batch = InputBatch(settings.max_num_seqs, max_model_len, self.block_size)
-        self.encoder_cache = EncoderCache(int(settings.encoder_cache_mb * (1 << 20)), device)
-        self.takes_images = hasattr(self.model, "encode")  # a vision-language model
+        # The graph's encoder nodes, each called through it (outputs cached by content hash).
+        self.encoders = EncoderNodes(self.graph, self.model, EncoderCache(
+            int(settings.encoder_cache_mb * (1 << 20)), device), placed_nodes,
+            nodes_apart(settings.encoder_placement, self.graph))
         # M-RoPE models: per-request position tables (else each token's index is its position).
-        self.rope_positions = (RopePositions(self.model) if hasattr(self.model, "rope_positions")
+        self.rope_positions = (RopePositions(self.model) if self.entry.rope_position_table
                                else None)
         # Image tokens attending to each other both ways in prefill (Gemma 3).
-        self.bidirectional_images = getattr(self.model, "bidirectional_image_attention", False)
+        self.bidirectional_images = self.entry.bidirectional_image_attention
         self.pooler = Pooler(classifier_head(self.model, model_dir, hf_config,
                                              settings.score_tokens))
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
@@ -145,26 +160,28 @@ class ModelRunner:
         slots = [batch.requests[batch.slot_of[row.seq_no]].state_slot for row in out.rows]
         return StateSnapshot(state_layers(self.model), out.rows, slots)
 
-    def _images_in_step(self, out: SchedulerOutput) -> list[tuple[ImageInput, list[int], list[int]]]:
-        """(image, its encoder rows used, the step's token rows taking them) for each image
-        whose placeholders the step's rows cover (a chunk may take part of a run)."""
+    def _placeholders_in_step(self, out: SchedulerOutput) -> list[tuple[MediaPart, str,
+                                                                        list[int], list[int]]]:
+        """(part, its encoder node, its rows used, the step's token rows taking them) for each
+        part whose placeholders the step's rows cover (a chunk may take part of a run)."""
         found, first = [], 0
         for row in out.rows:
             req = self.batch.requests[self.batch.slot_of[row.seq_no]]
-            for image in req.images:
-                if image.offset < row.end and image.end > row.start:
+            for image, node in zip(req.parts, req.part_nodes, strict=True):
+                if (image.offset < row.end and image.end > row.start
+                        and self.encoders.feeds[node] is EdgeKind.PLACEHOLDER_EMBEDDINGS):
                     picked = [j for j, p in enumerate(image.positions) if row.start <= p < row.end]
-                    found.append((image, picked,
+                    found.append((image, node, picked,
                                   [first + image.positions[j] - row.start for j in picked]))
             first += row.num_tokens
         return found
 
     def _merged_embeds(self, input_ids: torch.Tensor, images,
                        counts: EncoderCounts) -> torch.Tensor:
-        """The step's token embeddings with each image's encoder rows at its placeholders."""
+        """The step's token embeddings with each part's encoder rows at its placeholders."""
         parts, rows = [], []
-        for image, picked, token_rows in images:
-            encoded = self.encoder_cache.get(image, self.model.encode, counts)
+        for image, node, picked, token_rows in images:
+            encoded = self.encoders.output(image, node, counts)
             parts.append(encoded[self._tensor(picked)])
             rows += token_rows
         return self.model.merge(self.model.embed(input_ids), self._tensor(rows), torch.cat(parts))
@@ -216,7 +233,7 @@ class ModelRunner:
         if self.rope_positions is not None:
             positions = self.rope_positions.step(out, positions)
         positions = positions.to(self.device, non_blocking=True)
-        images = self._images_in_step(out) if self.takes_images else None
+        images = self._placeholders_in_step(out) if self.graph.encoders else None
         encoder = None
         if images:
             encoder = EncoderCounts()

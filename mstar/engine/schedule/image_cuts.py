@@ -1,23 +1,30 @@
-"""Where a prefill chunk may end around images: the encoder budget and whole image runs."""
+"""Where a prefill chunk may end around media parts: the encoder budget of each encoder node and
+whole image runs."""
 
 from __future__ import annotations
 
 from mstar.engine.request.sequence import Sequence
 
 
-def encoder_cut(seq: Sequence, start: int, n: int, budget: int, fresh: bool) -> tuple[int, int]:
-    """(tokens to run, encoder tokens they take) for ``n`` tokens of ``seq`` from ``start``.
+def encoder_cut(seq: Sequence, start: int, n: int, left: dict[str, int],
+                full: int) -> tuple[int, dict[str, int]]:
+    """(tokens to run, encoder tokens they take per encoder node) for ``n`` tokens of ``seq``
+    from ``start``.
 
-    Each image whose placeholder run starts in the chunk is encoded in this step; the chunk stops
-    before the first one the step's encoder ``budget`` cannot hold. ``fresh`` (nothing encoded
-    in the step yet): an image larger than the whole budget still runs, alone.
+    Each part (image, audio clip) whose placeholder run starts in the chunk is encoded in this
+    step by its graph node (``seq.part_nodes``); the chunk stops before the first one its node's
+    budget left this step (``left``, ``full`` where the node has not run yet) cannot hold. A
+    part larger than a node's whole budget still runs, alone at that node. A cross-attention
+    part (no positions) is encoded with the chunk at position 0 and takes no placeholder rows.
     """
-    used = 0
-    for image in seq.images:
-        if start <= image.offset < start + n:
-            if used + image.num_embeds > budget and not (fresh and used == 0):
-                return image.offset - start, used
-            used += image.num_embeds
+    used: dict[str, int] = {}
+    for part, node in zip(seq.parts, seq.part_nodes, strict=True):
+        if start <= part.offset < start + n:
+            have = left.get(node, full)
+            spent = used.get(node, 0)
+            if spent + part.num_embeds > have and not (have == full and spent == 0):
+                return part.offset - start, used
+            used[node] = spent + part.num_embeds
     return n, used
 
 

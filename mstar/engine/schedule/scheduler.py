@@ -64,7 +64,7 @@ class Scheduler:
         # most tokens of one request per step (``prefill_chunk``); None: the step's budget
         self.prefill_cap = max_num_batched_tokens if prefill_cap is None else prefill_cap
         self.whole_image_runs = whole_image_runs  # chunks never end inside an image's run
-        self.max_encoder_tokens = max_encoder_tokens  # image embedding rows per step
+        self.max_encoder_tokens = max_encoder_tokens  # placeholder rows per encoder node per step
         self.speculation = speculation
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -133,12 +133,16 @@ class Scheduler:
         """Tokens of ``seq`` to run from ``start`` with ``budget`` left (before image cuts)."""
         return chunk(seq, start, budget, self.prefill_cap, self.whole_image_runs)
 
-    def _image_cut(self, seq: Sequence, start: int, n: int, encoder: int) -> tuple[int, int]:
-        """``encoder_cut`` with the step's encoder budget left, after ``image_run_cut`` for
-        models that need whole image runs."""
+    def _part_cut(self, seq: Sequence, start: int, n: int, encoder: dict[str, int]) -> int:
+        """``encoder_cut`` with the step's encoder budget left per node (``encoder``, spent
+        here), after ``image_run_cut`` for models that need whole image runs."""
         if self.whole_image_runs:
             n = image_run_cut(seq, start, n)
-        return encoder_cut(seq, start, n, encoder, encoder == self.max_encoder_tokens)
+        n, used = encoder_cut(seq, start, n, encoder, self.max_encoder_tokens)
+        if n:
+            for node, rows in used.items():
+                encoder[node] = encoder.get(node, self.max_encoder_tokens) - rows
+        return n
 
     def _drafts(self, seq: Sequence, n: int, budget: int,
                 planned: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
@@ -156,7 +160,7 @@ class Scheduler:
         planned = self.speculation.plan(self.running, self.max_num_batched_tokens, self._chunk)
         rows: list[ScheduledRow] = []
         budget = self.max_num_batched_tokens
-        encoder = self.max_encoder_tokens
+        encoder: dict[str, int] = {}  # encoder node -> rows left this step (absent: all)
         cap = self.prefill_cap
         shared = self.share.share > 0 and self.share.begin(protected_rows(
             self.running, self._next_admissible() if len(self.running) < self.max_num_seqs
@@ -175,12 +179,11 @@ class Scheduler:
                 if n == 0:  # it waits for a step whose share pays for a chunk
                     i += 1
                     continue
-            if seq.images:
-                n, cost = self._image_cut(seq, seq.num_computed_tokens, n, encoder)
-                if n == 0:  # its next image waits for a step with encoder budget left
+            if seq.parts:
+                n = self._part_cut(seq, seq.num_computed_tokens, n, encoder)
+                if n == 0:  # its next part waits for a step with encoder budget left
                     i += 1
                     continue
-                encoder -= cost
             total = seq.num_computed_tokens + n
             while not bm.can_grow_to(seq.seq_no, total):
                 victim = self.running.pop()
@@ -206,19 +209,19 @@ class Scheduler:
             if num_cached is None:
                 break
             n = self._chunk(seq, num_cached, budget)
-            if seq.images:
-                n, cost = self._image_cut(seq, num_cached, n, encoder)
-                if n == 0:  # its first image waits for a step with encoder budget left
+            if seq.parts:
+                n = self._part_cut(seq, num_cached, n, encoder)
+                if n == 0:  # its first part waits for a step with encoder budget left
                     bm.free_request(seq.seq_no)
                     break
-                encoder -= cost
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             seq.num_computed_tokens = seq.num_cached_tokens = num_cached
             self.running.append(seq)
             new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), seq.num_prompt_tokens,
                                   bm.state_slot(seq.seq_no),
-                                  seq.params, seq.generator, seq.sampling_state, seq.images))
+                                  seq.params, seq.generator, seq.sampling_state, seq.parts,
+                                  seq.part_nodes))
             self.known.add(seq.seq_no)
             rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
             budget -= n

@@ -15,6 +15,7 @@ import torch
 from mstar.engine.request.outputs import TokenLogprob
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
+from mstar.models.media_part import MediaPart
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -34,7 +35,12 @@ class NewRequest:
     params: SamplingParams
     generator: torch.Generator | None
     sampling_state: SamplingState | None
-    images: tuple[ImageInput, ...] = ()  # vision models: the encoder inputs of its prompt
+    parts: tuple[MediaPart, ...] = ()  # the media parts of its prompt (images, audio clips)
+    part_nodes: tuple[str, ...] = ()  # each part's encoder node, on the request's prefill walk
+
+    @property
+    def images(self) -> tuple[ImageInput, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImageInput))
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,9 @@ class SchedulerOutput:
 
 @dataclass(slots=True)
 class EncoderCounts:
-    """Vision encoder cache use: images found cached, images encoded, seconds encoding. Per step
-    (filled by the runner's thread) and, summed, the engine's totals (its own thread)."""
+    """Encoder cache use, every encoder node together: parts found cached, parts encoded, seconds
+    encoding. Per step (filled by the runner's thread) and, summed, the engine's totals (its own
+    thread)."""
 
     hits: int = 0
     misses: int = 0

@@ -122,9 +122,9 @@ class Speculation:
         many as the gate admits for a step that without drafts computes ``step_tokens`` tokens
         and samples ``step_outputs``; by request number, none for a request without drafts.
         The draft model drafts only what the gate admits (one batched run; nothing for a
-        request with images: the draft model is text-only); the other proposers propose first."""
+        request with media parts: the draft model is text-only); the other proposers propose first."""
         if self.draft is not None:
-            wants = [(seq, room) for seq in seqs if not seq.images and (room := self._wants(seq))]
+            wants = [(seq, room) for seq in seqs if not seq.parts and (room := self._wants(seq))]
             lengths = self._gate([seq for seq, _ in wants], [room for _, room in wants],
                                  step_tokens, step_outputs, seqs)
             wants = [(seq, n) for (seq, _), n in zip(wants, lengths, strict=True) if n]

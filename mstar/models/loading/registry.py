@@ -1,30 +1,67 @@
-"""Maps ``config.architectures[0]`` to a model class, importing it only when used."""
+"""Maps ``config.architectures[0]`` to its entry: the model class (imported only when used), its
+walk graph and the features the engine must provide for it. The entry is the one place a model
+declares what it takes; nothing here imports torch, so the API server reads it at start."""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+
+from mstar.graph import WalkGraph, cross_attention_encoder, text_only, with_encoder
+
+TEXT = text_only()
+VISION = with_encoder("vision_encoder", "image", "image_embeds")
+AUDIO_PLACEHOLDERS = with_encoder("audio_encoder", "audio", "audio_embeds")  # Qwen2-Audio, Voxtral
+AUDIO_CROSS_ATTENTION = cross_attention_encoder("audio_encoder", "audio", "encoder_hidden_states")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    module: str
+    cls: str
+    graph: WalkGraph = TEXT
+    # An image's tokens attend to each other both ways in prefill (Gemma 3): the attention
+    # backend must support it, and a prompt's image runs must fit one step (a preflight check).
+    bidirectional_image_attention: bool = False
+    # Prompt positions are a per-request table (M-RoPE, Qwen2.5-VL): the model's
+    # ``rope_positions(prompt_ids, images)`` gives it.
+    rope_position_table: bool = False
+
+
+def _text(module: str, cls: str) -> ModelEntry:
+    return ModelEntry(f"mstar.models.families.{module}", cls)
+
+
+def _vision(module: str, cls: str, **features: bool) -> ModelEntry:
+    return ModelEntry(f"mstar.models.vision.{module}", cls, VISION, **features)
+
 
 _MODELS = {
-    "LlamaForCausalLM": ("mstar.models.families.llama", "LlamaForCausalLM"),
-    "Qwen2ForCausalLM": ("mstar.models.families.qwen2", "Qwen2ForCausalLM"),
-    "Qwen3ForCausalLM": ("mstar.models.families.qwen3", "Qwen3ForCausalLM"),
-    "Qwen3MoeForCausalLM": ("mstar.models.families.qwen3_moe", "Qwen3MoeForCausalLM"),
-    "MistralForCausalLM": ("mstar.models.families.mistral", "MistralForCausalLM"),
-    "Gemma3ForCausalLM": ("mstar.models.families.gemma3", "Gemma3ForCausalLM"),
-    "Phi3ForCausalLM": ("mstar.models.families.phi3", "Phi3ForCausalLM"),
-    "Olmo2ForCausalLM": ("mstar.models.families.olmo2", "Olmo2ForCausalLM"),
-    "SmolLM3ForCausalLM": ("mstar.models.families.smollm3", "SmolLM3ForCausalLM"),
-    "Qwen3_5ForCausalLM": ("mstar.models.families.qwen3_5", "Qwen3_5ForCausalLM"),
-    "Idefics3ForConditionalGeneration": ("mstar.models.vision.idefics3",
-                                         "Idefics3ForConditionalGeneration"),
-    "SmolVLMForConditionalGeneration": ("mstar.models.vision.idefics3",
-                                        "SmolVLMForConditionalGeneration"),
-    "LlavaForConditionalGeneration": ("mstar.models.vision.llava",
-                                      "LlavaForConditionalGeneration"),
-    "Qwen2_5_VLForConditionalGeneration": ("mstar.models.vision.qwen2_5_vl",
-                                           "Qwen2_5_VLForConditionalGeneration"),
-    "Gemma3ForConditionalGeneration": ("mstar.models.vision.gemma3",
-                                       "Gemma3ForConditionalGeneration"),
+    "LlamaForCausalLM": _text("llama", "LlamaForCausalLM"),
+    "Qwen2ForCausalLM": _text("qwen2", "Qwen2ForCausalLM"),
+    "Qwen3ForCausalLM": _text("qwen3", "Qwen3ForCausalLM"),
+    "Qwen3MoeForCausalLM": _text("qwen3_moe", "Qwen3MoeForCausalLM"),
+    "MistralForCausalLM": _text("mistral", "MistralForCausalLM"),
+    "Gemma3ForCausalLM": _text("gemma3", "Gemma3ForCausalLM"),
+    "Phi3ForCausalLM": _text("phi3", "Phi3ForCausalLM"),
+    "Olmo2ForCausalLM": _text("olmo2", "Olmo2ForCausalLM"),
+    "SmolLM3ForCausalLM": _text("smollm3", "SmolLM3ForCausalLM"),
+    "Qwen3_5ForCausalLM": _text("qwen3_5", "Qwen3_5ForCausalLM"),
+    "Idefics3ForConditionalGeneration": _vision("idefics3", "Idefics3ForConditionalGeneration"),
+    "SmolVLMForConditionalGeneration": _vision("idefics3", "SmolVLMForConditionalGeneration"),
+    "LlavaForConditionalGeneration": _vision("llava", "LlavaForConditionalGeneration"),
+    "Qwen2_5_VLForConditionalGeneration": _vision("qwen2_5_vl",
+                                                  "Qwen2_5_VLForConditionalGeneration",
+                                                  rope_position_table=True),
+    "Gemma3ForConditionalGeneration": _vision("gemma3", "Gemma3ForConditionalGeneration",
+                                              bidirectional_image_attention=True),
+    "Qwen2AudioForConditionalGeneration": ModelEntry(
+        "mstar.models.audio.qwen2_audio", "Qwen2AudioForConditionalGeneration",
+        AUDIO_PLACEHOLDERS),
+    "VoxtralForConditionalGeneration": ModelEntry(
+        "mstar.models.audio.voxtral", "VoxtralForConditionalGeneration", AUDIO_PLACEHOLDERS),
+    "WhisperForConditionalGeneration": ModelEntry(
+        "mstar.models.audio.whisper", "WhisperForConditionalGeneration", AUDIO_CROSS_ATTENTION),
 }
 # Sequence-classification heads on decoder families (mstar.models.families.sequence_classification):
 # they classify, score and rerank, and generate nothing.
@@ -39,25 +76,35 @@ def classifies(architectures: list[str] | None) -> bool:
     return (architectures or [""])[0] in _CLASSIFIERS
 
 
-# Architectures whose requests may carry images (their graph has a vision encoder node).
-_TAKES_IMAGES = frozenset(arch for arch, (module, _) in _MODELS.items() if ".vision." in module)
-
-
-def accepted_modalities(architectures: list[str] | None) -> tuple[str, ...]:
-    """What requests to a model may carry, from ``config.architectures`` (no torch import)."""
-    return ("text", "image") if (architectures or [""])[0] in _TAKES_IMAGES else ("text",)
-
-
 def supported_architectures() -> list[str]:
     return sorted(_MODELS)
 
 
-def get_model_class(config) -> type:
-    archs = getattr(config, "architectures", None) or []
+def entry_for(architectures: list[str] | None) -> ModelEntry:
+    """The entry of ``config.architectures`` (its first name); a ValueError names the rest."""
+    archs = architectures or []
     if not archs or archs[0] not in _MODELS:
         raise ValueError(
             f"unsupported model architecture {archs[:1] or 'missing'}; "
             f"supported: {', '.join(supported_architectures())}"
         )
-    module, name = _MODELS[archs[0]]
-    return getattr(importlib.import_module(module), name)
+    return _MODELS[archs[0]]
+
+
+def model_entry(config) -> ModelEntry:
+    """The entry of a transformers config."""
+    return entry_for(getattr(config, "architectures", None))
+
+
+def accepted_modalities(architectures: list[str] | None) -> tuple[str, ...]:
+    """What requests to a model may carry, from its graph (no torch import); an unknown
+    architecture takes text (its worker refuses it at start, by name)."""
+    try:
+        return entry_for(architectures).graph.modalities()
+    except ValueError:
+        return ("text",)
+
+
+def get_model_class(config) -> type:
+    entry = model_entry(config)
+    return getattr(importlib.import_module(entry.module), entry.cls)

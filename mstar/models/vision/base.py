@@ -1,17 +1,22 @@
 """What every vision-language model shares: a paged text decoder (an mstar family) whose input
 embeddings take image rows at the placeholder positions, and a stateless image encoder.
 
-The engine calls ``encode`` once per image (its output is cached by content hash), ``embed`` for
-the step's token ids, ``merge`` to put the image rows in, then ``forward(..., inputs_embeds=)``.
+The engine calls the graph's encoder node (``encoder_nodes``: ``vision_encoder`` -> ``encode``)
+once per image (its output is cached by content hash), ``embed`` for the step's token ids,
+``merge`` to put the image rows in, then ``forward(..., inputs_embeds=)``. The walk graph and
+the features the engine provides (bidirectional image attention, M-RoPE position tables) are the
+architecture's registry entry (``mstar.models.loading.registry``), declared there once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from mstar.graph import WalkGraph, with_encoder
 from mstar.models.families.llama import LlamaForCausalLM, fused_shard_range
+from mstar.models.loading.registry import model_entry
 
 # The original LLaVA-style layout (llava-hf's and Google's Gemma 3 checkpoints, transformers'
 # save_pretrained) -> this package's module names.
@@ -61,19 +66,19 @@ class VisionLanguageParts(nn.Module):
 
 
 class VisionLanguageModel(nn.Module):
-    """Subclasses build ``self.model`` (a VisionLanguageParts) and implement ``encode``."""
+    """Subclasses build ``self.model`` (a VisionLanguageParts) and implement ``encode``; the
+    audio-in families (``mstar.models.audio``) share it, their registry entries' graphs naming
+    an audio encoder node."""
 
     packed_modules = LlamaForCausalLM.packed_modules
     unused_checkpoint_prefixes: tuple[str, ...] = ()
     unpacked_prefixes: tuple[str, ...] = ()  # the vision tower keeps its checkpoint layout
     text_model_cls: type = LlamaForCausalLM
-    graph: WalkGraph = with_encoder("vision_encoder", "image", "image_embeds")
 
     def __init__(self, config) -> None:
         super().__init__()
         self.config = config
         self.text_config = config.get_text_config()
-        self.image_token_id = int(config.image_token_id)
         self.lm_head = nn.Linear(self.text_config.hidden_size, self.text_config.vocab_size,
                                  bias=False)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
@@ -96,8 +101,14 @@ class VisionLanguageModel(nn.Module):
                                  packed, shard)
 
     def encode(self, image: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One image's processor tensors -> its embedding rows [placeholder tokens, hidden]."""
+        """One part's processor tensors -> its embedding rows [placeholder tokens, hidden]."""
         raise NotImplementedError
+
+    def encoder_nodes(self) -> dict[str, Callable[[dict], torch.Tensor]]:
+        """The walk graph's encoder node (the registry entry's graph has one) -> the call that
+        runs it (the runner asks once)."""
+        (node,) = model_entry(self.config).graph.encoders
+        return {node.name: self.encode}
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.text.embed(input_ids)

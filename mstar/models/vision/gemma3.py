@@ -2,9 +2,9 @@
 (average-pooled patches, RMS-normed, projected) and mstar's Gemma 3 text decoder.
 
 During prefill the tokens of one image attend to each other in both directions (the rest stays
-causal; sliding layers keep their window): ``bidirectional_image_attention`` asks the engine for
-that mask, and for chunks that never end inside an image's run (a token cannot attend to keys a
-later chunk has not computed yet).
+causal; sliding layers keep their window): its registry entry's ``bidirectional_image_attention``
+asks the engine for that mask, and for chunks that never end inside an image's run (a token
+cannot attend to keys a later chunk has not computed yet).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from mstar.models.vision.base import (
 class Gemma3ForConditionalGeneration(VisionLanguageModel):
     unpacked_prefixes = ("model.vision_tower.", "model.multi_modal_projector.")
     text_model_cls = Gemma3ForCausalLM
-    bidirectional_image_attention = True
     # Google's checkpoints (and transformers' save_pretrained) keep the original layout.
     checkpoint_prefixes = LLAVA_CHECKPOINT_PREFIXES
 

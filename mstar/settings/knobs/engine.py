@@ -124,3 +124,9 @@ class EngineKnobs(BaseModel):
         "one token of the model's tokenizer. Unset: only a *ForSequenceClassification model "
         "scores (docs/openai_api.rst).")
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
+    encoder_placement: str = _engine(
+        "", "Where each encoder node of the model's walk graph runs (docs/multimodal.rst): "
+        "comma-separated node=place, place 'worker' (in the language model's worker process, "
+        "every node's default) or 'process' (a process of its own beside the worker, its output "
+        "sent back over the transport), e.g. audio_encoder=process. A node the model's graph "
+        "does not have is a start-up error.", max_length=1024)

@@ -52,10 +52,12 @@ class MediaKnobs(BaseModel):
         20_971_520, "Largest image file (after base64 decoding, or as fetched): larger is a 413 "
         "naming the part.", unit="bytes", ge=1, le=2**34)
     max_encoder_tokens_per_step: int = _media(
-        8192, "Image embedding rows (placeholder tokens) the vision encoder may produce in one "
-        "engine step; an image larger than this alone still runs, in a step of its own.",
+        8192, "Embedding rows (placeholder tokens) each encoder node of the model's walk graph "
+        "(vision, audio) may produce in one engine step; a part larger than this alone still "
+        "runs, in a step of its own.",
         unit="tokens", ge=1, le=MAX_COUNT)
     encoder_cache_mb: float = _media(
-        256.0, "Memory for cached vision-encoder outputs, keyed by image content: a repeated "
-        "image is encoded once while its output stays here. 0 turns the cache off.",
+        256.0, "Memory for cached encoder outputs (images, audio clips), keyed by the part's "
+        "content: a repeated part is encoded once while its output stays here. 0 turns the "
+        "cache off.",
         unit="MiB", ge=0.0, le=1e7)

@@ -1,0 +1,59 @@
+"""Where each node of a walk graph runs: the map MSTAR_ENCODER_PLACEMENT gives, from encoder
+node names to places, and the one check of it against a model's graph.
+
+``worker`` (every node's default) runs the node in the language model's worker process;
+``process`` runs it in a process of its own beside that worker, its output sent back over the
+transport as typed messages (``mstar.worker.encoder_node``). The language model stays in its
+worker; only encoder nodes move.
+"""
+
+from __future__ import annotations
+
+from mstar.graph.walk_graph import WalkGraph
+
+KNOB = "MSTAR_ENCODER_PLACEMENT"
+WORKER, PROCESS = "worker", "process"
+PLACES = (WORKER, PROCESS)
+
+
+def parse_placement(text: str) -> dict[str, str]:
+    """``node=place`` items, comma-separated (empty: every node in its worker); a ValueError
+    names the first bad item."""
+    placement: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        node, sep, place = (s.strip() for s in item.partition("="))
+        if not sep or not node or place not in PLACES:
+            raise ValueError(f"{KNOB}: {item[:80]!r} is not node=place with place one of "
+                             f"{', '.join(PLACES)}")
+        if node in placement:
+            raise ValueError(f"{KNOB}: node {node[:80]!r} is placed twice")
+        placement[node] = place
+    return placement
+
+
+def placement_problem(text: str, graph: WalkGraph) -> str | None:
+    """The one-line reason the map cannot place this graph's nodes, or None."""
+    try:
+        placement = parse_placement(text)
+    except ValueError as exc:
+        return str(exc)
+    encoders = [n.name for n in graph.encoders]
+    unknown = sorted(set(placement) - set(encoders))
+    if unknown:
+        have = ", ".join(encoders) or "none (a text-only model)"
+        return (f"{KNOB} places {', '.join(unknown)}, not an encoder node of this model's walk "
+                f"graph; its encoder nodes: {have}")
+    return None
+
+
+def placed_apart(text: str) -> tuple[str, ...]:
+    """The nodes the map puts in a process of their own (a ValueError when it is malformed)."""
+    return tuple(n for n, place in parse_placement(text).items() if place == PROCESS)
+
+
+def nodes_apart(text: str, graph: WalkGraph) -> tuple[str, ...]:
+    """``placed_apart``, checked against the graph (a ValueError names the problem)."""
+    problem = placement_problem(text, graph)
+    if problem is not None:
+        raise ValueError(problem)
+    return placed_apart(text)
