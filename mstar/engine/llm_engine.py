@@ -40,6 +40,7 @@ from mstar.engine.speculative.setup import speculation_for, speculative_method
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.graph import text_only
+from mstar.models.audio.inputs import AudioInput
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.resolve import resolve_model_dir
 from mstar.models.vision.inputs import ImageInput
@@ -48,6 +49,11 @@ from mstar.settings import WorkerSettings
 log = structlog.get_logger(__name__)
 
 GRAMMAR_WAIT_S = 0.02  # longest block on compiling grammars when nothing else can run
+
+def part_modality(part) -> str:
+    """A media part's modality (whisper: until graph's walk does it)."""
+    return "audio" if isinstance(part, AudioInput) else "image"
+
 
 class LLMEngine:
     """Owns the model, the KV cache, the scheduler and the requests; ``step()`` runs the step loop
@@ -69,7 +75,9 @@ class LLMEngine:
         self.device, self.dtype = resolve_device_dtype(settings)
         hf_config = AutoConfig.from_pretrained(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        limit = hf_config.get_text_config().max_position_embeddings
+        text_config = hf_config.get_text_config()
+        # Whisper's decoder names its limit max_target_positions (whisper: until the registry says)
+        limit = getattr(text_config, "max_target_positions", None) or text_config.max_position_embeddings
         self.max_model_len = settings.max_model_len or limit
         if self.max_model_len > limit:
             raise ValueError(
@@ -143,7 +151,7 @@ class LLMEngine:
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
         try:
-            self.graph.prefill_walk({"text", "image"} if images else {"text"})
+            self.graph.prefill_walk({"text"} | {part_modality(p) for p in images})
         except ValueError as exc:
             raise RequestRejected(str(exc), "messages") from exc
         if self.model_runner.bidirectional_images:

@@ -52,7 +52,10 @@ class Sequence:
 
     def image_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
         """Content hashes of the images whose placeholder runs overlap positions [start, end)."""
-        return tuple(im.content_hash for im in self.images if im.offset < end and im.end > start)
+        # A cross-attention part (no positions: Whisper's audio) shapes every position's K/V: its
+        # hash goes into the first block's, which the chain carries on (whisper: until graph's).
+        return tuple(im.content_hash for im in self.images
+                     if (im.offset < end and im.end > start) or (not im.positions and start == 0))
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -25,6 +25,8 @@ _MODELS = {
                                            "Qwen2_5_VLForConditionalGeneration"),
     "Gemma3ForConditionalGeneration": ("mstar.models.vision.gemma3",
                                        "Gemma3ForConditionalGeneration"),
+    "WhisperForConditionalGeneration": ("mstar.models.audio.whisper",
+                                        "WhisperForConditionalGeneration"),
 }
 
 
