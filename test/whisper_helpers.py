@@ -90,7 +90,7 @@ def clip(freq: float, seconds: float = 1.5, seed: int = 0) -> np.ndarray:
 
 
 def hf_greedy(model_dir: Path, features, prompt: list[int], max_new: int,
-              timestamps: bool) -> list[int]:
+              timestamps: bool, prompt_ids: tuple[int, ...] = ()) -> list[int]:
     """transformers' generate (greedy, fp32): the generated ids after ``prompt``."""
     import torch
     from transformers import WhisperForConditionalGeneration
@@ -100,7 +100,8 @@ def hf_greedy(model_dir: Path, features, prompt: list[int], max_new: int,
         # One window (force_unique_generate_call): the engine runs one window per request.
         out = model.generate(features, do_sample=False, max_new_tokens=max_new,
                              return_timestamps=timestamps, force_unique_generate_call=True,
-                             return_dict_in_generate=True)
+                             return_dict_in_generate=True,
+                             prompt_ids=torch.tensor(prompt_ids) if prompt_ids else None)
     seq = out["sequences"][0].tolist()
     return seq[len(prompt):] if seq[:len(prompt)] == prompt else seq
 

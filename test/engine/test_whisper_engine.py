@@ -1,0 +1,101 @@
+"""Whisper in the engine, token-exact with transformers' generate (greedy, fp32, CPU) on a tiny
+random Whisper: alone, batched (different audio), prefill in chunks, under preemption, and with
+prefix caching (the audio's hash is in the block hashes: the decoder prompt is the same for
+every clip, and its K/V past layer 0 depend on the audio)."""
+
+from __future__ import annotations
+
+import pytest
+from whisper_helpers import clip, hf_greedy, make_whisper_dir
+
+from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.settings import WorkerSettings
+
+MAX_NEW = 12
+PROMPT_TEXT = (10, 20, 30, 40, 50, 60)  # a previous text's ids, after <|startofprev|>
+# (tone Hz, noise seed, timestamps, prompt text): clips the tiny model transcribes differently
+CLIPS = {"a": (440, 0, False, ()), "b": (660, 2, True, ()), "c": (880, 1, False, ()),
+         "pa": (440, 0, False, PROMPT_TEXT), "pc": (880, 1, False, PROMPT_TEXT)}
+SHORT = ["a", "b", "c"]
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    return make_whisper_dir(tmp_path_factory.mktemp("tiny-whisper"))
+
+
+@pytest.fixture(scope="module")
+def cases(whisper_dir):
+    """name -> (decoder prompt, AudioInput, transformers' output)."""
+    from transformers import WhisperFeatureExtractor
+    from whisper_helpers import generation_config
+
+    from mstar.models.audio.whisper_features import whisper_input
+    from mstar.prompt.transcription import WhisperTokens, decoder_prompt
+
+    fe = WhisperFeatureExtractor.from_pretrained(whisper_dir)
+    tokens = WhisperTokens.from_generation_config(generation_config(whisper_dir))
+    out = {}
+    for name, (freq, seed, timestamps, text) in CLIPS.items():
+        audio = whisper_input(fe, clip(freq, seed=seed))
+        prompt = decoder_prompt(tokens, timestamps=timestamps, prompt_ids=text)
+        expected = hf_greedy(whisper_dir, audio.tensors["input_features"], prompt, MAX_NEW,
+                             timestamps, text)
+        out[name] = (prompt, audio, expected)
+    assert len({tuple(e) for _, _, e in out.values()}) == len(out), "clips must differ"
+    return out
+
+
+def engine(model_dir, **overrides) -> LLMEngine:
+    return LLMEngine(WorkerSettings(model=str(model_dir), device="cpu", dtype="float32",
+                                    **overrides))
+
+
+def run(eng: LLMEngine, cases: dict, names: list[str]) -> dict[str, list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    for i, name in enumerate(names):
+        prompt, audio, _ = cases[name]
+        eng.add_request(f"{name}-{i}-{id(names)}", prompt, params, (audio,))
+    got: dict[str, list[int]] = {}
+    while eng.has_unfinished_requests():
+        for out in eng.step():
+            got.setdefault(out.request_id.split("-")[0], []).extend(out.new_token_ids)
+    return got
+
+
+@pytest.fixture(scope="module")
+def plain(whisper_dir):
+    return engine(whisper_dir)
+
+
+def test_alone_and_batched(plain, cases):
+    for name in SHORT:
+        assert run(plain, cases, [name]) == {name: cases[name][2]}
+    assert run(plain, cases, list(cases)) == {n: c[2] for n, c in cases.items()}
+
+
+def test_prefill_in_chunks(whisper_dir, cases):
+    eng = engine(whisper_dir, max_prefill_chunk_tokens=3)  # the 10-token prompts: 4 chunks
+    assert run(eng, cases, ["pa", "pc", "b"]) == {n: cases[n][2] for n in ("pa", "pc", "b")}
+
+
+def test_preemption_recomputes_the_cross_states(whisper_dir, cases):
+    eng = engine(whisper_dir, kv_block_size=2, num_kv_blocks=10, enable_prefix_caching=False)
+    assert run(eng, cases, SHORT) == {n: cases[n][2] for n in SHORT}
+    assert eng.scheduler.num_preemptions > 0
+
+
+def test_prefix_cache_keys_on_the_audio(whisper_dir, cases):
+    """Same decoder prompt, other audio: no cached block may cross clips; the same clip hits."""
+    eng = engine(whisper_dir, kv_block_size=2)
+    assert run(eng, cases, ["pa"]) == {"pa": cases["pa"][2]}
+    assert run(eng, cases, ["pc"]) == {"pc": cases["pc"][2]}  # pa's prompt blocks are cached
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    prompt, audio, expected = cases["pa"]
+    eng.add_request("again", prompt, params, (audio,))
+    outs = []
+    while eng.has_unfinished_requests():
+        outs += eng.step()
+    assert [t for o in outs for t in o.new_token_ids] == expected
+    assert outs[-1].num_cached_tokens > 0
