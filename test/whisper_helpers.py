@@ -90,12 +90,14 @@ def clip(freq: float, seconds: float = 1.5, seed: int = 0) -> np.ndarray:
 
 
 def hf_greedy(model_dir: Path, features, prompt: list[int], max_new: int,
-              timestamps: bool, prompt_ids: tuple[int, ...] = ()) -> list[int]:
+              timestamps: bool) -> list[int]:
     """transformers' generate (greedy, fp32): the generated ids after ``prompt``."""
     import torch
     from transformers import WhisperForConditionalGeneration
 
     model = WhisperForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    # transformers' prompt_ids: <|startofprev|> and the text, before <|startoftranscript|>
+    prompt_ids = prompt[:prompt.index(model.generation_config.decoder_start_token_id)]
     with torch.inference_mode():
         # One window (force_unique_generate_call): the engine runs one window per request.
         out = model.generate(features, do_sample=False, max_new_tokens=max_new,

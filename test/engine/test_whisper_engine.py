@@ -41,9 +41,9 @@ def cases(whisper_dir):
         audio = whisper_input(fe, clip(freq, seed=seed))
         prompt = decoder_prompt(tokens, timestamps=timestamps, prompt_ids=text)
         expected = hf_greedy(whisper_dir, audio.tensors["input_features"], prompt, MAX_NEW,
-                             timestamps, text)
+                             timestamps)
         out[name] = (prompt, audio, expected)
-    assert len({tuple(e) for _, _, e in out.values()}) == len(out), "clips must differ"
+    assert len({tuple(out[n][2]) for n in SHORT}) == 3 and out["pa"][2] != out["pc"][2]
     return out
 
 
