@@ -172,3 +172,35 @@ def skips_window(avg: float | None, no_speech_prob: float | None,
     if avg is None or no_speech_prob is None:
         return False
     return avg < logprob_threshold and no_speech_prob > no_speech_threshold
+
+
+class LongForm:
+    """One audio's sequential 30 s windows (transformers' long-form loop): ``window()`` says
+    where the next one starts and how many frames it covers; ``done()`` takes its output, keeps
+    its segments and moves the seek point (to the end of the last complete segment)."""
+
+    def __init__(self, tokens: WhisperTokens, total_frames: int,
+                 logprob_threshold: float | None = None,
+                 no_speech_threshold: float | None = None) -> None:
+        self.tokens = tokens
+        self.total_frames = total_frames
+        self.seek = 0
+        self.segments: list[Segment] = []
+        self.thresholds = (logprob_threshold, no_speech_threshold)
+
+    def window(self) -> tuple[int, int] | None:
+        if self.seek >= self.total_frames:
+            return None
+        return self.seek, window_frames(self.seek, self.total_frames)
+
+    def done(self, generated: list[int], logprobs: list[float] | None = None,
+             no_speech_prob: float | None = None) -> None:
+        seek, frames = self.window()
+        avg = avg_logprob(logprobs) if logprobs else None
+        if skips_window(avg, no_speech_prob, *self.thresholds):
+            self.seek += frames
+            return
+        segments, advance = split_segments(self.tokens, generated, seek, frames)
+        self.segments += [Segment(s.start, s.end, s.token_ids, avg, no_speech_prob)
+                          for s in segments]
+        self.seek += advance

@@ -86,16 +86,28 @@ def test_preemption_recomputes_the_cross_states(whisper_dir, cases):
     assert eng.scheduler.num_preemptions > 0
 
 
-def test_prefix_cache_keys_on_the_audio(whisper_dir, cases):
-    """Same decoder prompt, other audio: no cached block may cross clips; the same clip hits."""
-    eng = engine(whisper_dir, kv_block_size=2)
-    assert run(eng, cases, ["pa"]) == {"pa": cases["pa"][2]}
-    assert run(eng, cases, ["pc"]) == {"pc": cases["pc"][2]}  # pa's prompt blocks are cached
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
-    prompt, audio, expected = cases["pa"]
-    eng.add_request("again", prompt, params, (audio,))
+def logprobs_of(eng: LLMEngine, case) -> tuple[list[int], list[float], int]:
+    """One request's tokens, their logprobs and its cached prompt tokens."""
+    prompt, audio, _ = case
+    eng.add_request("lp", prompt, SamplingParams(temperature=0.0, max_tokens=MAX_NEW, logprobs=0),
+                    (audio,))
     outs = []
     while eng.has_unfinished_requests():
         outs += eng.step()
-    assert [t for o in outs for t in o.new_token_ids] == expected
-    assert outs[-1].num_cached_tokens > 0
+    return ([t for o in outs for t in o.new_token_ids],
+            [lp.logprob for o in outs for lp in o.logprobs], outs[-1].num_cached_tokens)
+
+
+def test_prefix_cache_keys_on_the_audio(whisper_dir, cases, plain):
+    """Same decoder prompt, other audio: no cached block may cross clips (the K/V past layer 0
+    depend on the audio: a wrong hit shows in the logprobs); the same clip hits."""
+    eng = engine(whisper_dir, kv_block_size=2)
+    assert run(eng, cases, ["pc"]) == {"pc": cases["pc"][2]}
+    tokens, logprobs, cached = logprobs_of(eng, cases["pa"])  # pc's prompt blocks are cached
+    want_tokens, want, _ = logprobs_of(plain, cases["pa"])  # no block cached (16 tokens a block)
+    assert tokens == want_tokens == cases["pa"][2]
+    assert cached == 0
+    assert logprobs == pytest.approx(want, abs=1e-4)
+    tokens, logprobs, cached = logprobs_of(eng, cases["pa"])  # the same clip: a hit, same output
+    assert (tokens, cached) == (want_tokens, 8)
+    assert logprobs == pytest.approx(want, abs=1e-4)
