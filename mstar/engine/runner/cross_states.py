@@ -47,11 +47,11 @@ class CrossBatch:
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """q [tokens, heads, head_dim] -> [tokens, heads, head_dim], each row on its own audio."""
         outs, i = [], 0
-        for n, states in self.spans:
-            k, v = states[layer]
-            part = torch.nn.functional.scaled_dot_product_attention(
-                q[i:i + n].transpose(0, 1), k, v)
-            outs.append(part.transpose(0, 1))
+        scale = q.shape[-1] ** -0.5
+        for n, states in self.spans:  # two matmuls: on CPU, several times faster than SDPA's
+            k, v = states[layer]  # dispatch for a few queries over 1500 frames
+            scores = torch.matmul(q[i:i + n].transpose(0, 1) * scale, k.transpose(1, 2))
+            outs.append(torch.matmul(scores.softmax(dim=-1), v).transpose(0, 1))
             i += n
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
