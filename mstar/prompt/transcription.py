@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FRAMES_PER_SECOND = 100
-WINDOW_FRAMES = 3000  # 30 s: the encoder's fixed input length
-INPUT_STRIDE = 2  # mel frames per encoder position (one timestamp step)
-TIME_PRECISION = 0.02  # seconds per timestamp step
+from mstar.models.audio.whisper_units import INPUT_STRIDE, TIME_PRECISION, WINDOW_FRAMES
+
 TASKS = ("transcribe", "translate")
 
 

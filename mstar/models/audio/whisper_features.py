@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mstar.models.audio.inputs import AudioInput
+from mstar.models.audio.whisper_units import FRAMES_PER_SECOND, WINDOW_FRAMES
 from mstar.models.vision.inputs import content_hash
-from mstar.prompt.transcription import FRAMES_PER_SECOND, WINDOW_FRAMES
 
 if TYPE_CHECKING:
     import numpy
