@@ -133,8 +133,9 @@ class LLM:
         feats = [long_features(fe, c) for c in clips]
         plans = [LongForm(tokens, frames, logprob_threshold, no_speech_threshold)
                  for _, frames in feats]
-        params = SamplingParams(temperature=0.0, logprobs=0,
-                                max_tokens=self.engine.max_model_len - len(ids))
+        # Logprobs (a log-softmax over the vocabulary per token) only for the no-speech check.
+        params = SamplingParams(temperature=0.0, max_tokens=self.engine.max_model_len - len(ids),
+                                logprobs=None if logprob_threshold is None else 0)
         while any(p.window() is not None for p in plans):  # one window of every unfinished clip
             live = [(p, f) for p, (f, _) in zip(plans, feats, strict=True) if p.window()]
             prompts = [Prompt(ids, (window_input(f, *p.window()),)) for p, f in live]
