@@ -4,6 +4,7 @@ generation config saved as a plain HF directory), test audio, and transformers' 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -89,13 +90,21 @@ def clip(freq: float, seconds: float = 1.5, seed: int = 0) -> np.ndarray:
         np.float32)
 
 
+@functools.cache
+def _reference(model_dir: str):
+    """transformers' model of the directory, loaded once per test session."""
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    return WhisperForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
 def hf_greedy(model_dir: Path, features, prompt: list[int], max_new: int,
               timestamps: bool) -> list[int]:
     """transformers' generate (greedy, fp32): the generated ids after ``prompt``."""
     import torch
-    from transformers import WhisperForConditionalGeneration
 
-    model = WhisperForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = _reference(str(model_dir))
     # transformers' prompt_ids: <|startofprev|> and the text, before <|startoftranscript|>
     prompt_ids = prompt[:prompt.index(model.generation_config.decoder_start_token_id)]
     with torch.inference_mode():
