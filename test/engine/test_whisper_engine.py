@@ -111,3 +111,20 @@ def test_prefix_cache_keys_on_the_audio(whisper_dir, cases, plain):
     tokens, logprobs, cached = logprobs_of(eng, cases["pa"])  # the same clip: a hit, same output
     assert (tokens, cached) == (want_tokens, 8)
     assert logprobs == pytest.approx(want, abs=1e-4)
+
+
+def test_offline_transcribe_is_generate(whisper_dir, cases):
+    """``mstar.LLM.transcribe`` on samples: the window's tokens are generate's (up to the
+    model's length), as one segment over the 30 s window."""
+    import mstar
+
+    llm = mstar.LLM(str(whisper_dir), device="cpu", dtype="float32")
+    freq, seed, _, _ = CLIPS["a"]
+    prompt, audio, _ = cases["a"]
+    limit = llm.engine.max_model_len - len(prompt)
+    expected = hf_greedy(whisper_dir, audio.tensors["input_features"], prompt, limit, False)
+    result = llm.transcribe(clip(freq, seed=seed))
+    assert [(s.start, s.end) for s in result.segments] == [(0.0, 30.0)]
+    eos = llm.tokenizer.eos_token_id
+    assert list(result.segments[0].token_ids) == [t for t in expected if t != eos]
+    assert result.text == llm.tokenizer.decode([t for t in expected if t < eos])
