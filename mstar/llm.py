@@ -12,6 +12,7 @@ from mstar.logging_setup import start_logging
 from mstar.models.vision.inputs import load_processor
 from mstar.output.processor import RequestText, ends_in_engine
 from mstar.prompt import chat_media
+from mstar.prompt.transcription import LongForm, Segment, WhisperTokens, decoder_prompt, text_ids
 from mstar.prompt.value import Prompt
 from mstar.settings import load_settings
 
@@ -26,6 +27,27 @@ class GenerationResult:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     embedding: bytes | None = None  # a pooling request's vector (little-endian float32)
+    logprobs: list[float] = field(default_factory=list)  # of token_ids, where asked
+
+
+@dataclass
+class Transcription:
+    text: str
+    segments: list[Segment]  # start/end seconds and token ids (``mstar.prompt.transcription``)
+
+
+def read_audio(audio, rate: int):
+    """A path (decoded by soundfile, mixed to mono, resampled by soxr) or samples at ``rate``."""
+    import numpy as np
+
+    if not isinstance(audio, (str, bytes)) and not hasattr(audio, "__fspath__"):
+        return np.asarray(audio, dtype=np.float32)
+    import soundfile
+    import soxr
+
+    samples, source_rate = soundfile.read(audio, dtype="float32", always_2d=True)
+    mono = samples.mean(axis=1)
+    return mono if source_rate == rate else soxr.resample(mono, source_rate, rate)
 
 
 class LLM:
@@ -83,6 +105,47 @@ class LLM:
         if self._vision_processor is None:
             self._vision_processor = load_processor(self.engine.model_dir)
         return self._vision_processor
+
+    def transcribe(self, audio, language: str | None = None, task: str = "transcribe",
+                   timestamps: bool = False, prompt: str | None = None,
+                   logprob_threshold: float | None = None,
+                   no_speech_threshold: float | None = None):
+        """A Whisper model's transcript of ``audio``: a file path, or mono float32 samples at
+        16 kHz, or a list of those (run concurrently; a list of results back). Long audio runs in
+        sequential 30 s windows, as transformers' generate does (``mstar.prompt.transcription``).
+        ``task="translate"`` (multilingual models) translates to English. Returns a
+        ``Transcription`` (``text``, ``segments`` with start/end seconds)."""
+        import json
+
+        from transformers import AutoFeatureExtractor
+
+        from mstar.models.audio.whisper_features import long_features, window_input
+
+        model_dir = self.engine.model_dir
+        tokens = WhisperTokens.from_generation_config(
+            json.loads((model_dir / "generation_config.json").read_text()))
+        fe = AutoFeatureExtractor.from_pretrained(model_dir)
+        text = tuple(self.tokenizer.encode(" " + prompt.strip(), add_special_tokens=False)
+                     ) if prompt else ()
+        ids = decoder_prompt(tokens, language, task, timestamps, text)
+        clips = [read_audio(a, fe.sampling_rate) for a in
+                 (audio if isinstance(audio, list) else [audio])]
+        feats = [long_features(fe, c) for c in clips]
+        plans = [LongForm(tokens, frames, logprob_threshold, no_speech_threshold)
+                 for _, frames in feats]
+        # Logprobs (a log-softmax over the vocabulary per token) only for the no-speech check.
+        params = SamplingParams(temperature=0.0, max_tokens=self.engine.max_model_len - len(ids),
+                                logprobs=None if logprob_threshold is None else 0)
+        while any(p.window() is not None for p in plans):  # one window of every unfinished clip
+            live = [(p, f) for p, (f, _) in zip(plans, feats, strict=True) if p.window()]
+            prompts = [Prompt(ids, (window_input(f, *p.window()),)) for p, f in live]
+            for (p, _), out in zip(live, self._run(prompts, [params] * len(live)), strict=True):
+                p.done(out.token_ids, out.logprobs)
+        results = [Transcription(self._text(tokens, p.segments), p.segments) for p in plans]
+        return results if isinstance(audio, list) else results[0]
+
+    def _text(self, tokens: WhisperTokens, segments: list[Segment]) -> str:
+        return "".join(self.tokenizer.decode(text_ids(tokens, s.token_ids)) for s in segments)
 
     def embed(self, prompts, pooling: str = "auto") -> list[list[float]]:
         """One vector per prompt (same prompt forms as ``generate``): the final hidden states
@@ -147,6 +210,8 @@ class LLM:
                 r = results[out.request_id]
                 r.text += text.new_text
                 r.token_ids += text.new_token_ids
+                if out.logprobs:
+                    r.logprobs += [lp.logprob for lp in out.logprobs]
                 if text.finished:
                     r.finish_reason = text.finish_reason
                     r.embedding = text.embedding

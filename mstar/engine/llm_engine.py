@@ -75,7 +75,9 @@ class LLMEngine:
         self.device, self.dtype = resolve_device_dtype(settings)
         hf_config = AutoConfig.from_pretrained(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        limit = hf_config.get_text_config().max_position_embeddings
+        text_config = hf_config.get_text_config()
+        # Whisper's decoder names its limit max_target_positions
+        limit = getattr(text_config, "max_target_positions", None) or text_config.max_position_embeddings
         self.max_model_len = settings.max_model_len or limit
         if self.max_model_len > limit:
             raise ValueError(

@@ -22,6 +22,12 @@ from mstar.engine.kv.kv_cache import (
 from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slot_bytes, state_layers
 from mstar.engine.runner.classify_head import classifier_head
 from mstar.engine.runner.compilation import compile_model
+from mstar.engine.runner.cross_hooks import (
+    cross_states_for,
+    row_histories,
+    warmup_cross,
+    whisper_rules_for,
+)
 from mstar.engine.runner.encoder_cache import EncoderCache
 from mstar.engine.runner.encoder_nodes import EncoderNodes
 from mstar.engine.runner.input_batch import InputBatch, StepTensors
@@ -94,6 +100,10 @@ class ModelRunner:
         self.bidirectional_images = self.entry.bidirectional_image_attention
         self.pooler = Pooler(classifier_head(self.model, model_dir, hf_config,
                                              settings.score_tokens))
+        # Encoder-decoder (Whisper): the kept cross-attention states and the model's logits rules.
+        self.cross = cross_states_for(self.graph, self.model, hf_config, device, dtype,
+                                      settings.max_num_seqs)
+        self.logits_rules = whisper_rules_for(self.cross, model_dir, hf_config, device)
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
 
@@ -209,7 +219,8 @@ class ModelRunner:
             attn_metadata = self.attn_backend.build(inputs)
             attn_metadata.begin_forward()
             hidden = self.model(self._tensor([0] * q), self._tensor(list(range(ctx - q, ctx))),
-                                attn_metadata)
+                                attn_metadata, **warmup_cross(self.cross, self.model.config,
+                                                              self.device, self.dtype, q))
             self.model.compute_logits(hidden[-1:]).argmax(-1).tolist()
 
     @torch.inference_mode()
@@ -235,7 +246,11 @@ class ModelRunner:
         positions = positions.to(self.device, non_blocking=True)
         images = self._placeholders_in_step(out) if self.graph.encoders else None
         encoder = None
-        if images:
+        if self.cross is not None:  # encoder-decoder: each row attends to its request's audio
+            encoder = EncoderCounts()
+            hidden = self.model(input_ids, positions, attn_metadata,
+                                cross=self.cross.step(out, encoder))
+        elif images:
             encoder = EncoderCounts()
             embeds = self._merged_embeds(input_ids, images, encoder)
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
@@ -247,6 +262,8 @@ class ModelRunner:
             return RunnerOutput([], pooled=pooled, encoder=encoder)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
+        if self.logits_rules is not None:
+            logits = self.logits_rules.apply(logits, row_histories(self.batch, step))
         tokens, logprobs = self.sampler.sample(logits, started)
         token_ids = tokens.tolist()
         if snapshot is not None:

@@ -81,14 +81,22 @@ def ensure_builtin_model(cache_dir: Path, verify: bool = False,
     and renamed into place, so a crash never leaves a half-written model behind. ``conversion``:
     GGUF_CONVERSION unless given.
     """
-    gguf = builtin_gguf_path()
+    return ensure_converted(builtin_gguf_path(), BUILTIN_MODEL_NAME, cache_dir, verify,
+                            conversion or GGUF_CONVERSION)
+
+
+def ensure_converted(source: Path, name: str, cache_dir: Path, verify: bool,
+                     conversion: Conversion, version: int = CONVERSION_FORMAT) -> Path:
+    """`<cache_dir>/models/<name>` converted from ``source`` (a file) by ``conversion``, once:
+    ``ensure_builtin_model``'s checks, lock and atomic rename, for any built-in model."""
+    gguf = source
     models_dir = Path(cache_dir).expanduser() / "models"
-    target = models_dir / BUILTIN_MODEL_NAME
-    stamp = {"format": CONVERSION_FORMAT, "source": gguf.name, "source_bytes": gguf.stat().st_size}
+    target = models_dir / name
+    stamp = {"format": version, "source": gguf.name, "source_bytes": gguf.stat().st_size}
     if not _temporary_dirs(target) and _cache_problem(target, stamp, verify) is None:
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(models_dir / f".{BUILTIN_MODEL_NAME}.lock"):
+    with _exclusive_lock(models_dir / f".{name}.lock"):
         # Under the lock, a temporary directory can only be left by a conversion that crashed.
         crashed = _temporary_dirs(target)
         problem = _cache_problem(target, stamp, verify or bool(crashed))
@@ -98,7 +106,7 @@ def ensure_builtin_model(cache_dir: Path, verify: bool = False,
             if problem != NOT_CONVERTED:
                 log.warning("builtin_model_cache_invalid", path=str(target), reason=problem,
                             action="converting it again")
-            _convert(gguf, target, stamp, conversion or GGUF_CONVERSION)
+            _convert(gguf, target, stamp, conversion)
     return target
 
 

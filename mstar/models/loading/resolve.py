@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mstar.models.loading.builtin import Conversion, ensure_builtin_model
+from mstar.models.loading.builtin_whisper import BUILTIN_WHISPER, ensure_builtin_whisper
 from mstar.models.loading.hub import hub_id, resolve_hub
 from mstar.models.loading.model_error import ModelError
 from mstar.models.loading.registry import supported_architectures
@@ -37,6 +38,10 @@ def resolve_model_dir(settings: WorkerSettings, conversion: Conversion | None = 
     """
     if settings.model == BUILTIN_MODEL_NAME:
         target = ensure_builtin_model(settings.cache_dir, settings.verify_cache, conversion)
+        check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
+        return target
+    if settings.model == BUILTIN_WHISPER:
+        target = ensure_builtin_whisper(settings.cache_dir, settings.verify_cache)
         check_weights(target, f"delete {str(target)!r} to convert the built-in model again")
         return target
     hub = hub_id(settings.model)
