@@ -76,8 +76,9 @@ def stub_app(tokenizer, engine=None, **settings):
 
 
 def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
-           **settings):
-    """The ASGI app of an API server whose engine client is ``client``, with these settings."""
+           speech=None, **settings):
+    """The ASGI app of an API server whose engine client is ``client``, with these settings
+    (``speech``: a speech model's ``SpeechModel``, for the audio routes)."""
     from mstar.api_server.app import build_app
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
@@ -88,7 +89,7 @@ def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODE
     running = RunningSettings(WorkerSettings(**settings))
     model = ServedModel(model_name, max_model_len, running)
     return build_app(client, tokenizer, running, model, Admission(lambda: client.failure),
-                     Metrics())
+                     Metrics(), speech=speech)
 
 
 def sse_events(resp) -> list[tuple[str, dict]]:

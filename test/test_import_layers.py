@@ -22,7 +22,7 @@ LAYERS = ("settings", "logging_setup", "kernels", "graph", "models", "engine", "
 # composition root, above every sub-package.
 API_SERVER = "api_server"
 API_SERVER_LAYERS = ("context", "http", "media", "tools", "reasoning", "generation", "validation",
-                     "openai", "anthropic", "responses", "native", "(root)")
+                     "openai", "anthropic", "responses", "native", "audio", "(root)")
 ENTRY_MODULES = ("__init__", "__main__")  # the package's own entry points may import anything
 
 

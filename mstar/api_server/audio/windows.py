@@ -1,0 +1,93 @@
+"""A clip transcribed as transformers' Whisper ``generate`` does it: in sequential 30 s windows,
+each one engine request (the window's features, its decoder prompt), the next window starting
+where the last complete segment of this one ended (``mstar.prompt.transcription``, shared with
+``mstar.LLM``). Timestamps are decoded when the response is timed (srt, vtt, verbose_json) and
+whenever the audio is longer than one window (long-form needs them to know where to go on).
+The prompt text conditions the first window only (transformers' "first-segment").
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mstar.api_server.audio.formats import Spoken
+from mstar.api_server.audio.speech import SpeechModel
+from mstar.api_server.generation.choice import Choice
+from mstar.api_server.generation.facade import Generation
+from mstar.api_server.http.errors import APIError
+from mstar.api_server.media.pool import in_media_pool
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.prompt import transcription as tr
+from mstar.prompt.value import Prompt
+
+FIELDS = {"language": "language", "task": "model", "prompt": "prompt"}  # whose fault, by name
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the request asks of every window."""
+
+    task: str
+    language: str | None
+    prompt_ids: tuple[int, ...]
+    temperature: float
+    timed: bool  # timestamps asked for by the response format
+    logprobs: bool  # per-token logprobs wanted (verbose_json's avg_logprob)
+
+
+def frames_of(clip: np.ndarray, rate: int) -> int:
+    return len(clip) // (rate // tr.FRAMES_PER_SECOND)
+
+
+def window_prompt(speech: SpeechModel, ask: Ask, timestamps: bool, first: bool) -> list[int]:
+    try:
+        return tr.decoder_prompt(speech.tokens, ask.language, ask.task, timestamps,
+                                 ask.prompt_ids if first else ())
+    except tr.TranscriptionError as exc:
+        field = FIELDS.get(exc.field, exc.field)
+        raise APIError(400, f"`{field}`: {exc}", field) from exc
+
+
+def window_params(ask: Ask, prompt_len: int, max_model_len: int) -> SamplingParams:
+    if prompt_len >= max_model_len:
+        raise APIError(400, f"`prompt`: the decoder prompt takes {prompt_len} tokens; the model "
+                       f"decodes at most {max_model_len}", "prompt")
+    return SamplingParams(max_tokens=max_model_len - prompt_len, temperature=ask.temperature,
+                          logprobs=0 if ask.logprobs else None)
+
+
+def spoken(tokenizer: Any, speech: SpeechModel, segments: list[tr.Segment], seek: int,
+           logprobs: list[float]) -> list[Spoken]:
+    """The segments that hold text, decoded (a window of silence holds none)."""
+    avg = tr.avg_logprob(logprobs) if logprobs else 0.0
+    texts = [tr.text_ids(speech.tokens, s.token_ids) for s in segments]
+    return [Spoken(s.start, s.end, tokenizer.decode(ids), s.token_ids, seek, avg)
+            for s, ids in zip(segments, texts, strict=True) if ids]
+
+
+async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarray, ask: Ask,
+                     request_id: str, max_model_len: int) -> AsyncIterator[list[Spoken]]:
+    """Each window's kept segments, decoded, window by window."""
+    total = frames_of(clip, speech.rate)
+    hop = speech.rate // tr.FRAMES_PER_SECOND
+    timestamps = ask.timed or total > tr.WINDOW_FRAMES
+    seek, k = 0, 0
+    while seek < total:
+        frames = tr.window_frames(seek, total)
+        features = await in_media_pool(speech.features, clip[seek * hop:(seek + frames) * hop])
+        ids = window_prompt(speech, ask, timestamps, k == 0)
+        job = (Prompt(ids, (features,)), window_params(ask, len(ids), max_model_len))
+        choice = Choice()
+        async with aclosing(generation.run(f"{request_id}-w{k}", [job])) as outputs:
+            async for _, out in outputs:
+                choice.add(out)
+        segments, advance = tr.split_segments(speech.tokens, choice.token_ids, seek, frames)
+        yield spoken(generation.tokenizer, speech, segments, seek,
+                     [p.logprob for p in choice.logprobs])
+        seek += advance if advance > 0 else frames  # a window always moves on
+        k += 1
