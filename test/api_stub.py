@@ -76,9 +76,10 @@ def stub_app(tokenizer, engine=None, **settings):
 
 
 def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
-           speech=None, **settings):
+           speech=None, modalities=("text",), processor=None, **settings):
     """The ASGI app of an API server whose engine client is ``client``, with these settings
-    (``speech``: a speech model's ``SpeechModel``, for the audio routes)."""
+    (``speech``: a speech model's ``SpeechModel``, for the audio routes; ``modalities`` and
+    ``processor``: what the served model takes, and its transformers processor)."""
     from mstar.api_server.app import build_app
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
@@ -87,9 +88,9 @@ def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODE
     from mstar.settings import WorkerSettings
 
     running = RunningSettings(WorkerSettings(**settings))
-    model = ServedModel(model_name, max_model_len, running)
+    model = ServedModel(model_name, max_model_len, running, tuple(modalities))
     return build_app(client, tokenizer, running, model, Admission(lambda: client.failure),
-                     Metrics(), speech=speech)
+                     Metrics(), processor, speech)
 
 
 def sse_events(resp) -> list[tuple[str, dict]]:

@@ -47,9 +47,12 @@ class RequestGate:
                            kind="invalid_request_error")
 
     def content_parts(self, req: ChatRequest) -> None:
-        """A chat request's content parts, images as far as the served model takes them."""
-        check_content_parts(req, self._model.takes_images,
-                            self._running.settings.max_images_per_request)
+        """A chat request's content parts, images and audio as far as the served model takes
+        them."""
+        settings = self._running.settings
+        check_content_parts(req, self._model.takes_images, settings.max_images_per_request,
+                            "audio" in self._model.modalities,
+                            settings.max_audio_parts_per_request)
 
     def admit(self, req: Any, endpoint: Endpoint | None,
               rules: tuple[Rule, ...] = ()) -> dict[str, str]:
