@@ -9,7 +9,18 @@ import json
 import pytest
 from audio_files import cut, encoded, lying_wav
 from starlette.testclient import TestClient
-from whisper_stub import EN, FR, LOGPROB, NO_TIMESTAMPS, PREVIOUS, START, TRANSLATE, ts, whisper_app
+from whisper_stub import (
+    EN,
+    FR,
+    LOGPROB,
+    NO_TIMESTAMPS,
+    PREVIOUS,
+    START,
+    TRANSLATE,
+    speech_script,
+    ts,
+    whisper_app,
+)
 
 from mstar.api_server.audio.formats import clock
 
@@ -22,18 +33,6 @@ def words(tiny_tokenizer):
     a = tiny_tokenizer.encode(" the cat", add_special_tokens=False)
     b = tiny_tokenizer.encode(" sat down", add_special_tokens=False)
     return a, b, tiny_tokenizer.decode(a), tiny_tokenizer.decode(b)
-
-
-def speech_script(words):
-    """A timed window: two segments (0-1.2 s, 1.2-2 s) ending on a single timestamp; untimed:
-    both phrases."""
-    a, b, _, _ = words
-
-    def script(prompt: list[int], k: int) -> list[int]:
-        if NO_TIMESTAMPS in prompt:
-            return [*a, *b]
-        return [ts(0.0), *a, ts(1.2), ts(1.2), *b, ts(2.0)]
-    return script
 
 
 def post(client, data: bytes, url: str = URL, name: str = "a.wav", **fields):

@@ -19,7 +19,8 @@ BASE = {"chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content
                                       "messages": [{"role": "user", "content": "hi"}]}),
         "embeddings": ("/v1/embeddings", {"input": "hi"})}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai_api.rst"
-CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints]
+# the audio routes' rows (multipart forms) are sent by test_audio_fields.py
+CASES = [(endpoint, row) for row in TABLE for endpoint in row.endpoints if endpoint in BASE]
 
 
 def _id(case: tuple[str, FieldRow]) -> str:

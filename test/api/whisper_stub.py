@@ -73,6 +73,18 @@ class WhisperEngine(StubEngine):
         return queue
 
 
+def speech_script(words) -> Script:
+    """A timed window: two segments (0-1.2 s, 1.2-2 s) ending on a single timestamp; untimed:
+    both phrases."""
+    a, b, _, _ = words
+
+    def script(prompt: list[int], k: int) -> list[int]:
+        if NO_TIMESTAMPS in prompt:
+            return [*a, *b]
+        return [ts(0.0), *a, ts(1.2), ts(1.2), *b, ts(2.0)]
+    return script
+
+
 def whisper_app(tokenizer, script: Script, multilingual: bool = False, **settings):
     """(app, engine, clips) of an API server serving the stub Whisper."""
     engine, clips = WhisperEngine(script), Clips()
