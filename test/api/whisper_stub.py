@@ -15,12 +15,13 @@ from mstar.api_server.audio.speech import SpeechModel
 from mstar.engine.request.outputs import TokenLogprob
 from mstar.models.audio.inputs import AudioInput
 from mstar.output.processor import TextOutput
-from mstar.prompt.transcription import WhisperTokens
+from mstar.prompt.transcription import WINDOW_FRAMES, WhisperTokens
 
 EOS, START, PREVIOUS, EN, FR, TRANSLATE, TRANSCRIBE = 400, 401, 402, 403, 404, 405, 406
 NO_TIMESTAMPS = 408
 TS = NO_TIMESTAMPS + 1  # <|0.00|>; TS + k is k x 0.02 s
 RATE = 16_000
+HOP = RATE // 100  # samples per mel frame
 LOGPROB = -0.25
 
 
@@ -36,14 +37,19 @@ def whisper_tokens(multilingual: bool) -> WhisperTokens:
 
 
 class Clips:
-    """The speech model's feature step: records each window's samples."""
+    """The speech model's feature steps: the "features" are the clip itself (frames as
+    transformers counts them: 3000 for a clip of at most 30 s); each window records the samples
+    it covers."""
 
     def __init__(self) -> None:
         self.seen: list[np.ndarray] = []
 
-    def __call__(self, clip: np.ndarray) -> AudioInput:
-        self.seen.append(clip)
-        return AudioInput(f"clip-{len(self.seen)}", {}, (), len(clip) / RATE)
+    def features(self, clip: np.ndarray) -> tuple[np.ndarray, int]:
+        return clip, max(WINDOW_FRAMES, len(clip) // HOP)
+
+    def window(self, clip: np.ndarray, seek: int, frames: int) -> AudioInput:
+        self.seen.append(clip[seek * HOP:(seek + frames) * HOP])
+        return AudioInput(f"clip-{len(self.seen)}", {}, (), frames / 100)
 
 
 Script = Callable[[list[int], int], list[int]]  # (prompt ids, window number) -> generated ids
@@ -88,6 +94,6 @@ def speech_script(words) -> Script:
 def whisper_app(tokenizer, script: Script, multilingual: bool = False, **settings):
     """(app, engine, clips) of an API server serving the stub Whisper."""
     engine, clips = WhisperEngine(script), Clips()
-    speech = SpeechModel(clips, RATE, whisper_tokens(multilingual))
+    speech = SpeechModel(clips.features, clips.window, RATE, whisper_tokens(multilingual))
     app = app_on(engine, tokenizer, max_model_len=448, speech=speech, **settings)
     return app, engine, clips

@@ -40,10 +40,6 @@ class Ask:
     logprobs: bool  # per-token logprobs wanted (verbose_json's avg_logprob)
 
 
-def frames_of(clip: np.ndarray, rate: int) -> int:
-    return len(clip) // (rate // tr.FRAMES_PER_SECOND)
-
-
 def window_prompt(speech: SpeechModel, ask: Ask, timestamps: bool, first: bool) -> list[int]:
     try:
         return tr.decoder_prompt(speech.tokens, ask.language, ask.task, timestamps,
@@ -72,16 +68,18 @@ def spoken(tokenizer: Any, speech: SpeechModel, segments: list[tr.Segment], seek
 
 async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarray, ask: Ask,
                      request_id: str, max_model_len: int) -> AsyncIterator[list[Spoken]]:
-    """Each window's kept segments, decoded, window by window."""
-    total = frames_of(clip, speech.rate)
-    hop = speech.rate // tr.FRAMES_PER_SECOND
-    timestamps = ask.timed or total > tr.WINDOW_FRAMES
+    """Each window's kept segments, decoded, window by window. Audio of at most 30 s is one
+    window (transformers' short form); longer audio goes on from where each window's segments
+    end (long form)."""
+    features, total = await in_media_pool(speech.features, clip)
+    long_form = total > tr.WINDOW_FRAMES
+    timestamps = ask.timed or long_form
     seek, k = 0, 0
-    while seek < total:
+    while seek < total and (long_form or k == 0):
         frames = tr.window_frames(seek, total)
-        features = await in_media_pool(speech.features, clip[seek * hop:(seek + frames) * hop])
+        window = await in_media_pool(speech.window, features, seek, frames)
         ids = window_prompt(speech, ask, timestamps, k == 0)
-        job = (Prompt(ids, (features,)), window_params(ask, len(ids), max_model_len))
+        job = (Prompt(ids, (window,)), window_params(ask, len(ids), max_model_len))
         choice = Choice()
         async with aclosing(generation.run(f"{request_id}-w{k}", [job])) as outputs:
             async for _, out in outputs:
