@@ -70,3 +70,4 @@ def test_field_rows_are_named_once_per_endpoint():
         names = [row.name for row in TABLE if endpoint in row.endpoints]
         assert len(names) == len(set(names)), endpoint
 
+
