@@ -41,6 +41,7 @@ def test_each_audio_field_behaves_as_the_table_says(client, case):
     if row.accepted is not None:
         resp = _post(client, endpoint, row.accepted)
         assert resp.status_code == 200, resp.text
+        assert "x-mstar-ignored-fields" not in resp.headers  # a known field, never "unknown"
     if row.refused is not None:
         check_refused(_post(client, endpoint, row.refused), row)
     assert row.accepted is not None or row.refused is not None
@@ -71,3 +72,17 @@ def test_field_rows_are_named_once_per_endpoint():
         assert len(names) == len(set(names)), endpoint
 
 
+
+
+def test_unknown_form_fields_follow_the_policy(tiny_tokenizer):
+    a = tiny_tokenizer.encode(" the cat", add_special_tokens=False)
+    for mode, status in (("warn", 200), ("reject", 400)):
+        app, _, _ = whisper_app(tiny_tokenizer, speech_script((a, a, "", "")),
+                                multilingual=True, unknown_request_fields=mode)
+        resp = _post(TestClient(app), "transcriptions", {"temprature": "0.1"})
+        assert resp.status_code == status, resp.text
+        if mode == "warn":
+            assert resp.headers["x-mstar-ignored-fields"] == "temprature"
+        else:
+            assert resp.json()["error"]["param"] == "temprature"
+            assert "did you mean 'temperature'" in resp.json()["error"]["message"]

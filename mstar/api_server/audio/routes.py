@@ -29,6 +29,7 @@ from mstar.api_server.media.audio_loader import AudioLimits, AudioPart, load_cli
 router = APIRouter()
 FILE = "file"
 ENGLISH_ONLY = "english"  # the language an English-only model reports
+ENDPOINTS = {"transcribe": "transcriptions", "translate": "translations"}  # field-table rows
 DOC = {200: {"model": Transcription, "description": "json and verbose_json: a JSON object; "
              "text, srt and vtt: text; stream=true: server-sent events.",
              "content": {"text/plain": {"schema": {"type": "string"}},
@@ -76,6 +77,8 @@ def prompt_ids(tokenizer: Any, prompt: str | None, max_model_len: int) -> tuple[
 
 
 async def _answer(request: Request, form: AudioForm) -> Any:
+    sent = list((await request.form()).keys())  # parsed once already, for ``form``
+    headers = request.app.state.gate.form_headers(sent, ENDPOINTS[form.task])
     speech = _speech(request, form)
     settings, generation = request.app.state.running.settings, request.app.state.generation
     limits = AudioLimits.from_settings(settings)
@@ -90,12 +93,14 @@ async def _answer(request: Request, form: AudioForm) -> Any:
     if form.stream:
         first = await first_output(windows)  # an early failure keeps its status
         return StreamingResponse(_events(first, windows, duration),
-                                 media_type="text/event-stream")
+                                 media_type="text/event-stream", headers=headers)
     async with aclosing(windows):
         segments = [segment async for window in windows for segment in window]
-    return formats.response(formats.Transcript(form.task, language_name(form.language), duration,
-                                               segments, form.temperature),
-                            form.response_format)
+    answer = formats.response(formats.Transcript(form.task, language_name(form.language),
+                                                 duration, segments, form.temperature),
+                              form.response_format)
+    answer.headers.update(headers)
+    return answer
 
 
 async def _events(first: list[formats.Spoken], windows: AsyncIterator[list[formats.Spoken]],

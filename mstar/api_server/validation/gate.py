@@ -11,7 +11,7 @@ from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.http.bounds import Counted, check_counts
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.validation.field_table import Endpoint
+from mstar.api_server.validation.field_table import Endpoint, rows_for
 from mstar.api_server.validation.request_rules import (
     ChatRequest,
     Rule,
@@ -19,7 +19,11 @@ from mstar.api_server.validation.request_rules import (
     check_rejected_fields,
     check_request,
 )
-from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy, unknown_fields
+from mstar.api_server.validation.unknown_fields import (
+    UnknownFieldPolicy,
+    unknown_fields,
+    unknown_names,
+)
 
 
 class Bounded(Protocol):
@@ -75,3 +79,9 @@ class RequestGate:
         if check is not None:
             check(req)
         return self._unknown.headers(unknown_fields(req))
+
+    def form_headers(self, sent: list[str], endpoint: Endpoint) -> dict[str, str]:
+        """The response headers for a multipart form (the audio routes) whose ``sent`` field
+        names no row of ``endpoint`` knows, under MSTAR_UNKNOWN_REQUEST_FIELDS (or a 400)."""
+        known = [row.name for row in rows_for(endpoint)]
+        return self._unknown.headers(unknown_names(sent, known))
