@@ -1,7 +1,8 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations: the upload decoded and bounded
 (``media.audio_loader``), transcribed window by window (``windows``) and answered in the asked
-format (``formats``), or streamed as OpenAI's ``transcript.text.delta`` events (one per segment,
-as each 30 s window finishes) and a last ``transcript.text.done``.
+format (``formats``), or streamed as OpenAI's ``transcript.text.delta`` events (token by token
+when no timestamps are decoded; else one per segment as each 30 s window finishes) and a last
+``transcript.text.done``.
 
 Served by a speech model (``speech``); another model answers a 400 naming ``model``.
 """
@@ -19,7 +20,7 @@ from mstar.api_server.audio import formats
 from mstar.api_server.audio.docs import TranscriptEvent, Transcription
 from mstar.api_server.audio.form import AudioForm, transcription_form, translation_form
 from mstar.api_server.audio.speech import SpeechModel
-from mstar.api_server.audio.windows import Ask, transcribe
+from mstar.api_server.audio.windows import Ask, Delta, transcribe
 from mstar.api_server.generation.run import first_output, new_request_id
 from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError, error_body
@@ -92,10 +93,11 @@ async def _answer(request: Request, form: AudioForm) -> Any:
     duration = len(clip) / speech.rate
     if form.stream:
         first = await first_output(windows)  # an early failure keeps its status
-        return StreamingResponse(_events(first, windows, duration),
+        return StreamingResponse(_events(replay_one(first, windows), duration),
                                  media_type="text/event-stream", headers=headers)
     async with aclosing(windows):
-        segments = [segment async for window in windows for segment in window]
+        segments = [segment async for window in windows if isinstance(window, list)
+                    for segment in window]
     answer = formats.response(formats.Transcript(form.task, language_name(form.language),
                                                  duration, segments, form.temperature),
                               form.response_format)
@@ -103,22 +105,28 @@ async def _answer(request: Request, form: AudioForm) -> Any:
     return answer
 
 
-async def _events(first: list[formats.Spoken], windows: AsyncIterator[list[formats.Spoken]],
+async def replay_one(first: Any, rest: AsyncIterator) -> AsyncIterator:
+    """``first`` (awaited before the response started), then ``rest``."""
+    yield first
+    async with aclosing(rest):
+        async for item in rest:
+            yield item
+
+
+async def _events(items: AsyncIterator[Delta | list[formats.Spoken]],
                   duration: float) -> AsyncIterator[bytes]:
-    """One delta per segment, then the done event; a failure midway is a last error event."""
+    """A delta event per piece of text, then the done event; a failure midway is a last error
+    event."""
     text = ""
-    async with aclosing(windows):
+    async with aclosing(items):
         try:
-            window = first
-            while True:
-                for segment in window:
-                    delta = segment.text if text else segment.text.lstrip()
+            async for item in items:
+                if not isinstance(item, Delta):  # a window's segments: their text came as deltas
+                    continue
+                delta = item.text if text else item.text.lstrip()
+                if delta:
                     text += delta
-                    if delta:
-                        yield framing.sse({"type": "transcript.text.delta", "delta": delta})
-                window = await anext(windows, None)
-                if window is None:
-                    break
+                    yield framing.sse({"type": "transcript.text.delta", "delta": delta})
         except APIError as exc:
             yield framing.sse(error_body(exc.status, exc.message, exc.param, exc.code, exc.kind))
             return

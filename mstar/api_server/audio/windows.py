@@ -66,11 +66,35 @@ def spoken(tokenizer: Any, speech: SpeechModel, segments: list[tr.Segment], seek
             for s, ids in zip(segments, texts, strict=True) if ids]
 
 
+@dataclass(frozen=True)
+class Delta:
+    """Text the transcript grew by (for ``stream=true``)."""
+
+    text: str
+
+
+class LiveText:
+    """An untimed window's text as its tokens arrive: every token is text there, and no later
+    cut takes any back, so it can be shown at once (a piece ending inside a character waits)."""
+
+    def __init__(self, tokenizer: Any, tokens: tr.WhisperTokens) -> None:
+        self.tokenizer, self.tokens, self.shown = tokenizer, tokens, ""
+
+    def grow(self, token_ids: list[int]) -> str:
+        text = self.tokenizer.decode(tr.text_ids(self.tokens, tuple(token_ids)))
+        if text.endswith("\ufffd") or len(text) <= len(self.shown):
+            return ""
+        delta, self.shown = text[len(self.shown):], text
+        return delta
+
+
 async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarray, ask: Ask,
-                     request_id: str, max_model_len: int) -> AsyncIterator[list[Spoken]]:
-    """Each window's kept segments, decoded, window by window. Audio of at most 30 s is one
-    window (transformers' short form); longer audio goes on from where each window's segments
-    end (long form)."""
+                     request_id: str, max_model_len: int
+                     ) -> AsyncIterator[Delta | list[Spoken]]:
+    """The transcript as it grows (``Delta``: token by token in an untimed window, else each kept
+    segment's text once its window is done), and after each window its kept segments, decoded.
+    Audio of at most 30 s is one window (transformers' short form); longer audio goes on from
+    where each window's segments end (long form)."""
     features, total = await in_media_pool(speech.features, clip)
     long_form = total > tr.WINDOW_FRAMES
     timestamps = ask.timed or long_form
@@ -81,11 +105,18 @@ async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarr
         ids = window_prompt(speech, ask, timestamps, k == 0)
         job = (Prompt(ids, (window,)), window_params(ask, len(ids), max_model_len))
         choice = Choice()
+        live = None if timestamps else LiveText(generation.tokenizer, speech.tokens)
         async with aclosing(generation.run(f"{request_id}-w{k}", [job])) as outputs:
             async for _, out in outputs:
                 choice.add(out)
+                delta = live.grow(choice.token_ids) if live is not None else ""
+                if delta:
+                    yield Delta(delta)
         segments, advance = tr.split_segments(speech.tokens, choice.token_ids, seek, frames)
-        yield spoken(generation.tokenizer, speech, segments, seek,
-                     [p.logprob for p in choice.logprobs])
+        kept = spoken(generation.tokenizer, speech, segments, seek,
+                      [p.logprob for p in choice.logprobs])
+        for text in [s.text for s in kept] if live is None else []:
+            yield Delta(text)
+        yield kept
         seek += advance if advance > 0 else frames  # a window always moves on
         k += 1

@@ -37,8 +37,9 @@ ROWS: list[dict[str, Any]] = [
          accepted={"response_format": "srt"}, refused={"response_format": "diarized_json"}),
     _row("temperature", AUDIO, "supported", "0 .. 1; 0 is greedy. No temperature fallback.",
          accepted={"temperature": "0.2"}, refused={"temperature": "1.5"}),
-    _row("stream", TRANSCRIPTIONS, "supported", "``true``: ``transcript.text.delta`` events (one "
-         "per segment, as each 30 s window finishes), then ``transcript.text.done`` with the "
+    _row("stream", TRANSCRIPTIONS, "supported", "``true``: ``transcript.text.delta`` events (token "
+         "by token for audio of at most 30 s; else one per segment as each 30 s window "
+         "finishes), then ``transcript.text.done`` with the "
          "text and usage. With ``json`` and ``text`` only.", accepted={"stream": "true"},
          refused={"stream": "true", "response_format": "srt"}, param="stream"),
     _row("timestamp_granularities[]", TRANSCRIPTIONS, "supported", "``segment`` (needs "
