@@ -89,7 +89,8 @@ async def _answer(request: Request, form: AudioForm) -> Any:
     max_len = request.app.state.model.max_model_len
     ask = Ask(form.task, form.language, prompt_ids(generation.tokenizer, form.prompt, max_len),
               form.temperature, form.timed, form.response_format == "verbose_json")
-    windows = transcribe(generation, speech, clip, ask, new_request_id("audio"), max_len)
+    watch = None if form.stream else request.is_disconnected
+    windows = transcribe(generation, speech, clip, ask, new_request_id("audio"), max_len, watch)
     duration = len(clip) / speech.rate
     if form.stream:
         first = await first_output(windows)  # an early failure keeps its status

@@ -8,7 +8,7 @@ The prompt text conditions the first window only (transformers' "first-segment")
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -89,12 +89,14 @@ class LiveText:
 
 
 async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarray, ask: Ask,
-                     request_id: str, max_model_len: int
+                     request_id: str, max_model_len: int,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None
                      ) -> AsyncIterator[Delta | list[Spoken]]:
     """The transcript as it grows (``Delta``: token by token in an untimed window, else each kept
     segment's text once its window is done), and after each window its kept segments, decoded.
     Audio of at most 30 s is one window (transformers' short form); longer audio goes on from
-    where each window's segments end (long form)."""
+    where each window's segments end (long form). ``is_disconnected``: a non-streaming client's
+    check, so that a client gone stops its windows (a stream's are stopped by closing this)."""
     features, total = await in_media_pool(speech.features, clip)
     long_form = total > tr.WINDOW_FRAMES
     timestamps = ask.timed or long_form
@@ -106,7 +108,7 @@ async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarr
         job = (Prompt(ids, (window,)), window_params(ask, len(ids), max_model_len))
         choice = Choice()
         live = None if timestamps else LiveText(generation.tokenizer, speech.tokens)
-        async with aclosing(generation.run(f"{request_id}-w{k}", [job])) as outputs:
+        async with aclosing(generation.run(f"{request_id}-w{k}", [job], is_disconnected)) as outputs:
             async for _, out in outputs:
                 choice.add(out)
                 delta = live.grow(choice.token_ids) if live is not None else ""
