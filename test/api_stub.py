@@ -83,9 +83,12 @@ def stub_app(tokenizer, engine=None, **settings):
 
 
 def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
-           labels=(), generates=True, **settings):
+           labels=(), generates=True, speech=None, modalities=("text",), processor=None,
+           **settings):
     """The ASGI app of an API server whose engine client is ``client``, with these settings
-    (``labels``, ``generates``: the served model's classifier head, see ``ServedModel``)."""
+    (``labels``, ``generates``: the served model's classifier head, see ``ServedModel``;
+    ``speech``: a speech model's ``SpeechModel``, for the audio routes; ``modalities`` and
+    ``processor``: what the served model takes, and its transformers processor)."""
     from mstar.api_server.app import build_app
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
@@ -94,9 +97,10 @@ def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODE
     from mstar.settings import WorkerSettings
 
     running = RunningSettings(WorkerSettings(**settings))
-    model = ServedModel(model_name, max_model_len, running, labels=labels, generates=generates)
+    model = ServedModel(model_name, max_model_len, running, tuple(modalities), labels=labels,
+                        generates=generates)
     return build_app(client, tokenizer, running, model, Admission(lambda: client.failure),
-                     Metrics())
+                     Metrics(), processor, speech)
 
 
 def sse_events(resp) -> list[tuple[str, dict]]:

@@ -22,7 +22,8 @@ LAYERS = ("settings", "logging_setup", "kernels", "graph", "models", "engine", "
 # api_server (``app``, ``server``, ``reload``) are the composition root, above every sub-package.
 API_SERVER = "api_server"
 API_SERVER_LAYERS = ("context", "http", "media", "tools", "reasoning", "generation", "validation",
-                     "openai", "anthropic", "responses", "native", "scoring", "ui", "(root)")
+                     "openai", "anthropic", "responses", "native", "scoring", "audio", "ui",
+                     "(root)")
 ENTRY_MODULES = ("__init__", "__main__")  # the package's own entry points may import anything
 
 

@@ -3,7 +3,8 @@ client, the running settings, the served model, admission, metrics) with its rou
 handlers, admission control and the catch-all guard.
 
 Routes find what they call on ``app.state``: ``generation`` (prompts and runs), ``gate`` (request
-checks), ``running`` (the settings), ``model`` (the served model) and ``response_store``.
+checks), ``running`` (the settings), ``model`` (the served model), ``speech`` (a speech model's
+features and tokens, for the audio routes) and ``response_store``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mstar.api_server.anthropic import routes as anthropic_routes
+from mstar.api_server.audio import routes as audio_routes
+from mstar.api_server.audio.speech import SpeechModel
 from mstar.api_server.context.admission import Admission
 from mstar.api_server.context.metrics import Metrics
 from mstar.api_server.context.running import RunningSettings
@@ -42,14 +45,16 @@ from mstar.ipc.tracing import Tracing
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
-           config_routes.router, scoring_routes.router)
+           config_routes.router, scoring_routes.router, audio_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
 def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, model: ServedModel,
-              admission: Admission, metrics: Metrics, processor: Any = None) -> FastAPI:
-    """``processor``: a vision model's transformers processor (None: the model takes text)."""
+              admission: Admission, metrics: Metrics, processor: Any = None,
+              speech: SpeechModel | None = None) -> FastAPI:
+    """``processor``: a vision model's transformers processor (None: the model takes text);
+    ``speech``: a speech-to-text model's (None: the audio routes answer a 400)."""
     app = FastAPI(title="mstar", version="1", docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json",
                   description="OpenAI-compatible serving (chat, completions, Responses) and "
@@ -60,6 +65,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     app.state.gate = RequestGate(model, running, 0 if tokenizer is None else len(tokenizer))
     app.state.running = running
     app.state.model = model
+    app.state.speech = speech
     app.state.response_store = store_from(settings)
     app.state.score_template = read_template(settings.score_template)  # rerank, score
     install_error_handlers(app)

@@ -28,6 +28,7 @@ import structlog
 import uvicorn
 import uvloop
 
+from mstar.api_server.audio.speech import speech_model
 from mstar.api_server.generation.engine_client import EngineClient, Failure, StartupError
 from mstar.api_server.media.model import model_media
 from mstar.conductor.process import conductor_main
@@ -98,12 +99,13 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
             try:  # after the start: the workers import and load the model meanwhile
                 tokenizer = load_tokenizer(model_dir)
                 media = model_media(model_dir, settings.score_tokens)
+                speech = speech_model(model_dir, media.modalities)
             except BaseException:
                 conductor.kill()  # its workers die with it
                 raise
             # uvloop: the event loop's own overhead is a share of every streamed token.
             return uvloop.run(_serve(loaded, tokenizer, media, endpoints, conductor, sock,
-                                     deferred))
+                                     deferred, speech))
         finally:
             conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
             if conductor.is_alive():
@@ -116,7 +118,8 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
 
 
 async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
-                 conductor: Any, sock: socket.socket, deferred: DeferredReload) -> int:
+                 conductor: Any, sock: socket.socket, deferred: DeferredReload,
+                 speech: Any = None) -> int:
     from mstar.api_server.app import build_app
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
@@ -151,7 +154,8 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities,
                             labels=media.labels, generates=media.generates)
         admission = Admission(lambda: client.failure)
-        app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor)
+        app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor,
+                        speech)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, running, client.send_control)
         server = _Server(uvicorn_config(app, settings))
         # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left

@@ -59,7 +59,10 @@ def _bounded_routes(client) -> list[tuple[str, str, str]]:
     out = []
     for path, operations in spec["paths"].items():
         post = operations.get("post")
-        if post is None or "requestBody" not in post:
+        # multipart forms (the audio routes) hold no bounded list: their bounds are the audio's
+        # bytes and seconds (test_audio_decode, test_audio_routes)
+        if post is None or "application/json" not in post.get("requestBody", {}).get("content",
+                                                                                     {}):
             continue
         for field in sorted(_request_fields(spec, post)):
             knob = INPUT_KNOBS.get(path) if field == "input" else KNOBS.get(field)

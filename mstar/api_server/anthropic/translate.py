@@ -22,7 +22,15 @@ BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
 BLOCK_FIELDS = {"text": ("text",), "tool_use": ("id", "name", "input"),
                 "tool_result": ("tool_use_id",)}
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+AUDIO_BLOCKS = ("audio", "input_audio")  # Anthropic's API defines no audio input: refused by name
 
+
+
+def check_not_audio(block: ContentBlock, param: str) -> None:
+    if block.type in AUDIO_BLOCKS:
+        raise APIError(400, f"`{param}.type`: audio is not supported by the Messages API (it has "
+                       "no audio blocks); send input_audio parts to /v1/chat/completions or "
+                       "/v1/responses", f"{param}.type")
 
 
 def check_request(req: MessagesRequest) -> None:
@@ -31,6 +39,7 @@ def check_request(req: MessagesRequest) -> None:
     for i, msg in enumerate(req.messages):
         for j, block in enumerate(msg.content if isinstance(msg.content, list) else []):
             param = f"messages.{i}.content.{j}"
+            check_not_audio(block, param)
             if block.type not in BLOCKS[msg.role]:
                 raise APIError(400, f"`{param}.type`: '{block.type[:40]}' blocks are not "
                                f"supported in {msg.role} messages (text, and tool calls and "

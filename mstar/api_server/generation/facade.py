@@ -16,6 +16,7 @@ from typing import Any
 from mstar.api_server.context.metrics import Metrics
 from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
+from mstar.api_server.generation.audio_prompt import audio_chat_prompt
 from mstar.api_server.generation.choice import Choice
 from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.image_prompt import image_chat_prompt
@@ -23,7 +24,7 @@ from mstar.api_server.generation.prompts import batch_field, chat_prompt_ids, gi
 from mstar.api_server.generation.run import Job, jobs_for, run_requests
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.media.loader import ImageLoader
-from mstar.api_server.media.parts import message_dicts
+from mstar.api_server.media.parts import has_audio, message_dicts
 from mstar.engine.request.sampling_params import StructuredOutput
 from mstar.output.processor import TextOutput
 from mstar.output.token_bytes import TokenBytes
@@ -49,10 +50,13 @@ class Generation:
         """The prompt of a validated chat request (``openai.chat_protocol``). ``tools``: the
         OpenAI tool objects the model is shown (``tools.plan``); ``template_kwargs``: more
         chat-template arguments (``reasoning.plan``). A vision model's image request is rendered
-        by its processor, its images the prompt's parts."""
+        by its processor, its images the prompt's parts; an audio-in model's audio request likewise,
+        its clips the parts."""
         settings, max_len = self._running.settings, self._model.max_model_len
         if self._processor is not None:
             messages = message_dicts(req.messages)
+            if has_audio(messages):  # the gate let it through: the model takes audio
+                return await audio_chat_prompt(self._processor, settings, max_len, messages)
             if has_media(messages):
                 return await image_chat_prompt(self._processor, self._images, settings, max_len,
                                                messages)

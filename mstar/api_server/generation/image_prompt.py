@@ -20,24 +20,29 @@ from mstar.prompt.special_text import MarkerLost, message_text, unmarked_chars
 from mstar.prompt.value import Prompt
 
 
-def _build(processor: Any, messages: list[dict[str, Any]], images: list, max_model_len: int,
-           settings: Any) -> Prompt:
+def build_media_prompt(processor: Any, messages: list[dict[str, Any]], media: list,
+                       max_model_len: int, settings: Any, modality: str = "image") -> Prompt:
+    """The prompt of a chat whose ``media`` (decoded pictures, or clips: ``modality``) the
+    processor expands at the template's markers; every refusal a 400."""
+    # mstar.prompt.chat_media.build takes ``modality`` once audio joins it (the graph branch)
+    by_modality = {} if modality == "image" else {"modality": modality}
     escape = settings.special_tokens_in_content == "escape"
     if not escape:
         refuse_special_text(processor.tokenizer, [message_text(m) for m in messages])
     try:
         text, contents = chat_media.render_marked(processor, messages, escape)
         check_prompt_chars(unmarked_chars(text, contents), settings.max_prompt_chars, "messages")
-        prompt = chat_media.build(processor, text, images, contents)
+        prompt = chat_media.build(processor, text, media, contents, **by_modality)
     except APIError:
         raise
     except MarkerLost as exc:
         raise lost_marker(exc) from None
     except Exception as exc:  # a template or processor refusing this conversation
-        raise APIError(400, f"cannot prepare the images and text: {exc}", "messages") from exc
+        raise APIError(400, f"cannot prepare the {modality} parts and text: {exc}",
+                       "messages") from exc
     if prompt.num_tokens >= max_model_len:
-        raise APIError(400, f"the prompt takes {prompt.num_tokens} tokens with its images; "
-                       f"max_model_len is {max_model_len}", "messages")
+        raise APIError(400, f"the prompt takes {prompt.num_tokens} tokens with its {modality} "
+                       f"parts; max_model_len is {max_model_len}", "messages")
     return prompt
 
 
@@ -47,4 +52,5 @@ async def image_chat_prompt(processor: Any, loader: ImageLoader, settings: Any,
     their images are held in ``loader``'s pixel budget until the processor is done with them."""
     parts = image_parts(messages, True, settings.max_images_per_request)
     async with loader.images(parts, settings.request_timeout_s) as images:
-        return await in_media_pool(_build, processor, messages, images, max_model_len, settings)
+        return await in_media_pool(build_media_prompt, processor, messages, images,
+                                   max_model_len, settings)

@@ -37,9 +37,15 @@ UNMATCHED = "unmatched"
 FINGERPRINT_HEADER = b"x-mstar-settings-fingerprint"
 
 
+MULTIPART = b"multipart/form-data"  # the audio routes' uploads: parsed as the form they are
+
+
 def as_json(scope: dict) -> dict:
-    """A POST body is JSON whatever its Content-Type says (curl -d sends form-urlencoded)."""
+    """A POST body is JSON whatever its Content-Type says (curl -d sends form-urlencoded), except
+    a multipart form."""
     if scope.get("method") != "POST":
+        return scope
+    if dict(scope["headers"]).get(b"content-type", b"").lower().startswith(MULTIPART):
         return scope
     headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
     return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}

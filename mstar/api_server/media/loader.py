@@ -24,7 +24,7 @@ from mstar.api_server.media.budget import Budget
 from mstar.api_server.media.decode import decoded, open_image, pixels
 from mstar.api_server.media.fetch import Fetcher
 from mstar.api_server.media.parts import ImagePart
-from mstar.api_server.media.pool import in_media_pool
+from mstar.api_server.media.pool import all_done, in_media_pool
 from mstar.api_server.media.sources import allowed_hosts, image_bytes
 
 
@@ -105,11 +105,6 @@ async def _each(items: list, work) -> list:
 
 
 async def _decode_all(opened: list[tuple[ImagePart, Image.Image]]) -> list[Image.Image]:
-    """Every image decoded in the pool; all have finished (a thread cannot be stopped, and the
-    pixels it holds count until then) before the first failure is raised."""
-    results = await asyncio.gather(*(in_media_pool(decoded, image, part.param)
-                                     for part, image in opened), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results
+    """Every image decoded in the pool; all have finished (the pixels a thread holds count until
+    then) before the first failure is raised."""
+    return await all_done(in_media_pool(decoded, image, part.param) for part, image in opened)

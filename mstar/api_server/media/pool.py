@@ -15,3 +15,13 @@ _POOL = ThreadPoolExecutor(MEDIA_THREADS, thread_name_prefix="mstar-media")
 
 async def in_media_pool(fn, *args):
     return await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
+
+
+async def all_done(calls) -> list:
+    """Every call's result, in order, once all have finished (a thread in the pool cannot be
+    stopped, and what it holds counts until then); then the first failure is raised."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results

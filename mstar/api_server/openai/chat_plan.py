@@ -99,13 +99,17 @@ class ChatTranslation:
         return param
 
 
-async def plan_translated(generation: Generation, settings: Any,
-                          chat: ChatTranslation) -> ChatPlan:
-    """The plan of a chat request another API's request was translated into; an error's
+async def plan_translated(generation: Generation, settings: Any, chat: ChatTranslation,
+                          check: Callable[[ChatCompletionRequest], None] | None = None
+                          ) -> ChatPlan:
+    """The plan of a chat request another API's request was translated into (``check``: a rule
+    its chat request must pass first, such as the content parts the model takes); an error's
     ``param`` names the field of the original request."""
     try:
-        return await plan_chat(generation, settings,
-                               ChatCompletionRequest.model_validate(chat.body), chat.continue_final)
+        req = ChatCompletionRequest.model_validate(chat.body)
+        if check is not None:
+            check(req)
+        return await plan_chat(generation, settings, req, chat.continue_final)
     except ValidationError as exc:
         err = validation_error(exc, chat.body)
         raise APIError(400, err.message, chat.original_param(err.param)) from None

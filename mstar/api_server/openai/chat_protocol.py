@@ -24,13 +24,22 @@ class ImageURL(StrictModel):
                                "resolution.")
 
 
+class InputAudio(StrictModel):
+    data: NonEmptyStr = Field(description="The audio file, base64: WAV, FLAC, MP3 or OGG "
+                              "(Vorbis, Opus), within MSTAR_MAX_AUDIO_BYTES and "
+                              "MSTAR_MAX_AUDIO_SECONDS.")
+    format: NonEmptyStr = Field(description="wav, mp3, flac, ogg or opus: what ``data`` is (a "
+                                "mismatch is a 400).")
+
+
 class ContentPart(StrictModel):
-    """One part of a message's content: ``text``, or ``image_url`` for a model that takes images
-    (other types are a 400)."""
+    """One part of a message's content: ``text``, ``image_url`` for a model that takes images,
+    ``input_audio`` for one that takes audio (other types are a 400)."""
 
     type: NonEmptyStr
     text: str | None = None
     image_url: ImageURL | None = None
+    input_audio: InputAudio | None = None
 
 
 class ChatMessage(StrictModel):

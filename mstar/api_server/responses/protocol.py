@@ -17,11 +17,18 @@ NOT_SUPPORTED = "Not supported: a 400 unless null."
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
+class InputAudio(StrictModel):
+    data: NonEmptyStr = Field(description="The audio file, base64 (WAV, FLAC, MP3, OGG).")
+    format: NonEmptyStr = Field(description="wav, mp3, flac, ogg or opus.")
+
+
 class ContentPart(StrictModel):
-    """One part of a message's content; only text parts (input_text, output_text) are taken."""
+    """One part of a message's content: text parts (input_text, output_text), and input_audio
+    for a model that takes audio."""
 
     type: NonEmptyStr
     text: str | None = None
+    input_audio: InputAudio | None = None
     annotations: list[Any] | None = Field(None, description="Ignored (output_text sent back).")
     logprobs: list[Any] | None = Field(None, description="Ignored (output_text sent back).")
 

@@ -68,7 +68,7 @@ async def create_response(req: ResponsesRequest, request: Request) -> Any:
             raise _not_found(req.previous_response_id, "previous_response_id")
         history = previous.conversation
     chat = translate.to_chat(req, history)
-    plan = await plan_translated(generation, settings, chat)
+    plan = await plan_translated(generation, settings, chat, request.app.state.gate.content_parts)
     response_id = new_request_id("resp").replace("-", "_")
     keep = _keeper(request, req, response_id, history)
     shown = Shown(request.app.state.model.name, settings.stream_interval)

@@ -1,7 +1,8 @@
 """A Responses request as a chat completions request (``ChatCompletionRequest`` fields), with the
 origin of each chat message so that an error can name the Responses field to blame.
 
-``input`` items become chat messages: a message as it is (text parts only), a ``function_call``
+``input`` items become chat messages: a message as it is (text parts, and input_audio parts for
+a model that takes audio), a ``function_call``
 an assistant message's tool call (consecutive calls, and the assistant text before them, share one
 message), a ``function_call_output`` a ``tool`` message; ``reasoning`` items are not shown to the
 model. ``instructions`` become a first system message.
@@ -14,9 +15,10 @@ from typing import Any
 
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.chat_plan import ChatTranslation
-from mstar.api_server.responses.protocol import Content, InputItem, ResponsesRequest
+from mstar.api_server.responses.protocol import Content, ContentPart, InputItem, ResponsesRequest
 
 TEXT_PARTS = ("input_text", "output_text", "text")
+AUDIO_PART = "input_audio"
 INCLUDABLE = ("reasoning.encrypted_content",)
 ITEM_FIELDS = {"message": ("role", "content"), "function_call": ("call_id", "name", "arguments"),
                "function_call_output": ("call_id", "output")}
@@ -51,16 +53,30 @@ def check_request(req: ResponsesRequest) -> None:
             raise APIError(400, f"`include.{i}` is not supported: {entry[:60]!r}", f"include.{i}")
 
 
+def _content(content: Content | None, param: str) -> str | list[dict[str, Any]]:
+    """A message's content for chat: its text, or its parts when it carries audio (the chat
+    request then checks that the model takes audio, and loads it)."""
+    if isinstance(content, list) and any(part.type == AUDIO_PART for part in content):
+        return [{"type": AUDIO_PART, "input_audio": part.input_audio.model_dump()}
+                if part.type == AUDIO_PART and part.input_audio is not None
+                else {"type": "text", "text": _part_text(part, f"{param}.{j}")}
+                for j, part in enumerate(content)]
+    return _text(content, param)
+
+
 def _text(content: Content | None, param: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
-    for j, part in enumerate(content):
-        if part.type not in TEXT_PARTS:
-            raise APIError(400, f"`{param}.{j}`: '{part.type[:40]}' content parts are not "
-                           "supported (the model takes text only)", f"{param}.{j}")
-        if part.text is None:
-            raise APIError(400, f"`{param}.{j}`: a text part needs 'text'", f"{param}.{j}.text")
-    return "".join(part.text or "" for part in content)
+    return "".join(_part_text(part, f"{param}.{j}") for j, part in enumerate(content))
+
+
+def _part_text(part: ContentPart, param: str) -> str:
+    if part.type not in TEXT_PARTS:
+        raise APIError(400, f"`{param}`: '{part.type[:40]}' content parts are not supported "
+                       "(the model takes text only)", param)
+    if part.text is None:
+        raise APIError(400, f"`{param}`: a text part needs 'text'", f"{param}.text")
+    return part.text
 
 
 def _message(item: InputItem, param: str) -> dict[str, Any]:
@@ -71,7 +87,7 @@ def _message(item: InputItem, param: str) -> dict[str, Any]:
     if item.type == "function_call_output":
         return {"role": "tool", "tool_call_id": item.call_id,
                 "content": _text(item.output, f"{param}.output")}
-    return {"role": item.role, "content": _text(item.content, f"{param}.content")}
+    return {"role": item.role, "content": _content(item.content, f"{param}.content")}
 
 
 def _joins(previous: dict[str, Any], message: dict[str, Any]) -> bool:

@@ -87,7 +87,10 @@ ROWS: list[dict[str, Any]] = [
          refused={"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                             IMAGE]}]},
          param="messages.0.content.1"),
-    _row("messages.*.content (input_audio part)", CHAT, "rejected", "The models take text only.",
+    _row("messages.*.content (input_audio part)", CHAT, "rejected", "``{\"data\": base64, "
+         "\"format\": \"wav\"}`` (wav, mp3, flac, ogg, opus). A model without audio (such as "
+         "the built-in one) refuses it; an audio-in model (Qwen2-Audio, Voxtral) takes it within "
+         "the MSTAR_MAX_AUDIO_* bounds, each bad part a 4xx naming it.",
          refused={"messages": [{"role": "user", "content": [AUDIO]}]},
          param="messages.0.content.0"),
     _row("messages.*.content (file part)", CHAT, "rejected", "The models take text only.",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mstar.api_server.validation import (
+    audio_rows,
     embeddings_rows,
     messages_rows,
     responses_rows,
@@ -24,7 +25,7 @@ from mstar.api_server.validation import (
 from mstar.api_server.validation.field_rows import ROWS
 
 Endpoint = Literal["chat", "completions", "responses", "messages", "embeddings", "rerank",
-                   "score", "classify"]
+                   "score", "classify", "transcriptions", "translations"]
 CHAT_AND_COMPLETIONS: tuple[Endpoint, ...] = ("chat", "completions")
 Status = Literal["supported", "extra", "ignored", "rejected", "tool calling"]
 STATUS_TEXT = {"supported": "supported", "extra": "supported (extra)",
@@ -79,7 +80,8 @@ def _fragment(value: dict[str, Any] | None) -> str:
 
 def rst_table(endpoints: tuple[Endpoint, ...] = CHAT_AND_COMPLETIONS) -> str:
     """The field table of these endpoints: chat and completions in docs/openai_api.rst, and one
-    table each for responses, embeddings, rerank, score and classify (there too) and messages
+    table each for responses, embeddings, rerank, score, classify and the audio routes (there
+    too) and messages
     (docs/anthropic_api.rst)."""
     header = ["Field", "Endpoints", "Status", "Notes", "Accepted", "Refused"]
     lines = [".. list-table::", "   :header-rows: 1", "   :widths: 16 12 12 40 20 20", ""]
@@ -94,7 +96,8 @@ def rst_table(endpoints: tuple[Endpoint, ...] = CHAT_AND_COMPLETIONS) -> str:
 
 TABLE: list[FieldRow] = [FieldRow(**row)
                          for row in [*ROWS, *responses_rows.ROWS, *messages_rows.ROWS,
-                                     *embeddings_rows.ROWS, *scoring_rows.ROWS]]
+                                     *embeddings_rows.ROWS, *scoring_rows.ROWS,
+                                     *audio_rows.ROWS]]
 
 if __name__ == "__main__":  # the table of the endpoints named (default: chat and completions)
     print(rst_table(tuple(sys.argv[1:]) or CHAT_AND_COMPLETIONS), end="")

@@ -12,7 +12,7 @@ from mstar.api_server.context.running import RunningSettings
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.http.bounds import Counted, check_counts
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.validation.field_table import Endpoint
+from mstar.api_server.validation.field_table import Endpoint, rows_for
 from mstar.api_server.validation.request_rules import (
     ChatRequest,
     Rule,
@@ -20,7 +20,11 @@ from mstar.api_server.validation.request_rules import (
     check_rejected_fields,
     check_request,
 )
-from mstar.api_server.validation.unknown_fields import UnknownFieldPolicy, unknown_fields
+from mstar.api_server.validation.unknown_fields import (
+    UnknownFieldPolicy,
+    unknown_fields,
+    unknown_names,
+)
 
 
 class Bounded(Protocol):
@@ -52,9 +56,12 @@ class RequestGate:
                            kind="permission_error")
 
     def content_parts(self, req: ChatRequest) -> None:
-        """A chat request's content parts, images as far as the served model takes them."""
-        check_content_parts(req, self._model.takes_images,
-                            self._running.settings.max_images_per_request)
+        """A chat request's content parts, images and audio as far as the served model takes
+        them."""
+        settings = self._running.settings
+        check_content_parts(req, self._model.takes_images, settings.max_images_per_request,
+                            "audio" in self._model.modalities,
+                            settings.max_audio_parts_per_request)
 
     def admit(self, req: Any, endpoint: Endpoint | None,
               rules: tuple[Rule, ...] = ()) -> dict[str, str]:
@@ -77,3 +84,9 @@ class RequestGate:
         if check is not None:
             check(req)
         return self._unknown.headers(unknown_fields(req))
+
+    def form_headers(self, sent: list[str], endpoint: Endpoint) -> dict[str, str]:
+        """The response headers for a multipart form (the audio routes) whose ``sent`` field
+        names no row of ``endpoint`` knows, under MSTAR_UNKNOWN_REQUEST_FIELDS (or a 400)."""
+        known = [row.name for row in rows_for(endpoint)]
+        return self._unknown.headers(unknown_names(sent, known))

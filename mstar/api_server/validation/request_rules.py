@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.media.parts import image_parts, message_dicts
+from mstar.api_server.media.parts import AUDIO_TYPE, audio_parts, image_parts, message_dicts
 from mstar.api_server.validation.field_table import Endpoint, rejected_field
 
 MAX_PROMPTS = 1024  # choices (prompts x n) in one batch request
@@ -56,13 +56,16 @@ def check_rejected_fields(req: Any, endpoint: Endpoint) -> None:
 
 
 def check_content_parts(req: ChatRequest, accepts_images: bool = False,
-                        max_images: int = 0) -> None:
+                        max_images: int = 0, accepts_audio: bool = False,
+                        max_audio_parts: int = 0) -> None:
     if any(isinstance(msg.content, list) for msg in req.messages):
-        image_parts(message_dicts(req.messages), accepts_images, max_images)
+        messages = message_dicts(req.messages)
+        image_parts(messages, accepts_images, max_images)
+        audio_parts(messages, accepts_audio, max_audio_parts)
     for i, msg in enumerate(req.messages):
         for j, part in enumerate(msg.content if isinstance(msg.content, list) else []):
             param = f"messages.{i}.content.{j}"
-            if part.type == "image_url":
+            if part.type in ("image_url", AUDIO_TYPE):
                 continue
             if part.type != "text":
                 raise APIError(400, f"`{param}`: '{part.type[:40]}' content parts are not supported "

@@ -19,11 +19,18 @@ ROWS: list[dict[str, Any]] = [
          "``function_call`` and ``function_call_output`` items; ``reasoning`` items are not shown "
          "to the model. Other item types are a 400 naming ``input.N.type``.",
          accepted={"input": [{"role": "user", "content": [TEXT_PART]}]}, refused={"input": []}),
-    _row("input.*.content (input_image, input_file, input_audio part)", RESPONSES, "rejected",
-         "The models take text only.",
+    _row("input.*.content (input_image, input_file part)", RESPONSES, "rejected",
+         "The Responses API takes text and audio parts only.",
          refused={"input": [{"role": "user", "content": [{"type": "input_image",
                                                            "image_url": "x"}]}]},
          param="input.0.content.0"),
+    _row("input.*.content (input_audio part)", RESPONSES, "supported", "``{\"input_audio\": "
+         "{\"data\": base64, \"format\": \"wav\"}}``, as in chat, for an audio-in model "
+         "(Qwen2-Audio, Voxtral); a model without audio (such as the built-in one) refuses it, "
+         "a 400 naming the item.",
+         refused={"input": [{"role": "user", "content": [
+             {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]},
+         param="input.0"),
     _row("instructions", RESPONSES, "supported", "A system message before the input; not carried "
          "over by ``previous_response_id``.", accepted={"instructions": "Be brief."},
          refused={"instructions": 5}),

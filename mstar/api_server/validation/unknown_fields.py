@@ -54,6 +54,12 @@ def unknown_fields(value: Any, prefix: str = "") -> list[UnknownField]:
     return found
 
 
+def unknown_names(sent: list[str], known: list[str]) -> list[UnknownField]:
+    """The names in ``sent`` (a form's fields, in order) that ``known`` lacks."""
+    return [UnknownField(name, (close_matches(name, known, n=1) or [None])[0])
+            for name in dict.fromkeys(sent) if name not in known]
+
+
 def _name(path: str) -> str:
     """The field's name whatever list item it was in (messages.3.foo -> messages.*.foo)."""
     return re.sub(r"\.\d+(?=\.|$)", ".*", path)

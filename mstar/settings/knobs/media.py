@@ -1,14 +1,19 @@
-"""Images in requests: counts, sizes, allowed domains, and the bounds on fetching and decoding them.
+"""Media in requests. Images: counts, sizes, allowed domains, and the bounds on fetching and
+decoding them. Audio (category "Audio"): bytes, seconds and parts.
 
 None of these is reloadable (``settings/reloadable.py``): the fetch slots and the pixel budget
-are built once when the API server starts.
+are built once when the API server starts, and the audio bounds are read then too.
 """
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import BaseModel
 
-from mstar.settings.knobs.field import MAX_COUNT, MAX_WAIT_S, _media
+from mstar.settings.knobs.field import MAX_COUNT, MAX_WAIT_S, _media, knob
+
+_audio = functools.partial(knob, category="Audio")
 
 
 class MediaKnobs(BaseModel):
@@ -61,3 +66,20 @@ class MediaKnobs(BaseModel):
         "content: a repeated part is encoded once while its output stays here. 0 turns the "
         "cache off.",
         unit="MiB", ge=0.0, le=1e7)
+    # -- audio (a transcription's ``file``, a chat's ``input_audio`` parts): each bound is
+    # checked against the header before anything is decoded, and the decode itself stops at the
+    # seconds bound whatever the header said.
+    max_audio_bytes: int = _audio(
+        26_214_400, "Largest audio file (a transcription's upload, or an input_audio part after "
+        "base64 decoding): larger is a 413 naming the part.", unit="bytes", ge=1, le=2**34)
+    max_audio_seconds: float = _audio(
+        1800.0, "Longest audio part, read from its header before decoding (a header claiming "
+        "more is a 413 naming the part) and enforced while decoding. Decoded audio is kept at the "
+        "model's rate (16 kHz for Whisper: 64 KB a second).", unit="s", gt=0.0, le=86_400.0)
+    max_audio_seconds_per_request: float = _audio(
+        1800.0, "Most audio seconds one request may carry, summed over its parts in order from "
+        "their headers: the part that takes the sum past it is a 413 naming it.",
+        unit="s", gt=0.0, le=86_400.0)
+    max_audio_parts_per_request: int = _audio(
+        8, "input_audio parts one chat or Responses request may carry; more are a 400 naming the "
+        "first part over it.", unit="parts", ge=0, le=1024)
