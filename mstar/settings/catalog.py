@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from mstar.settings.knobs.config import ConfigKnobs
 from mstar.settings.knobs.engine import EngineKnobs
+from mstar.settings.knobs.lora import LoraKnobs
 from mstar.settings.knobs.media import MediaKnobs
 from mstar.settings.knobs.server import RequestLimitKnobs, ServerKnobs
 from mstar.settings.knobs.speculative import SpeculativeKnobs
@@ -27,7 +28,7 @@ from mstar.settings.reloadable import RELOADABLE
 from mstar.settings.schema import WorkerSettings, env_name
 
 GROUPS = (WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
-          MediaKnobs, ConfigKnobs)
+          MediaKnobs, LoraKnobs, ConfigKnobs)
 
 
 class Kind(str, Enum):
