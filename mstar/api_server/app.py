@@ -26,7 +26,7 @@ from mstar.api_server.http.errors import error_body, install_error_handlers
 from mstar.api_server.http.middleware import LimitsMiddleware
 from mstar.api_server.http.openapi import documented, error_responses, install_openapi
 from mstar.api_server.http.unhandled import UnhandledErrorMiddleware
-from mstar.api_server.native import config_routes, tokenize_routes
+from mstar.api_server.native import config_routes, lora_routes, tokenize_routes
 from mstar.api_server.native import generate_routes as native_routes
 from mstar.api_server.openai import embedding_routes
 from mstar.api_server.openai import routes as openai_routes
@@ -37,7 +37,7 @@ from mstar.api_server.validation.gate import RequestGate
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
-           config_routes.router)
+           config_routes.router, lora_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
@@ -55,6 +55,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     app.state.gate = RequestGate(model, running, 0 if tokenizer is None else len(tokenizer))
     app.state.running = running
     app.state.model = model
+    app.state.client = client  # the run-time LoRA routes reach every replica through it
     app.state.response_store = store_from(settings)
     install_error_handlers(app)
     for router in ROUTERS:

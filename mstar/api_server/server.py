@@ -115,6 +115,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
 async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
                  conductor: Any, sock: socket.socket, deferred: DeferredReload) -> int:
     from mstar.api_server.app import build_app
+    from mstar.api_server.context.adapters import AdapterNames
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
     from mstar.api_server.context.running import RunningSettings
@@ -145,7 +146,8 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
             log.info("startup_interrupted")
             return 0
         running = RunningSettings(settings, loaded)
-        model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities)
+        model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities,
+                            AdapterNames(settings.lora_modules))
         admission = Admission(lambda: client.failure)
         app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, running, client.send_control)

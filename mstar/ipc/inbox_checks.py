@@ -90,6 +90,8 @@ def check_add_request(msg: m.AddRequest, bounds: InboxBounds) -> None:
     most(params.stop, bounds.settings.max_stop_strings, "params.stop")
     most(params.logit_bias, bounds.settings.max_logit_bias_entries, "params.logit_bias")
     most(params.stop_token_ids, bounds.vocab_size, "params.stop_token_ids")
+    if params.lora is not None:
+        text(params.lora, "params.lora", MAX_ID_CHARS)
     most(msg.images, len(msg.prompt_token_ids), "images")
     for i, image in enumerate(msg.images):
         check_image(image, len(msg.prompt_token_ids), f"images.{i}")
@@ -98,6 +100,19 @@ def check_add_request(msg: m.AddRequest, bounds: InboxBounds) -> None:
 def check_abort(msg: m.AbortRequests, bounds: InboxBounds) -> None:
     for rid in msg.request_ids:
         text(rid, "request_ids", MAX_ID_CHARS)
+
+
+def check_lora_update(msg: m.LoraUpdate, bounds: InboxBounds) -> None:
+    text(msg.update_id, "update_id", MAX_ID_CHARS)
+    text(msg.name, "name", MAX_ID_CHARS)
+    text(msg.path, "path", MAX_TEXT_CHARS)
+
+
+def check_lora_updated(msg: m.LoraUpdated, bounds: InboxBounds) -> None:
+    text(msg.update_id, "update_id", MAX_ID_CHARS)
+    member(msg.worker, range(bounds.replicas), "worker")
+    member(msg.status, range(100, 600), "status")
+    text(msg.message, "message", MAX_TEXT_CHARS)
 
 
 # -- control ----------------------------------------------------------------------------------------
@@ -245,5 +260,7 @@ CHECKS: dict[type, Callable[[Any, InboxBounds], None]] = {
     m.Fatal: check_fatal,
     m.TransportDrops: check_drops,
     m.Liveness: check_liveness,
+    m.LoraUpdate: check_lora_update,
+    m.LoraUpdated: check_lora_updated,
 }
 

@@ -46,6 +46,15 @@ class AbortRequests(_Message):
     request_ids: list[str]
 
 
+class LoraUpdate(_Message):
+    """Load (``path`` set) or unload (``path`` empty) a LoRA adapter at run time, sent to every
+    replica (/v1/load_lora_adapter, /v1/unload_lora_adapter); each answers ``LoraUpdated``."""
+
+    update_id: str
+    name: str
+    path: str = ""
+
+
 # API server -> conductor -> worker
 class Shutdown(_Message):
     reason: str = ""
@@ -99,6 +108,15 @@ class RequestFailed(_Message):
     status: int
     message: str
     param: str | None = None
+
+
+class LoraUpdated(_Message):
+    """A replica applied a ``LoraUpdate`` (status 200) or refused it (the HTTP status and why)."""
+
+    update_id: str
+    worker: int
+    status: int
+    message: str = ""
 
 
 class WorkerStats(_Message):
@@ -162,14 +180,14 @@ class TransportDrops(_Message):
 
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
-    Outputs, RequestFailed,
+    Outputs, RequestFailed, LoraUpdate, LoraUpdated,
     WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
-TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liveness)
+TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liveness, LoraUpdated)
 TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join, Alive)
-TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
+TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings, LoraUpdate)
 TO_JOINING_WORKER = (SettingsSync,)
 
 _encoder = msgspec.msgpack.Encoder()

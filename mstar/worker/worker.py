@@ -18,6 +18,7 @@ import structlog
 
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
+from mstar.worker.lora_update import apply_lora_update
 
 if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
@@ -92,6 +93,8 @@ class Worker:
         elif isinstance(msg, m.AbortRequests):
             for rid in msg.request_ids:  # one this worker no longer holds is ignored
                 self.engine.abort_request(rid)
+        elif isinstance(msg, m.LoraUpdate):
+            self.channel.send_to_api(apply_lora_update(self.engine, msg, self.index))
         elif isinstance(msg, m.ReloadSettings):
             self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
             self.engine.apply_settings(self.settings)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from mstar.api_server.context.adapters import AdapterNames
 from mstar.api_server.context.running import RunningSettings
 
 
@@ -14,6 +15,8 @@ class ServedModel:
     running: RunningSettings  # the aliases (MSTAR_SERVED_MODEL_NAMES) are read per request
     # What a request may carry (``models.registry.accepted_modalities``): "text", "image".
     modalities: tuple[str, ...] = ("text",)
+    # LoRA adapters: more model names, each selecting its adapter (docs/lora.rst)
+    adapters: AdapterNames = field(default_factory=lambda: AdapterNames(None))
 
     def served_names(self) -> list[str]:
         """The names /v1/models lists: the served name, then MSTAR_SERVED_MODEL_NAMES."""
@@ -23,7 +26,12 @@ class ServedModel:
 
     def serves(self, model: str | None) -> bool:
         """Whether a request's ``model`` names this model (absent: yes; MSTAR_MODEL works too)."""
-        return model is None or model in self.served_names() or model == self.running.settings.model
+        return (model is None or model in self.served_names() or model == self.running.settings.model
+                or model in self.adapters)
+
+    def adapter_of(self, model: str | None) -> str | None:
+        """The LoRA adapter a request's ``model`` selects; None: the base model."""
+        return model if model in self.adapters else None
 
     @property
     def takes_images(self) -> bool:
