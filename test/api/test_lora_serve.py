@@ -118,8 +118,11 @@ def test_load_and_unload_under_load_lose_no_request(server, client, lora_dir, ti
             firsts = [(await s.__anext__()).choices[0].text for s in streams]
             unload = await http.post("/v1/unload_lora_adapter", json={"lora_name": "mlp"})
             assert unload.status_code == 200, unload.text
-            return [_tail(first + "".join([c.choices[0].text async for c in s]))
-                    for first, s in zip(firsts, streams, strict=True)]
+            texts = []
+            for first, stream in zip(firsts, streams, strict=True):
+                rest = [chunk.choices[0].text async for chunk in stream]
+                texts.append(_tail(first + "".join(rest)))
+            return texts
 
     texts = asyncio.run(run())
     for k, name in enumerate(["late", "attn", "mlp", None]):
