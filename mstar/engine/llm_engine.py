@@ -242,12 +242,15 @@ class LLMEngine:
         bm = self.block_manager
         encoder = self.encoder
         spec = None if self.speculation is None else self.speculation.stats
+        lora = self.model_runner.lora
         return EngineStats(
             len(self.scheduler.running), len(self.scheduler.waiting), bm.num_free_blocks,
             1.0 - bm.num_free_blocks / bm.num_blocks, self.scheduler.num_preemptions,
             encoder.hits, encoder.misses, round(encoder.seconds, 4),
-            *(() if spec is None else (spec.method, spec.proposed, spec.accepted,
-                                       round(spec.propose_s, 3), round(spec.verify_s, 3))))
+            *(("", 0, 0, 0.0, 0.0) if spec is None else (
+                spec.method, spec.proposed, spec.accepted, round(spec.propose_s, 3),
+                round(spec.verify_s, 3))),
+            *((0, 0) if lora is None else (lora.loads, lora.evictions)))
 
     # ---- stepping ----------------------------------------------------------------------
 

@@ -204,7 +204,8 @@ def check_request_failed(msg: m.RequestFailed, bounds: InboxBounds) -> None:
 def check_worker_stats(msg: m.WorkerStats, bounds: InboxBounds) -> None:
     member(msg.worker, range(bounds.replicas), "worker")
     for name in ("running", "waiting", "preemptions", "encoder_cache_hits",
-                 "encoder_cache_misses", "spec_proposed", "spec_accepted"):
+                 "encoder_cache_misses", "spec_proposed", "spec_accepted", "lora_loads",
+                 "lora_evictions"):
         count(getattr(msg, name), name)
     amount(msg.kv_cache_usage, "kv_cache_usage", 1.0)
     for name in ("encoder_seconds", "spec_propose_s", "spec_verify_s"):

@@ -135,6 +135,8 @@ class WorkerStats(_Message):
     spec_accepted: int = 0
     spec_propose_s: float = 0.0
     spec_verify_s: float = 0.0
+    lora_loads: int = 0  # LoRA adapters read so far (start and run time)
+    lora_evictions: int = 0  # ... and moved out of a device slot for another
 
 
 # a remote replica's ``mstar worker`` -> conductor, every MSTAR_LIVENESS_INTERVAL_S / 4

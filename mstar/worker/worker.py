@@ -124,7 +124,7 @@ class Worker:
         stats = m.WorkerStats(self.index, s.running, s.waiting, round(s.kv_cache_usage, 4),
                               s.preemptions, s.encoder_cache_hits, s.encoder_cache_misses,
                               s.encoder_seconds, s.spec_method, s.spec_proposed, s.spec_accepted,
-                              s.spec_propose_s, s.spec_verify_s)
+                              s.spec_propose_s, s.spec_verify_s, s.lora_loads, s.lora_evictions)
         if stats == self._last_stats:
             return
         now = time.monotonic()

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 from lora_helpers import ATTN, MLP, make_adapter, merged_greedy
-from serve_helpers import running_server
+from serve_helpers import running_server, wait_idle
 
 openai = pytest.importorskip("openai")
 
@@ -131,3 +131,12 @@ def test_load_and_unload_under_load_lose_no_request(server, client, lora_dir, ti
     with pytest.raises(openai.NotFoundError):  # gone for new requests
         client.completions.create(model="mlp", prompt=PROMPT, max_tokens=2)
     assert "late" in {card.id for card in client.models.list().data}
+
+
+def test_metrics_count_requests_per_adapter_and_loads(server):
+    """After the tests above: requests per adapter, the three loads (two at start, one at run
+    time), and evictions (three adapters ran at once in the run-time test on two slots)."""
+    wait_idle(server)  # a worker sends its counters when it goes idle
+    assert server.metric('mstar_lora_requests_total{adapter="late"}') >= 4
+    assert server.metric("mstar_lora_loads") == 3
+    assert server.metric("mstar_lora_evictions") >= 1

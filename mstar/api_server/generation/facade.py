@@ -75,8 +75,11 @@ class Generation:
     def jobs(self, req: Any, prompts: list[Prompt], prompt_field: str,
              structured: StructuredOutput | None = None) -> list[Job]:
         """Every choice of a request: prompt-major, n per prompt (see ``run.jobs_for``)."""
-        return jobs_for(self._model.max_model_len, req, prompts, prompt_field, structured,
-                        self._model.adapter_of(req.model))
+        lora = self._model.adapter_of(req.model)
+        jobs = jobs_for(self._model.max_model_len, req, prompts, prompt_field, structured, lora)
+        if lora is not None:
+            self._metrics.lora_requests.labels(adapter=lora).inc(len(jobs))
+        return jobs
 
     def run(self, request_id: str, jobs: list[Job],
             is_disconnected: Callable[[], Awaitable[bool]] | None = None

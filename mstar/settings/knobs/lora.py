@@ -10,7 +10,7 @@ import functools
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel
 
 from mstar.settings.knobs.field import knob
 
@@ -23,18 +23,21 @@ MAX_LORA_SLOTS = 1024  # the most slots MSTAR_MAX_LORAS accepts
 
 
 def parse_lora_modules(text: str | None) -> dict[str, str]:
-    """``name=path,name=path`` as {name: path}; a ValueError names the bad pair."""
+    """``name=path,name=path`` as {name: path}; a ValueError names the knob and the bad pair.
+    Read where the adapters are used (the worker at start, the API server's model names), so a
+    bad list stops the start with this message."""
     pairs: dict[str, str] = {}
     for part in (text or "").split(","):
         if not part.strip():
             continue
         name, sep, path = (s.strip() for s in part.partition("="))
         if not sep or not path:
-            raise ValueError(f"{part.strip()!r} is not name=path")
+            raise ValueError(f"MSTAR_LORA_MODULES: {part.strip()!r} is not name=path")
         if not ADAPTER_NAME.match(name):
-            raise ValueError(f"adapter name {name!r}: letters, digits and ._:/- only")
+            raise ValueError(f"MSTAR_LORA_MODULES: adapter name {name!r}: letters, digits and "
+                             "._:/- only")
         if name in pairs:
-            raise ValueError(f"adapter name {name!r} is given twice")
+            raise ValueError(f"MSTAR_LORA_MODULES: adapter name {name!r} is given twice")
         pairs[name] = path
     return pairs
 
@@ -58,9 +61,3 @@ class LoraKnobs(BaseModel):
     lora_dir: Path | None = _lora(
         None, "The only directory run-time loading may read adapters from (a path outside it, "
         "after resolving links, is refused). Unset: run-time loading reads nothing.")
-
-    @field_validator("lora_modules")
-    @classmethod
-    def _pairs(cls, value: str | None) -> str | None:
-        parse_lora_modules(value)
-        return value
