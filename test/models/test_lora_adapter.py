@@ -1,0 +1,71 @@
+"""Reading PEFT adapters onto the model: what is refused at load (naming the module, the rank or
+the shape), and the scaling PEFT uses (rsLoRA included)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lora_helpers import ATTN, make_adapter
+
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.models.lora.adapter import AdapterError, scaling_of
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_dir):
+    return tiny_model_dir("llama")
+
+
+def _llm(base, modules: str, **knobs):
+    from mstar import LLM
+
+    return LLM(str(base), device="cpu", dtype="float32", kv_block_size=4, num_kv_blocks=64,
+               lora_modules=modules, **knobs)
+
+
+def test_scaling_is_alpha_over_rank_or_over_its_root_with_rslora():
+    assert scaling_of({"lora_alpha": 16}, 8) == 2.0
+    assert scaling_of({"lora_alpha": 16, "use_rslora": True}, 4) == 8.0
+
+
+def test_an_unsupported_module_is_refused_naming_it(base, tmp_path):
+    path = make_adapter(base, tmp_path / "head", 1, ["q_proj", "lm_head"])
+    with pytest.raises(AdapterError, match="'lm_head' is not supported"):
+        _llm(base, f"head={path}")
+
+
+def test_a_rank_over_the_limit_is_refused(base, tmp_path):
+    path = make_adapter(base, tmp_path / "r16", 1, ATTN, rank=16)
+    with pytest.raises(AdapterError, match="rank 16 is outside 1..8"):
+        _llm(base, f"r16={path}", max_lora_rank=8)
+
+
+def test_dora_is_refused(base, tmp_path):
+    path = make_adapter(base, tmp_path / "dora", 1, ATTN)
+    config = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    with pytest.raises(AdapterError, match="use_dora"):
+        _llm(base, f"dora={path}")
+
+
+def test_another_base_models_adapter_is_refused_naming_the_linear(base, tiny_model_dir, tmp_path):
+    other = make_adapter(tiny_model_dir("qwen3"), tmp_path / "qwen3", 1, ["o_proj"])
+    with pytest.raises(AdapterError, match="o_proj expects A"):
+        _llm(base, f"other={other}")
+
+
+def test_runtime_load_unload_offline(base, tmp_path):
+    """engine.load_lora / unload_lora: the name is selectable, then refused once unloaded."""
+    llm = _llm(base, None, allow_runtime_lora_updating=True)
+    llm.engine.load_lora("late", make_adapter(base, tmp_path / "late", 5, ATTN))
+    params = SamplingParams(temperature=0, max_tokens=4, lora="late")
+    [out] = llm.generate([{"prompt_token_ids": [1, 2, 3]}], params)
+    assert len(out.token_ids) == 4
+    with pytest.raises(ValueError, match="already loaded"):
+        llm.engine.load_lora("late", tmp_path / "late")
+    llm.engine.unload_lora("late")
+    llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=1))  # sweeps it
+    assert llm.engine.lora_names() == []
+    with pytest.raises(ValueError, match="'late' does not exist"):
+        llm.generate([{"prompt_token_ids": [1, 2, 3]}], params)
