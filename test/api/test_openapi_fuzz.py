@@ -37,7 +37,8 @@ OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("P
               ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/v1/config")]
 OPERATIONS += [("GET", "/v1/models/{model_id}"), ("POST", "/v1/responses"),
                ("GET", "/v1/responses/{response_id}"), ("DELETE", "/v1/responses/{response_id}"),
-               ("POST", "/v1/messages"), ("POST", "/v1/embeddings")]
+               ("POST", "/v1/messages"), ("POST", "/v1/embeddings"),
+               ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter")]
 EXAMPLES = {"POST": 40, "GET": 3, "DELETE": 3}
 LONG_EXAMPLES = 1000
 REQUEST_TIMEOUT_S = 300  # a hang still fails; a slow shared CI machine does not

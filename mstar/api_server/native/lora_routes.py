@@ -17,10 +17,15 @@ from pydantic import Field
 
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.http.errors import APIError
+from mstar.api_server.http.openapi import error_responses
 from mstar.api_server.openai.protocol import StrictModel
 from mstar.settings.knobs.lora import ADAPTER_NAME
 
 router = APIRouter()
+RESPONSES = {200: {"description": "Success: a sentence saying so (vLLM's answer).",
+                   "content": {"text/plain": {"schema": {"type": "string"}}}},
+             **error_responses((400, 401, 403, 404, 413, 503))}
+FORBIDDEN = "permission_error"  # the error type of a 403 here
 UPDATE_TIMEOUT_S = 120.0  # an adapter read from disk by every replica
 
 
@@ -33,8 +38,8 @@ class UnloadLoraRequest(StrictModel):
     lora_name: str = Field(description="A loaded adapter's name.")
 
 
-@router.post("/v1/load_lora_adapter", response_class=PlainTextResponse)
-async def load_lora_adapter(req: LoadLoraRequest, request: Request) -> str:
+@router.post("/v1/load_lora_adapter", response_model=None, responses=RESPONSES)
+async def load_lora_adapter(req: LoadLoraRequest, request: Request) -> PlainTextResponse:
     settings = request.app.state.running.settings
     _check_allowed(settings)
     model: ServedModel = request.app.state.model
@@ -45,11 +50,11 @@ async def load_lora_adapter(req: LoadLoraRequest, request: Request) -> str:
     path = inside_lora_dir(req.lora_path, settings.lora_dir)
     await _update(request, req.lora_name, str(path))
     model.adapters.add(req.lora_name, str(path))
-    return f"Success: LoRA adapter '{req.lora_name}' added successfully."
+    return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
 
 
-@router.post("/v1/unload_lora_adapter", response_class=PlainTextResponse)
-async def unload_lora_adapter(req: UnloadLoraRequest, request: Request) -> str:
+@router.post("/v1/unload_lora_adapter", response_model=None, responses=RESPONSES)
+async def unload_lora_adapter(req: UnloadLoraRequest, request: Request) -> PlainTextResponse:
     _check_allowed(request.app.state.running.settings)
     model: ServedModel = request.app.state.model
     if req.lora_name not in model.adapters:
@@ -57,24 +62,25 @@ async def unload_lora_adapter(req: UnloadLoraRequest, request: Request) -> str:
                        code="model_not_found", kind="invalid_request_error")
     model.adapters.remove(req.lora_name)  # new requests stop selecting it now
     await _update(request, req.lora_name, "")
-    return f"Success: LoRA adapter '{req.lora_name}' removed successfully."
+    return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
 
 
 def _check_allowed(settings) -> None:
     if not settings.allow_runtime_lora_updating:
         raise APIError(403, "Loading LoRA adapters at run time is off "
-                       "(MSTAR_ALLOW_RUNTIME_LORA_UPDATING)")
+                       "(MSTAR_ALLOW_RUNTIME_LORA_UPDATING)", kind=FORBIDDEN)
 
 
 def inside_lora_dir(path: str, lora_dir: Path | None) -> Path:
     """``path`` resolved (links followed), if it lies inside ``lora_dir``; else a 403."""
     if lora_dir is None:
         raise APIError(403, "MSTAR_LORA_DIR is unset: run-time loading reads no path",
-                       "lora_path")
+                       "lora_path", kind=FORBIDDEN)
     root = Path(lora_dir).expanduser().resolve()
     resolved = (root / path).resolve()  # a relative path is taken inside the directory
     if not resolved.is_relative_to(root):
-        raise APIError(403, f"lora_path {path!r} is outside MSTAR_LORA_DIR", "lora_path")
+        raise APIError(403, f"lora_path {path!r} is outside MSTAR_LORA_DIR", "lora_path",
+                       kind=FORBIDDEN)
     return resolved
 
 
