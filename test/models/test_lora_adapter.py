@@ -69,3 +69,15 @@ def test_runtime_load_unload_offline(base, tmp_path):
     assert llm.engine.lora_names() == []
     with pytest.raises(ValueError, match="'late' does not exist"):
         llm.generate([{"prompt_token_ids": [1, 2, 3]}], params)
+
+
+@pytest.mark.parametrize("quantization", ["int8", "q4"])
+def test_the_delta_runs_beside_a_quantized_base(base, tmp_path, quantization):
+    """The projections are wrapped before they are quantized: the base runs its quantized
+    kernel, the adapter's delta (float) is added beside it and changes the answer."""
+    path = make_adapter(base, tmp_path / "a", 3, ATTN)
+    llm = _llm(base, f"a={path}", quantization=quantization)
+    prompt = [{"prompt_token_ids": [5, 6, 7, 8, 9]}] * 2
+    outs = llm.generate(prompt, [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True,
+                                                lora=lora) for lora in (None, "a")])
+    assert outs[0].token_ids != outs[1].token_ids
