@@ -81,3 +81,24 @@ def test_the_delta_runs_beside_a_quantized_base(base, tmp_path, quantization):
     outs = llm.generate(prompt, [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True,
                                                 lora=lora) for lora in (None, "a")])
     assert outs[0].token_ids != outs[1].token_ids
+
+
+def test_config_validate_checks_adapters_against_the_base(base, tiny_model_dir, tmp_path):
+    """`mstar config validate --model`'s preflight, from the files alone: a fitting adapter
+    passes; another base's adapter, or one over the rank limit, is an error naming it."""
+    from mstar.settings import WorkerSettings
+    from mstar.settings.checks.preflight import config_path, preflight, read_shape
+
+    good = make_adapter(base, tmp_path / "good", 1, ATTN)
+    other = make_adapter(tiny_model_dir("qwen3"), tmp_path / "other", 1, ["o_proj"])
+
+    def lora_errors(modules: str, rank: int = 8) -> list[str]:
+        settings = WorkerSettings(lora_modules=modules, max_lora_rank=rank, device="cpu")
+        problems = preflight(settings, read_shape(config_path(str(base), settings)))
+        return [p.reason for p in problems if p.variable == "MSTAR_LORA_MODULES" and p.error]
+
+    assert lora_errors(f"good={good}") == []
+    [wrong] = lora_errors(f"good={good},other={other}")
+    assert "adapter 'other'" in wrong and "o_proj.lora_A.weight has shape" in wrong
+    [rank] = lora_errors(f"good={good}", rank=4)
+    assert "rank 8 is outside 1..4" in rank

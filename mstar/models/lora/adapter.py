@@ -18,10 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from mstar.models.loading.loader import resolve_target
+from mstar.settings.checks.lora_checks import SUPPORTED_MODULES
 
-# The projections an adapter may target: attention and MLP, in PEFT's (checkpoint) names.
-SUPPORTED_MODULES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj",
-                               "gate_proj", "up_proj", "down_proj"})
 _PEFT_PREFIX = "base_model.model."
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
