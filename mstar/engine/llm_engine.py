@@ -175,7 +175,8 @@ class LLMEngine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
-        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(images))
+        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(images),
+                       None if params.lora is None else self.model_runner.lora.load_no[params.lora])
         self.seqs[request_id] = seq
         self.scheduler.add(seq)  # admitted once its grammar is (``grammars.admit``, each step)
 

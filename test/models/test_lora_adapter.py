@@ -102,3 +102,21 @@ def test_config_validate_checks_adapters_against_the_base(base, tiny_model_dir, 
     assert "adapter 'other'" in wrong and "o_proj.lora_A.weight has shape" in wrong
     [rank] = lora_errors(f"good={good}", rank=4)
     assert "rank 8 is outside 1..4" in rank
+
+
+def test_a_reloaded_name_does_not_reuse_the_old_adapters_cache(base, tmp_path):
+    """Prefix-cache keys follow the adapter's load, not only its name: another adapter loaded
+    under an unloaded one's name gets its own K/V, so its tokens are the merged reference's."""
+    from lora_helpers import merged_greedy
+
+    first = make_adapter(base, tmp_path / "first", 7, ATTN)
+    second = make_adapter(base, tmp_path / "second", 8, ATTN)
+    llm = _llm(base, f"x={first}")
+    prompt = list(range(5, 18))  # three full 4-token blocks cached
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, lora="x")
+    llm.generate([{"prompt_token_ids": prompt}], params)
+    llm.engine.unload_lora("x")
+    llm.generate([{"prompt_token_ids": [1, 2]}], SamplingParams(max_tokens=1))  # sweeps it
+    llm.engine.load_lora("x", second)
+    [out] = llm.generate([{"prompt_token_ids": prompt}], params)
+    assert out.token_ids == merged_greedy(base, second, [prompt], 6)[0]

@@ -29,9 +29,10 @@ def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...],
 
 
 def chain_root(seq: Sequence) -> int | None:
-    """Where a request's hash chain starts: its LoRA adapter, so the base model and each adapter
-    (whose K/V differ for the same tokens) never share blocks."""
-    return None if seq.params.lora is None else hash(("lora", seq.params.lora))
+    """Where a request's hash chain starts: its LoRA adapter's load (``Sequence.adapter_load``),
+    so the base model and each adapter (whose K/V differ for the same tokens) never share blocks,
+    nor an adapter and one loaded later under its name."""
+    return None if seq.adapter_load is None else hash(("lora", seq.adapter_load))
 
 
 class BlockManager:

@@ -37,6 +37,7 @@ class Sequence:
         generator: torch.Generator | None,
         sampling_state: SamplingState | None = None,
         images: tuple[ImageInput, ...] = (),
+        adapter_load: int | None = None,
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
@@ -49,6 +50,8 @@ class Sequence:
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at admission
         self.images = images  # vision models: each image's tensors, hash and placeholder positions
+        # LoRA: which load of its adapter it runs (``LoraSlots.load_no``); None: the base model
+        self.adapter_load = adapter_load
 
     def image_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
         """Content hashes of the images whose placeholder runs overlap positions [start, end)."""

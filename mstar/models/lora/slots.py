@@ -49,6 +49,7 @@ class LoraSlots:
         self.resident: OrderedDict[str, int] = OrderedDict()  # name -> slot, least recent first
         self.free = list(range(max_loras - 1, -1, -1))
         self.loads = 0  # adapters read (start and run time)
+        self.load_no: dict[str, int] = {}  # name -> which load it is (prefix-cache keys use it)
         self.evictions = 0  # adapters moved out of a slot for another
 
     @classmethod
@@ -71,6 +72,7 @@ class LoraSlots:
         with self.lock:
             self.adapters[name] = adapter
             self.loads += 1
+            self.load_no[name] = self.loads
 
     def unload(self, name: str) -> None:
         """New requests may no longer select it; it goes once none uses it (``sweep``)."""
@@ -84,6 +86,7 @@ class LoraSlots:
             with self.lock:
                 self.retiring.discard(name)
                 self.adapters.pop(name)
+                self.load_no.pop(name)
                 slot = self.resident.pop(name, None)
                 if slot is not None:
                     self.free.append(slot)
