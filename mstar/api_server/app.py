@@ -30,7 +30,7 @@ from mstar.api_server.http.errors import error_body, install_error_handlers
 from mstar.api_server.http.middleware import LimitsMiddleware
 from mstar.api_server.http.openapi import documented, error_responses, install_openapi
 from mstar.api_server.http.unhandled import UnhandledErrorMiddleware
-from mstar.api_server.native import config_routes, tokenize_routes
+from mstar.api_server.native import config_routes, lora_routes, tokenize_routes
 from mstar.api_server.native import generate_routes as native_routes
 from mstar.api_server.openai import embedding_routes
 from mstar.api_server.openai import routes as openai_routes
@@ -45,7 +45,8 @@ from mstar.ipc.tracing import Tracing
 
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
-           config_routes.router, scoring_routes.router, audio_routes.router)
+           config_routes.router, scoring_routes.router, audio_routes.router,
+           lora_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
@@ -66,6 +67,7 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
     app.state.running = running
     app.state.model = model
     app.state.speech = speech
+    app.state.client = client  # the run-time LoRA routes reach every replica through it
     app.state.response_store = store_from(settings)
     app.state.score_template = read_template(settings.score_template)  # rerank, score
     install_error_handlers(app)

@@ -121,6 +121,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
                  conductor: Any, sock: socket.socket, deferred: DeferredReload,
                  speech: Any = None) -> int:
     from mstar.api_server.app import build_app
+    from mstar.api_server.context.adapters import AdapterNames
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
     from mstar.api_server.context.running import RunningSettings
@@ -152,7 +153,8 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
             return 0
         running = RunningSettings(settings, loaded)
         model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities,
-                            labels=media.labels, generates=media.generates)
+                            labels=media.labels, generates=media.generates,
+                            adapters=AdapterNames(settings.lora_modules))
         admission = Admission(lambda: client.failure)
         app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor,
                         speech)

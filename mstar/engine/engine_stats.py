@@ -21,3 +21,5 @@ class EngineStats:
     spec_accepted: int = 0  # ... and accepted
     spec_propose_s: float = 0.0  # seconds proposing
     spec_verify_s: float = 0.0  # seconds in the forwards that verified drafts
+    lora_loads: int = 0  # LoRA adapters read so far (start and run time)
+    lora_evictions: int = 0  # ... and moved out of a device slot for another

@@ -118,7 +118,8 @@ class LLMEngine:
                                                settings.max_num_batched_tokens),
                                    PrefillShare(prefill_share(settings.prefill_share_beside_decodes,
                                                               self.device.type)),
-                                   settings.priority_preemption)
+                                   settings.priority_preemption,
+                                   None if self.model_runner.lora is None else settings.max_loras)
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
         self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
@@ -178,6 +179,8 @@ class LLMEngine:
                 f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens",
                 "max_tokens")
         check_logit_bias_ids(params.logit_bias, self.vocab_size)
+        if params.lora is not None and params.lora not in self.lora_names():
+            raise RequestRejected(f"the model {params.lora!r} does not exist", "model", 404)
         spec = params.structured_output
         grammar = None if spec is None else self.grammars.start(request_id, spec)
         generator = None  # unseeded rows share the sampling batch's generator
@@ -185,7 +188,8 @@ class LLMEngine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
-        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(parts), nodes)
+        seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(parts), nodes,
+                       None if params.lora is None else self.model_runner.lora.load_no[params.lora])
         self.seqs[request_id] = seq
         self.scheduler.add(seq, priority)  # admitted once its grammar is (``grammars.admit``, each step)
 
@@ -215,6 +219,25 @@ class LLMEngine:
             self.grammars.cancel(request_id)
             self.scheduler.finish(seq)
 
+    # ---- LoRA adapters (docs/lora.rst) ---------------------------------------------------
+
+    def lora_names(self) -> list[str]:
+        """The adapters requests may select (none when the engine serves no LoRA)."""
+        return [] if self.model_runner.lora is None else self.model_runner.lora.names()
+
+    def load_lora(self, name: str, path) -> None:
+        """Load an adapter at run time (ValueError: LoRA is off, or the adapter is refused)."""
+        if self.model_runner.lora is None:
+            raise ValueError("this engine serves no LoRA adapters (MSTAR_LORA_MODULES / "
+                             "MSTAR_ALLOW_RUNTIME_LORA_UPDATING)")
+        self.model_runner.lora.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        """New requests may no longer select it; running ones finish on it (KeyError: unknown)."""
+        if self.model_runner.lora is None:
+            raise KeyError(name)
+        self.model_runner.lora.unload(name)
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self.loop.in_flight
 
@@ -233,18 +256,23 @@ class LLMEngine:
         bm = self.block_manager
         encoder = self.encoder
         spec = None if self.speculation is None else self.speculation.stats
+        lora = self.model_runner.lora
         return EngineStats(
             len(self.scheduler.running), len(self.scheduler.waiting), bm.num_free_blocks,
             1.0 - bm.num_free_blocks / bm.num_blocks, self.scheduler.num_preemptions,
             encoder.hits, encoder.misses, round(encoder.seconds, 4),
-            *(() if spec is None else (spec.method, spec.proposed, spec.accepted,
-                                       round(spec.propose_s, 3), round(spec.verify_s, 3))))
+            *(("", 0, 0, 0.0, 0.0) if spec is None else (
+                spec.method, spec.proposed, spec.accepted, round(spec.propose_s, 3),
+                round(spec.verify_s, 3))),
+            *((0, 0) if lora is None else (lora.loads, lora.evictions)))
 
     # ---- stepping ----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
         """One iteration of the step loop: the outputs of the step that finished in it."""
         failed = self._fail_uncompiled()
+        if self.model_runner.lora is not None and self.model_runner.lora.retiring:
+            self.model_runner.lora.sweep({seq.params.lora for seq in self.seqs.values()})
         outputs = failed + self.loop.step()
         if not outputs and not self.loop.in_flight:
             self._wait_for_grammars()

@@ -91,6 +91,8 @@ def check_add_request(msg: m.AddRequest, bounds: InboxBounds) -> None:
     most(params.stop, bounds.settings.max_stop_strings, "params.stop")
     most(params.logit_bias, bounds.settings.max_logit_bias_entries, "params.logit_bias")
     most(params.stop_token_ids, bounds.vocab_size, "params.stop_token_ids")
+    if params.lora is not None:
+        text(params.lora, "params.lora", MAX_ID_CHARS)
     most(msg.parts, len(msg.prompt_token_ids), "parts")
     for i, part in enumerate(msg.parts):
         check_part(part, len(msg.prompt_token_ids), f"parts.{i}")
@@ -99,6 +101,19 @@ def check_add_request(msg: m.AddRequest, bounds: InboxBounds) -> None:
 def check_abort(msg: m.AbortRequests, bounds: InboxBounds) -> None:
     for rid in msg.request_ids:
         text(rid, "request_ids", MAX_ID_CHARS)
+
+
+def check_lora_update(msg: m.LoraUpdate, bounds: InboxBounds) -> None:
+    text(msg.update_id, "update_id", MAX_ID_CHARS)
+    text(msg.name, "name", MAX_ID_CHARS)
+    text(msg.path, "path", MAX_TEXT_CHARS)
+
+
+def check_lora_updated(msg: m.LoraUpdated, bounds: InboxBounds) -> None:
+    text(msg.update_id, "update_id", MAX_ID_CHARS)
+    member(msg.worker, range(bounds.replicas), "worker")
+    member(msg.status, range(100, 600), "status")
+    text(msg.message, "message", MAX_TEXT_CHARS)
 
 
 # -- control ----------------------------------------------------------------------------------------
@@ -190,7 +205,8 @@ def check_request_failed(msg: m.RequestFailed, bounds: InboxBounds) -> None:
 def check_worker_stats(msg: m.WorkerStats, bounds: InboxBounds) -> None:
     member(msg.worker, range(bounds.replicas), "worker")
     for name in ("running", "waiting", "preemptions", "encoder_cache_hits",
-                 "encoder_cache_misses", "spec_proposed", "spec_accepted"):
+                 "encoder_cache_misses", "spec_proposed", "spec_accepted", "lora_loads",
+                 "lora_evictions"):
         count(getattr(msg, name), name)
     amount(msg.kv_cache_usage, "kv_cache_usage", 1.0)
     for name in ("encoder_seconds", "spec_propose_s", "spec_verify_s"):
@@ -247,5 +263,7 @@ CHECKS: dict[type, Callable[[Any, InboxBounds], None]] = {
     m.TransportDrops: check_drops,
     m.Liveness: check_liveness,
     **ENCODER_NODE_CHECKS,
+    m.LoraUpdate: check_lora_update,
+    m.LoraUpdated: check_lora_updated,
 }
 

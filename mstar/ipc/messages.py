@@ -53,6 +53,15 @@ class AbortRequests(_Message):
     request_ids: list[str]
 
 
+class LoraUpdate(_Message):
+    """Load (``path`` set) or unload (``path`` empty) a LoRA adapter at run time, sent to every
+    replica (/v1/load_lora_adapter, /v1/unload_lora_adapter); each answers ``LoraUpdated``."""
+
+    update_id: str
+    name: str
+    path: str = ""
+
+
 # API server -> conductor -> worker
 class Shutdown(_Message):
     reason: str = ""
@@ -108,6 +117,15 @@ class RequestFailed(_Message):
     param: str | None = None
 
 
+class LoraUpdated(_Message):
+    """A replica applied a ``LoraUpdate`` (status 200) or refused it (the HTTP status and why)."""
+
+    update_id: str
+    worker: int
+    status: int
+    message: str = ""
+
+
 class WorkerStats(_Message):
     worker: int
     running: int
@@ -124,6 +142,8 @@ class WorkerStats(_Message):
     spec_accepted: int = 0
     spec_propose_s: float = 0.0
     spec_verify_s: float = 0.0
+    lora_loads: int = 0  # LoRA adapters read so far (start and run time)
+    lora_evictions: int = 0  # ... and moved out of a device slot for another
 
 
 # a remote replica's ``mstar worker`` -> conductor, every MSTAR_LIVENESS_INTERVAL_S / 4
@@ -186,15 +206,15 @@ class EncoderNodeReady(_Message):
 
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
-    Outputs, RequestFailed,
+    Outputs, RequestFailed, LoraUpdate, LoraUpdated,
     WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
     EncodeRequest, EncodedOutput, EncoderNodeReady,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
-TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liveness)
+TO_API = (Outputs, RequestFailed, WorkerStats, Ready, Fatal, TransportDrops, Liveness, LoraUpdated)
 TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join, Alive)
-TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings)
+TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings, LoraUpdate)
 TO_JOINING_WORKER = (SettingsSync,)
 TO_ENCODER_NODE = (EncodeRequest, Shutdown)
 FROM_ENCODER_NODE = (EncodedOutput, EncoderNodeReady)

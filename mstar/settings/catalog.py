@@ -19,6 +19,7 @@ from pydantic import SecretStr
 from mstar.settings.knobs.admission import AdmissionKnobs
 from mstar.settings.knobs.config import ConfigKnobs
 from mstar.settings.knobs.engine import EngineKnobs
+from mstar.settings.knobs.lora import LoraKnobs
 from mstar.settings.knobs.media import MediaKnobs
 from mstar.settings.knobs.server import RequestLimitKnobs, ServerKnobs
 from mstar.settings.knobs.speculative import SpeculativeKnobs
@@ -28,7 +29,7 @@ from mstar.settings.reloadable import RELOADABLE
 from mstar.settings.schema import WorkerSettings, env_name
 
 GROUPS = (WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
-          MediaKnobs, AdmissionKnobs, ConfigKnobs)
+          MediaKnobs, AdmissionKnobs, LoraKnobs, ConfigKnobs)
 
 
 class Kind(str, Enum):

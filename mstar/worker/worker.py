@@ -20,6 +20,7 @@ from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.tracing import Tracing
 from mstar.models.loading.hub import served_name
+from mstar.worker.lora_update import apply_lora_update
 from mstar.worker.tracing import WorkerTracing
 
 if TYPE_CHECKING:
@@ -116,6 +117,8 @@ class Worker:
                 self.engine.abort_request(rid)
                 if self.tracing is not None:
                     self.tracing.end(rid, "abort")
+        elif isinstance(msg, m.LoraUpdate):
+            self.channel.send_to_api(apply_lora_update(self.engine, msg, self.index))
         elif isinstance(msg, m.ReloadSettings):
             self.settings = apply_reloaded(self.settings, msg, f"worker {self.index}")
             self.engine.apply_settings(self.settings)
@@ -149,7 +152,7 @@ class Worker:
         stats = m.WorkerStats(self.index, s.running, s.waiting, round(s.kv_cache_usage, 4),
                               s.preemptions, s.encoder_cache_hits, s.encoder_cache_misses,
                               s.encoder_seconds, s.spec_method, s.spec_proposed, s.spec_accepted,
-                              s.spec_propose_s, s.spec_verify_s)
+                              s.spec_propose_s, s.spec_verify_s, s.lora_loads, s.lora_evictions)
         if stats == self._last_stats:
             return
         now = time.monotonic()

@@ -38,7 +38,8 @@ OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("P
 OPERATIONS += [("GET", "/v1/models/{model_id}"), ("POST", "/v1/responses"),
                ("GET", "/v1/responses/{response_id}"), ("DELETE", "/v1/responses/{response_id}"),
                ("POST", "/v1/messages"), ("POST", "/v1/embeddings"),
-               ("POST", "/v1/audio/transcriptions"), ("POST", "/v1/audio/translations")]
+               ("POST", "/v1/audio/transcriptions"), ("POST", "/v1/audio/translations"),
+               ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter")]
 OPERATIONS += [("GET", "/v1/responses/{response_id}/input_items"),
                ("POST", "/v1/messages/count_tokens"), ("POST", "/v1/rerank"),
                ("POST", "/v2/rerank"), ("POST", "/v1/score"), ("POST", "/v1/classify")]

@@ -54,6 +54,14 @@ class Metrics:
                                   "spent so far proposing drafts (phase=propose) and in the "
                                   "forwards that verified them (phase=verify), summed over "
                                   "workers.", ("method", "phase"), registry=r)
+        self.lora_requests = Counter("mstar_lora_requests", "Generation sub-requests (choices) "
+                                     "sent to the workers for each LoRA adapter.", ["adapter"],
+                                     registry=r)
+        self.lora_loads = Gauge("mstar_lora_loads", "LoRA adapters read so far (at start and at "
+                                "run time), summed over workers.", registry=r)
+        self.lora_evictions = Gauge("mstar_lora_evictions", "LoRA adapters moved out of a device "
+                                    "slot (MSTAR_MAX_LORAS) for another so far, summed over "
+                                    "workers.", registry=r)
         self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
                                    "as system_fingerprint in responses); always 1.",
                                    ["fingerprint"], registry=r)
@@ -96,6 +104,8 @@ class Metrics:
         self.encoder_hits.set(sum(s.encoder_cache_hits for s in values))
         self.encoder_misses.set(sum(s.encoder_cache_misses for s in values))
         self.encoder_seconds.set(sum(s.encoder_seconds for s in values))
+        self.lora_loads.set(sum(s.lora_loads for s in values))
+        self.lora_evictions.set(sum(s.lora_evictions for s in values))
         self._update_speculation(values)
 
     def _update_speculation(self, values: list[WorkerStats]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from mstar.api_server.context.adapters import AdapterNames
 from mstar.api_server.context.running import RunningSettings
 
 # The content-part type (OpenAI's name) that carries each modality a walk graph may take.
@@ -26,6 +27,8 @@ class ServedModel:
     # the model has no classifier head.
     labels: tuple[str, ...] = ()
     generates: bool = True  # False: a sequence classifier (no LM head) only classifies
+    # LoRA adapters: more model names, each selecting its adapter (docs/lora.rst)
+    adapters: AdapterNames = field(default_factory=lambda: AdapterNames(None))
 
     def served_names(self) -> list[str]:
         """The names /v1/models lists: the served name, then MSTAR_SERVED_MODEL_NAMES."""
@@ -35,7 +38,12 @@ class ServedModel:
 
     def serves(self, model: str | None) -> bool:
         """Whether a request's ``model`` names this model (absent: yes; MSTAR_MODEL works too)."""
-        return model is None or model in self.served_names() or model == self.running.settings.model
+        return (model is None or model in self.served_names() or model == self.running.settings.model
+                or model in self.adapters)
+
+    def adapter_of(self, model: str | None) -> str | None:
+        """The LoRA adapter a request's ``model`` selects; None: the base model."""
+        return model if model in self.adapters else None
 
     def takes(self, modality: str) -> bool:
         return modality in self.modalities

@@ -12,6 +12,7 @@ process vanishing) fails every pending request at once.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,8 @@ class EngineClient:
         self.failed = asyncio.Event()
         self.detokenizing = ThreadPoolExecutor(1, thread_name_prefix="mstar-detokenize")
         self._task: asyncio.Task | None = None
+        # run-time LoRA updates in flight: update id -> (replies, replicas asked, done)
+        self.lora_updates: dict[str, tuple[list[m.LoraUpdated], int, asyncio.Future]] = {}
 
     async def _receive(self) -> list[m.Message]:
         if not await self.inbox_waiter.poll(POLL_MS):
@@ -182,6 +185,8 @@ class EngineClient:
                 entry.queue.put_nowait(Failure(msg.status, msg.message, msg.param))
         elif isinstance(msg, m.Fatal):
             self._fail(msg.message)
+        elif isinstance(msg, m.LoraUpdated):
+            self._lora_reply(msg)
         elif isinstance(msg, m.TransportDrops):
             self.drops[msg.process] = msg.counts
         elif isinstance(msg, m.Liveness):
@@ -255,6 +260,33 @@ class EngineClient:
         """A control message for the conductor (which relays what concerns the workers)."""
         if self.failure is None:
             send(self.to_conductor, msg)
+
+    async def update_lora(self, name: str, path: str, timeout_s: float) -> list[m.LoraUpdated]:
+        """Load (``path`` set) or unload an adapter on every live replica; their answers (a
+        replica that does not answer within ``timeout_s`` counts as a 503)."""
+        update_id = uuid.uuid4().hex
+        asked = [w for w in range(len(self.to_workers)) if w not in self.replicas.down]
+        if not asked:
+            return [m.LoraUpdated("", -1, 503, "no replica is up")]
+        done = asyncio.get_running_loop().create_future()
+        self.lora_updates[update_id] = ([], len(asked), done)
+        try:
+            for worker in asked:
+                send(self.to_workers[worker], m.LoraUpdate(update_id, name, path))
+            return await asyncio.wait_for(done, timeout_s)
+        except TimeoutError:
+            return [m.LoraUpdated(update_id, -1, 503, "a replica did not answer in time")]
+        finally:
+            self.lora_updates.pop(update_id, None)
+
+    def _lora_reply(self, msg: m.LoraUpdated) -> None:
+        pending = self.lora_updates.get(msg.update_id)
+        if pending is None:
+            return
+        replies, asked, done = pending
+        replies.append(msg)
+        if len(replies) == asked and not done.done():
+            done.set_result(replies)
 
     def abort(self, request_ids: list[str]) -> None:
         """Abort live requests in their replicas, which free their KV blocks at once."""

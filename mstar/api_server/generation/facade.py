@@ -84,7 +84,11 @@ class Generation:
             raise APIError(400, f"the served model {self._model.name} is a sequence classifier: "
                            "it generates nothing (use /v1/classify, /v1/score, /v1/rerank)",
                            "model")
-        return jobs_for(self._model.max_model_len, req, prompts, prompt_field, structured)
+        lora = self._model.adapter_of(req.model)
+        jobs = jobs_for(self._model.max_model_len, req, prompts, prompt_field, structured, lora)
+        if lora is not None:
+            self._metrics.lora_requests.labels(adapter=lora).inc(len(jobs))
+        return jobs
 
     def run(self, request_id: str, jobs: list[Job],
             is_disconnected: Callable[[], Awaitable[bool]] | None = None

@@ -34,11 +34,13 @@ Job = tuple[Prompt, SamplingParams]  # one choice: its prompt and how to sample
 
 
 def jobs_for(max_model_len: int, req: Any, prompts: list[Prompt], prompt_field: str,
-             structured: StructuredOutput | None = None) -> list[Job]:
-    """Every choice of a request: prompt-major, n per prompt (choice index = prompt * n + i)."""
+             structured: StructuredOutput | None = None, lora: str | None = None) -> list[Job]:
+    """Every choice of a request: prompt-major, n per prompt (choice index = prompt * n + i).
+    ``lora``: the LoRA adapter its model name selects (None: the base model)."""
     return [(prompt, params) for k, prompt in enumerate(prompts)
             for params in sampling_params(max_model_len, req, prompt.num_tokens,
-                                          batch_field(prompt_field, k, len(prompts)), structured)]
+                                          batch_field(prompt_field, k, len(prompts)), structured,
+                                          lora)]
 
 
 def new_request_id(prefix: str) -> str:
@@ -46,7 +48,8 @@ def new_request_id(prefix: str) -> str:
 
 
 def sampling_params(max_model_len: int, req: Any, prompt_len: int, prompt_field: str = "prompt",
-                    structured: StructuredOutput | None = None) -> list[SamplingParams]:
+                    structured: StructuredOutput | None = None,
+                    lora: str | None = None) -> list[SamplingParams]:
     """One SamplingParams per choice (n), validated by the engine's own class and limit rule.
     ``req``: a validated request's sampling fields (``openai.protocol.SamplingFields``)."""
     limit = max_model_len
@@ -67,7 +70,7 @@ def sampling_params(max_model_len: int, req: Any, prompt_len: int, prompt_field:
         logit_bias={int(k): v for k, v in (req.logit_bias or {}).items()},
         min_tokens=req.min_tokens, stop_token_ids=list(req.stop_token_ids or []),
         stop=req.stop_list(), ignore_eos=req.ignore_eos, logprobs=req.num_logprobs(),
-        structured_output=structured)
+        structured_output=structured, lora=lora)
     out = []
     for i in range(req.n):
         try:

@@ -21,6 +21,7 @@ from mstar.api_server.http.error_models import ErrorResponse
 ERROR_MEANINGS = {
     400: "Invalid request: `error.param` names the field (its dotted path).",
     401: "Missing or wrong API key (MSTAR_API_KEY is set).",
+    403: "Not allowed here: run-time LoRA loading is off, or the path is outside MSTAR_LORA_DIR.",
     404: "Unknown model (`error.code` = model_not_found).",
     413: "Body larger than MSTAR_MAX_BODY_MB.",
     503: "Too many requests in flight, shutting down, or stopped after a fault.",

@@ -119,6 +119,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str
     root: str
+    parent: str | None = None  # a LoRA adapter's base model (docs/lora.rst)
     max_model_len: int
     modalities: list[str]  # what a request may carry: "text", and "image" for a vision model
 

@@ -85,8 +85,8 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
 @router.get("/v1/models", response_model=None, responses=documented(ModelList, (401,)))
 async def models(request: Request) -> Any:
     model: ServedModel = request.app.state.model
-    return JSONResponse({"object": "list",
-                         "data": [_model_card(model, name) for name in model.served_names()]})
+    cards = [_model_card(model, name) for name in [*model.served_names(), *model.adapters.names()]]
+    return JSONResponse({"object": "list", "data": cards})
 
 
 @router.get("/v1/models/{model_id:path}", response_model=None,
@@ -98,9 +98,13 @@ async def model(model_id: str, request: Request) -> Any:
 
 
 def _model_card(model: ServedModel, name: str) -> dict[str, Any]:
+    """A LoRA adapter's card has the base model as ``parent`` and its path as ``root`` (vLLM's
+    shape); a base name's has no parent."""
+    adapter = model.adapter_of(name)
     return {"id": name, "object": "model", "created": model.created, "owned_by": "mstar",
-            "root": model.name, "max_model_len": model.max_model_len,
-            "modalities": list(model.modalities)}
+            "root": model.name if adapter is None else model.adapters.paths[adapter],
+            "parent": None if adapter is None else model.name,
+            "max_model_len": model.max_model_len, "modalities": list(model.modalities)}
 
 
 @router.post("/v1/completions", response_model=None,

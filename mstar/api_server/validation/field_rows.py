@@ -40,7 +40,8 @@ def _rejected(name: str, endpoints: tuple, note: str, value: Any, **kw: Any) -> 
 ROWS: list[dict[str, Any]] = [
     # -- both endpoints ------------------------------------------------------------------------
     _row("model", BOTH, "supported", "The served model name, or an alias from "
-         "MSTAR_SERVED_MODEL_NAMES; may be omitted. Another name is a 404 ``model_not_found``.",
+         "MSTAR_SERVED_MODEL_NAMES, or a LoRA adapter's name (it selects the adapter: "
+         "docs/lora.rst); may be omitted. Another name is a 404 ``model_not_found``.",
          accepted={}, refused={"model": "no-such-model"}, refused_status=404),
     _row("max_tokens", BOTH, "supported", "1 .. 2**31-1, and prompt + max_tokens <= "
          "max_model_len. Unset: up to max_model_len (chat), 16 (completions).",

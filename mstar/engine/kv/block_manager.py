@@ -29,6 +29,13 @@ def chain_hash(prev_hash: int | None, token_ids: tuple[int, ...],
     return hash((prev_hash, token_ids, parts) if parts else (prev_hash, token_ids))
 
 
+def chain_root(seq: Sequence) -> int | None:
+    """Where a request's hash chain starts: its LoRA adapter's load (``Sequence.adapter_load``),
+    so the base model and each adapter (whose K/V differ for the same tokens) never share blocks,
+    nor an adapter and one loaded later under its name."""
+    return None if seq.adapter_load is None else hash(("lora", seq.adapter_load))
+
+
 class BlockManager:
     """Owns the KV cache blocks of every request, keyed by the request's number (``seq_no``).
 
@@ -77,7 +84,7 @@ class BlockManager:
         if not self.enable_prefix_caching or seq.params.pooling == "mean":
             return []  # mean pooling needs every prompt token's hidden state
         hits: list[int] = []
-        prev: int | None = None
+        prev = chain_root(seq)
         max_blocks = (len(seq) - 1) // self.block_size
         for i in range(max_blocks):
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
@@ -146,7 +153,7 @@ class BlockManager:
         key, table = seq.seq_no, self.tables[seq.seq_no]
         done = self.num_hashed[key]
         full = num_computed // self.block_size
-        prev = self.blocks[table[done - 1]].hash if done else None
+        prev = self.blocks[table[done - 1]].hash if done else chain_root(seq)
         for i in range(done, full):
             block = self.blocks[table[i]]
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])

@@ -66,6 +66,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     # An embedding request: prefill only, it returns its prompt's pooled final hidden state
     # (RequestOutput.embedding) instead of tokens; auto = the engine's rule (docs/openai_api.rst).
     pooling: Pooling | None = None
+    # A LoRA adapter's name (MSTAR_LORA_MODULES or loaded at run time); None = the base model.
+    lora: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -116,6 +118,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("min_tokens", "must be an integer in [0, max_tokens]")
         if self.pooling not in (None, "auto", "last", "mean", "classify"):
             raise bad("pooling", "must be None, 'auto', 'last', 'mean' or 'classify'")
+        if self.lora is not None and not (isinstance(self.lora, str) and self.lora):
+            raise bad("lora", "must be None or an adapter's name")
         if self.pooling is not None and self.structured_output is not None:
             raise bad("pooling", "an embedding request generates nothing to constrain")
 

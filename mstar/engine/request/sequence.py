@@ -39,6 +39,7 @@ class Sequence:
         sampling_state: SamplingState | None = None,
         parts: tuple[MediaPart, ...] = (),
         part_nodes: tuple[str, ...] = (),
+        adapter_load: int | None = None,
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
@@ -54,6 +55,8 @@ class Sequence:
         # and the graph's encoder node that takes it (``part_nodes[i]`` for ``parts[i]``).
         self.parts = parts
         self.part_nodes = part_nodes
+        # LoRA: which load of its adapter it runs (``LoraSlots.load_no``); None: the base model
+        self.adapter_load = adapter_load
 
     @property
     def images(self) -> tuple[ImageInput, ...]:

@@ -45,6 +45,7 @@ from mstar.models.families.parallel import TensorParallel
 from mstar.models.layers.state_layout import StateLayout
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
+from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
 from mstar.models.media_part import MediaPart
 from mstar.settings import WorkerSettings
 
@@ -64,9 +65,16 @@ class ModelRunner:
         self.entry = model_entry(hf_config)
         self.graph = self.entry.graph
         self.language_model = self.graph.language_model  # the one it runs (several: refused)
+        lora = serves_lora(settings)
+        if lora:
+            check_lora_supported(settings, parallel.size if parallel is not None else 1)
         self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
                                 quantization=settings.quantization, cache_dir=settings.cache_dir,
-                                parallel=parallel)
+                                parallel=parallel,
+                                lora_slots=(settings.max_loras, settings.max_lora_rank) if lora
+                                else None)
+        # LoRA adapters (mstar.models.lora): their slots; None when none are served.
+        self.lora = LoraSlots.at_start(self.model, settings) if lora else None
         if settings.compile:
             compile_model(self.model, settings.recompile_limit)
         # Hybrid models: recurrent-state slots come out of the cache budget before the KV cache.
@@ -246,6 +254,8 @@ class ModelRunner:
         positions = positions.to(self.device, non_blocking=True)
         images = self._placeholders_in_step(out) if self.graph.encoders else None
         encoder = None
+        if self.lora is not None:
+            self.lora.begin(self._row_adapters(out), step.query_lens, self.device)
         if self.cross is not None:  # encoder-decoder: each row attends to its request's audio
             encoder = EncoderCounts()
             hidden = self.model(input_ids, positions, attn_metadata,
@@ -256,6 +266,8 @@ class ModelRunner:
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
         else:
             hidden = self.model(input_ids, positions, attn_metadata)
+        if self.lora is not None:
+            self.lora.end()
         pooled = self.pooler.pool(out, step.query_lens, hidden)
         if started is None:
             self._feed_mtp(out, step.input_ids, hidden, [])
@@ -271,6 +283,11 @@ class ModelRunner:
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
         return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder)
+
+    def _row_adapters(self, out: SchedulerOutput) -> list[str | None]:
+        """Each row's LoRA adapter (None = the base model), in row order."""
+        batch = self.batch
+        return [batch.requests[batch.slot_of[row.seq_no]].params.lora for row in out.rows]
 
     def _feed_mtp(self, out: SchedulerOutput, input_ids, hidden, token_ids: list[int]) -> None:
         if self.mtp is not None:

@@ -33,6 +33,7 @@ from mstar.engine.schedule.prefill_share import PrefillShare, protected_rows
 from mstar.engine.schedule.priority import NORMAL, Priorities
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
 from mstar.engine.speculative.drafting import NO_DRAFTS, Drafting
+from mstar.models.lora.slots import fits_lora_slots
 
 log = structlog.get_logger(__name__)
 
@@ -57,10 +58,11 @@ class Scheduler:
                  max_encoder_tokens: int = 2**31 - 1,
                  speculation: Drafting = NO_DRAFTS, whole_image_runs: bool = False,
                  prefill_cap: int | None = None, share: PrefillShare | None = None,
-                 priority_preemption: bool = True) -> None:
+                 priority_preemption: bool = True, max_loras: int | None = None) -> None:
         self.block_manager = block_manager
         # what a prompt being prefilled may take beside decodes (``prefill_share``); None: off
         self.share = PrefillShare(0.0) if share is None else share
+        self.max_loras = max_loras  # LoRA: distinct adapters among running requests; None = off
         # most tokens of one request per step (``prefill_chunk``); None: the step's budget
         self.prefill_cap = max_num_batched_tokens if prefill_cap is None else prefill_cap
         self.whole_image_runs = whole_image_runs  # chunks never end inside an image's run
@@ -95,7 +97,11 @@ class Scheduler:
 
     def _next_admissible(self) -> Sequence | None:
         """The oldest waiting sequence that is ready to run (FCFS among the ready ones)."""
-        return next((seq for seq in self.waiting if ready_to_run(seq)), None)
+        if self.max_loras is None:
+            return next((seq for seq in self.waiting if ready_to_run(seq)), None)
+        loras = {seq.params.lora for seq in self.running} - {None}
+        return next((seq for seq in self.waiting if ready_to_run(seq)
+                     and fits_lora_slots(seq.params.lora, loras, self.max_loras)), None)
 
     # ---- the one entry point -------------------------------------------------------------
 

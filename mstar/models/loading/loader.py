@@ -19,6 +19,7 @@ from mstar.models.layers.cpu_linear import can_pack, pack_linears
 from mstar.models.layers.fused_ops import native_ops_usable, use_native_ops
 from mstar.models.loading.gguf_loader import gguf_source, read_gguf
 from mstar.models.loading.registry import get_model_class
+from mstar.models.lora.linear import wrap_lora_linears
 from mstar.models.quant.apply import install_quantized, quantize_dense
 from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
 
@@ -30,7 +31,8 @@ _PROGRESS_MIN_TENSORS = 200
 
 def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype,
                prepack: bool = True, quantization: str = "none",
-               cache_dir: Path = Path("~/.cache/mstar"), parallel: TensorParallel | None = None):
+               cache_dir: Path = Path("~/.cache/mstar"), parallel: TensorParallel | None = None,
+               lora_slots: tuple[int, int] | None = None):
     """Instantiate without initialising weights (meta device), then fill from the checkpoint.
 
     ``prepack`` repacks linear weights for oneDNN on CPU, or, for bf16 on a CPU without native
@@ -40,6 +42,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     tensors after their first read.
     ``parallel`` (tensor parallelism over more than one rank) builds this rank's shard and loads
     only its slices (``mstar.models.families.parallel``).
+    ``lora_slots`` (max adapters, max rank): wrap the projections in LoRA-capable linears
+    (``mstar.models.lora``) before they are quantized or packed.
     """
     start = time.perf_counter()
     cls = get_model_class(config)
@@ -60,6 +64,10 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
         load_weights(model, model_dir)
     else:
         quantized = load_gguf_weights(model, source, cache_dir)
+    if lora_slots is not None:
+        if source is not None:
+            raise ValueError("LoRA adapters need a safetensors checkpoint, not a GGUF source")
+        wrap_lora_linears(model, *lora_slots)
     if quantization != "none":
         quantized |= quantize_dense(model, quantization, skip=set(quantized))
     # Computed in float32, stored in the model dtype, as transformers does.
@@ -139,7 +147,7 @@ def load_gguf_weights(model, path: Path, cache_dir: Path | None = None
         _copy(model, params, "model.embed_tokens.weight", dequantize(embed))
     shards: dict[str, list[tuple[int, str]]] = {}
     for name in quant:
-        target, offset, _ = _resolve(model, name)
+        target, offset, _ = resolve_target(model, name)
         shards.setdefault(target, []).append((offset, name))
     modules = {}
     for target, parts in shards.items():
@@ -154,7 +162,7 @@ def load_gguf_weights(model, path: Path, cache_dir: Path | None = None
 
 
 def _copy(model, params: dict, name: str, tensor: torch.Tensor) -> None:
-    target, offset, size = _resolve(model, name)
+    target, offset, size = resolve_target(model, name)
     if target not in params:
         raise KeyError(f"checkpoint tensor {name!r} has no matching model parameter")
     param = params[target]
@@ -184,7 +192,9 @@ def _unpacked(model, name: str) -> bool:
     return name.startswith(getattr(model, "unpacked_prefixes", ()))
 
 
-def _resolve(model, name: str) -> tuple[str, int, int | None]:
+def resolve_target(model, name: str) -> tuple[str, int, int | None]:
+    """The model parameter a checkpoint tensor ``name`` fills, and its (offset, rows) there when
+    it is one shard of a fused parameter (else size None). LoRA adapters map their modules so."""
     if _unpacked(model, name):
         return name, 0, None
     for shard_name, (packed, shard) in model.packed_modules.items():

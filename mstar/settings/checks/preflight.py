@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mstar.settings.checks.image_budget import max_image_tokens
+from mstar.settings.checks.lora_checks import lora_problems
 from mstar.settings.checks.speculative_checks import speculation_off_reason
 from mstar.settings.env_file import SettingsUsageError
 from mstar.settings.schema import BUILTIN_MODEL, WorkerSettings
@@ -120,6 +121,7 @@ def preflight(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
     problems = check_model_len(settings, shape) + check_device(settings, device, dtype)
     problems += check_tensor_parallel(settings, shape)
     problems += check_speculative(settings, shape)
+    problems += check_lora(settings, shape)
     max_len = settings.max_model_len or shape.limit
     if max_len is not None:
         problems += check_kv_budget(settings, shape, device, dtype, max_len)
@@ -234,3 +236,12 @@ def check_speculative(settings: WorkerSettings, shape: ModelShape) -> list[Probl
     reason = speculation_off_reason(settings, Path(shape.source))
     return [] if reason is None else [_problem("MSTAR_SPECULATIVE_METHOD", reason, shape,
                                                error=False)]
+
+
+def check_lora(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
+    """The configured LoRA adapters against the base model (``lora_checks``): errors."""
+    if not settings.lora_modules:
+        return []
+    config = json.loads(Path(shape.source).read_text(encoding="utf-8"))
+    return [_problem("MSTAR_LORA_MODULES", reason, shape, error=True)
+            for reason in lora_problems(settings, config)]
