@@ -137,6 +137,12 @@ VALID = {
     "MSTAR_HF_HOME": ("/tmp/hf", Path("/tmp/hf")),
     "MSTAR_HF_HUB_OFFLINE": ("1", True),
     "MSTAR_HF_ENDPOINT": ("http://127.0.0.1:9", "http://127.0.0.1:9"),
+    "MSTAR_PLAYGROUND": ("off", False),
+    "MSTAR_ENCODER_PLACEMENT": ("audio_encoder=process", "audio_encoder=process"),
+    "MSTAR_MAX_AUDIO_BYTES": ("1000000", 1000000),
+    "MSTAR_MAX_AUDIO_SECONDS": ("60", 60.0),
+    "MSTAR_MAX_AUDIO_SECONDS_PER_REQUEST": ("120", 120.0),
+    "MSTAR_MAX_AUDIO_PARTS_PER_REQUEST": ("2", 2),
 }
 
 

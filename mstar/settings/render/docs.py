@@ -104,9 +104,8 @@ def _literal(value: object) -> str:
         return "unset"
     if isinstance(value, bool):
         return "on" if value else "off"
-    if isinstance(value, list):
-        return "``" + ",".join(str(v) for v in value) + "``"
-    return f"``{portable(value)}``"
+    text = ",".join(str(v) for v in value) if isinstance(value, list) else str(portable(value))
+    return f"``{text}``" if text else "empty"  # an empty literal is not valid reStructuredText
 
 
 def bounds_text(knob: Knob) -> str:
