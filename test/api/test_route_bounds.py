@@ -32,6 +32,9 @@ BODIES = {
                      "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
     "/v1/responses": {"model": STUB_MODEL, "input": [USER], "max_output_tokens": 2,
                       "tools": [{"type": "function", "name": "f"}]},
+    "/v1/messages/count_tokens": {"model": STUB_MODEL, "messages": [USER], "max_tokens": 2,
+                                  "stop_sequences": ["x"],
+                                  "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
     "/v1/embeddings": {"model": STUB_MODEL, "input": ["hi"]},
     "/tokenize": {"messages": [USER]},
 }

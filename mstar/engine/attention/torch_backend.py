@@ -152,20 +152,17 @@ class TorchAttentionMetadata:
             out[:nd] = self._decode(q[:nd], kv_cache, window, scale)
         masks = self.prefill_masks.get(window)
         for (start, q_len, ctx, blocks), mask in zip(self.prefills, masks, strict=True):
-            # 4-d [1, heads, tokens, head_dim]: on CPU, SDPA takes its flash kernel only for
-            # 4-d inputs; 3-d ones fall to the math path, which materialises the scores and
-            # made a 256-token chunk at 7k context ~3.5x slower (issue 33).
-            qi = q[start : start + q_len].transpose(0, 1)[None]
+            qi = q[start : start + q_len].transpose(0, 1)
             if ctx == q_len:  # no cached earlier tokens: this chunk's own K/V
-                ki = k[start : start + q_len].transpose(0, 1)[None]
-                vi = v[start : start + q_len].transpose(0, 1)[None]
+                ki = k[start : start + q_len].transpose(0, 1)
+                vi = v[start : start + q_len].transpose(0, 1)
             else:
-                kv = kv_cache.index_select(2, blocks).view(2, 1, num_kv_heads, -1, head_dim)
-                ki, vi = kv[0, :, :, :ctx], kv[1, :, :, :ctx]
+                kv = kv_cache.index_select(2, blocks).view(2, num_kv_heads, -1, head_dim)
+                ki, vi = kv[0, :, :ctx], kv[1, :, :ctx]
             oi = F.scaled_dot_product_attention(
                 qi, ki, vi, attn_mask=mask, is_causal=mask is None, enable_gqa=True, scale=scale
             )
-            out[start : start + q_len] = oi[0].transpose(0, 1)
+            out[start : start + q_len] = oi.transpose(0, 1)
         return out
 
     def _decode(self, q, kv_cache, window: int | None, scale: float | None) -> torch.Tensor:

@@ -65,8 +65,8 @@ _MODELS = {
 }
 # Sequence-classification heads on decoder families (mstar.models.families.sequence_classification):
 # they classify, score and rerank, and generate nothing.
-_CLASSIFIERS = {f"{family}ForSequenceClassification": (
-    "mstar.models.families.sequence_classification", f"{family}ForSequenceClassification")
+_CLASSIFIERS = {f"{family}ForSequenceClassification": ModelEntry(
+    "mstar.models.families.sequence_classification", f"{family}ForSequenceClassification", TEXT)
     for family in ("Llama", "Qwen2", "Qwen3")}
 _MODELS |= _CLASSIFIERS
 
