@@ -9,6 +9,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from serve_helpers import alive, die_with_test, free_port, running_server
@@ -56,6 +57,9 @@ def test_an_image_chat_with_the_encoder_apart_matches_transformers(vlm_dir, tmp_
         children = srv.children
     finally:
         next(server, None)
+    deadline = time.monotonic() + 10  # a loaded machine may take a moment to reap them
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not any(alive(pid) for pid in children)
 
 
