@@ -19,7 +19,8 @@ command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
         || { apt-get update -q >/dev/null && \
-             DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
+             DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; } \
+        || echo "could not install ${missing[*]}: the tests that need them will skip" >&2
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
