@@ -19,7 +19,7 @@ import pytest
 from serve_helpers import Server, hard_timeout  # noqa: F401 (hard_timeout: autouse)
 
 LONG = 8192  # tokens of the embedding input
-RUNS = 3
+RUNS = 5
 DELAY_S = 0.5  # between sending the embedding and the chat
 # Chunks of 64 tokens: a chat that arrives waits for the chunk in flight, which the share does
 # not bound (at 8k context here, a 256-token chunk is as long as the whole idle chat). One torch

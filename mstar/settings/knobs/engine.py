@@ -14,7 +14,7 @@ CUDA_GRAPHS_GONE = "0.1.0 (the unwired CUDA-graph runner was deleted)"
 # What MSTAR_MAX_PREFILL_CHUNK_TOKENS=auto picks on CPU (on CUDA: no cap beyond the step budget).
 PREFILL_CHUNK_ON_CPU = 256
 # What MSTAR_PREFILL_SHARE_BESIDE_DECODES=auto picks on CPU (on CUDA: 0, off).
-PREFILL_SHARE_ON_CPU = 0.5
+PREFILL_SHARE_ON_CPU = 0.3
 
 
 class EngineKnobs(BaseModel):
