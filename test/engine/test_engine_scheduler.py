@@ -123,3 +123,21 @@ def test_outputs_cross_the_wire_typed():
     back = m.decode(m.encode(m.Outputs([out])))
     assert back == m.Outputs([out])
     assert back.outputs[0].logprobs[0].top == [(1, -0.5)]
+
+
+def test_a_preempted_request_is_recomputed_in_chunks_of_the_cap(model_dir, make_engine):
+    """Recomputing a preempted request (prompt and output) is a prefill like any: a request whose
+    prompt fits one chunk but whose prompt and output do not is still cut at the cap."""
+    cap = 16
+    engine = make_engine(model_dir, kv_block_size=4, num_kv_blocks=20, enable_prefix_caching=False,
+                         max_prefill_chunk_tokens=cap)
+    for i in range(4):  # prompts of 12 (one chunk); with their output, up to 42 to recompute
+        engine.add_request(f"s{i}", list(range(40 + i, 52 + i)), _params(30))
+    longest = 0
+    while engine.has_unfinished_requests():
+        out = engine.scheduler.schedule()
+        longest = max([longest, *(row.num_tokens for row in out.rows)])
+        engine.postprocess(out, engine.model_runner.execute(out))
+    assert engine.scheduler.num_preemptions > 0
+    assert longest <= cap  # 25 when a recomputation ignored the cap
+    assert engine.stats().free_blocks == 20

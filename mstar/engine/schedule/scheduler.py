@@ -178,10 +178,10 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = len(seq) - seq.num_computed_tokens  # a decode: 1 (the common case, no call)
+            if n > budget or n > cap:  # a prompt, or a preempted request's recomputation
+                n = self._chunk(seq, seq.num_computed_tokens, budget)
             long_prompt = n > 1 and seq.num_prompt_tokens > cap  # only a prompt of several
             # chunks shares its steps: a short one runs whole at once, as without the rule
-            if n > budget or long_prompt:
-                n = self._chunk(seq, seq.num_computed_tokens, budget)
             if shared and long_prompt:
                 n = self.share.chunk(seq, n, self.whole_image_runs)
                 if n == 0:  # it waits for a step whose share pays for a chunk

@@ -1,39 +1,25 @@
 """The LoRA-capable linear: the base projection plus, for each adapter in the step, its delta on
 that adapter's tokens.
 
-Every wrapped linear holds ``max_loras`` device slots of (A, B), zero-width until an adapter is
-written there. The step's token groups (``LoraStep.groups``: slot -> the flattened tokens of its
-rows) are shared by every wrapped linear of the model and set by the runner around the forward;
-base-model tokens are in no group and cost nothing.
-
-The delta is computed per adapter segment: one gather, two small matmuls and one scatter-add per
-distinct adapter in the step (a contiguous group is a slice, no gather). A gathered batched
-matmul (each token's own A and B, ``torch.bmm``) measured slower on CPU at every batch tried
-(docs/lora.rst), since it copies an A and a B per token.
+Every wrapped linear holds ``max_loras`` device slots of (A, B), zero until an adapter is written
+there (a slot's columns past its adapter's width stay zero, so a whole slot can be multiplied).
+The step's rows (``step.LoraStep``: the padded batch of adapters with few tokens, and a segment
+per adapter with many) are shared by every wrapped linear of the model and set by the runner
+around the forward; base-model tokens are in neither and cost nothing.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from mstar.models.layers.cpu_linear import replace_linears
+from mstar.models.lora.step import LoraStep
 
 # The projections that take adapters (the model's fused names): attention and MLP.
 LORA_LINEARS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 # Most PEFT modules fused into one of them (q, k, v): the width of a slot is this x the rank.
 MOST_SHARDS = 3
-
-Rows = slice | torch.Tensor
-
-
-@dataclass
-class LoraStep:
-    """The current forward's token groups: (slot, rows) per adapter; empty = the base alone."""
-
-    groups: list[tuple[int, Rows]] = field(default_factory=list)
 
 
 class LoraLinear(nn.Module):
@@ -53,6 +39,8 @@ class LoraLinear(nn.Module):
     def set_slot(self, slot: int, a: torch.Tensor | None, b: torch.Tensor | None) -> None:
         """Write an adapter's pair into ``slot`` (None: the adapter does not touch this linear)."""
         width = 0 if a is None else a.shape[0]
+        self.lora_a[slot].zero_()  # a narrower adapter leaves no columns of the last one
+        self.lora_b[slot].zero_()
         if width:
             self.lora_a[slot, :width].copy_(a)
             self.lora_b[slot, :, :width].copy_(b)
@@ -60,7 +48,13 @@ class LoraLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
-        for slot, rows in self.step.groups:
+        batch = self.step.batched
+        if batch is not None:  # the adapters with few tokens: five ops for all of them
+            xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
+            delta = torch.bmm(torch.bmm(xs, self.lora_a[:batch.slots].transpose(1, 2)),
+                              self.lora_b[:batch.slots].transpose(1, 2))
+            out.index_add_(0, batch.index, delta.view(-1, self.out_features))
+        for slot, rows in self.step.segments:
             width = self.widths[slot]
             if not width:
                 continue

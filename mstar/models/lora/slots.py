@@ -9,6 +9,7 @@ least recently used adapter that the step does not use. Only the thread running 
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -17,7 +18,8 @@ import torch
 from torch import nn
 
 from mstar.models.lora.adapter import LoraAdapter, read_adapter
-from mstar.models.lora.linear import LoraLinear, LoraStep, Rows
+from mstar.models.lora.linear import LoraLinear
+from mstar.models.lora.step import LoraStep, Spans
 from mstar.settings.knobs.lora import parse_lora_modules
 
 
@@ -41,13 +43,16 @@ class LoraSlots:
     def __init__(self, model: nn.Module, max_loras: int, max_rank: int) -> None:
         self.model = model
         self.linears = {n: m for n, m in model.named_modules() if isinstance(m, LoraLinear)}
-        self.step: LoraStep = next(iter(self.linears.values())).step
+        first = next(iter(self.linears.values()))
+        self.step: LoraStep = first.step
+        self.dtype = first.lora_a.dtype
         self.max_rank = max_rank
         self.adapters: dict[str, LoraAdapter] = {}
         self.retiring: set[str] = set()  # unloaded while requests still use them
         self.lock = threading.Lock()  # loads and unloads (any thread) vs the step's slot moves
         self.resident: OrderedDict[str, int] = OrderedDict()  # name -> slot, least recent first
-        self.free = list(range(max_loras - 1, -1, -1))
+        # a heap, lowest first: a step's slots sit at the front (``step.batched``)
+        self.free = list(range(max_loras))
         self.loads = 0  # adapters read (start and run time)
         self.load_no: dict[str, int] = {}  # name -> which load it is (prefix-cache keys use it)
         self.evictions = 0  # adapters moved out of a slot for another
@@ -89,29 +94,27 @@ class LoraSlots:
                 self.load_no.pop(name)
                 slot = self.resident.pop(name, None)
                 if slot is not None:
-                    self.free.append(slot)
+                    heapq.heappush(self.free, slot)
 
     def begin(self, names: list[str | None], query_lens: list[int], device: torch.device) -> None:
         """Before a forward: its rows' adapters (None = the base) and token counts."""
-        self.step.groups = self.groups(names, query_lens, device)
+        self.step.set(self.slot_spans(names, query_lens), device, self.dtype)
 
     def end(self) -> None:
         """After it: any other forward (warm-up, a proposer's) runs the base alone."""
-        self.step.groups = []
+        self.step.clear()
 
-    def groups(self, names: list[str | None], query_lens: list[int],
-               device: torch.device) -> list[tuple[int, Rows]]:
-        """(slot, the step's token rows) per adapter of the step's rows (``names``, None = the
-        base), each adapter put in a slot first."""
-        spans: dict[str, list[tuple[int, int]]] = {}
+    def slot_spans(self, names: list[str | None], query_lens: list[int]) -> dict[int, Spans]:
+        """slot -> the step's token ranges, per adapter of the step's rows (``names``, None =
+        the base), each adapter put in a slot first."""
+        spans: dict[str, Spans] = {}
         start = 0
         for name, n in zip(names, query_lens, strict=True):
             if name is not None:
                 spans.setdefault(name, []).append((start, start + n))
             start += n
         with self.lock:
-            return [(self._slot(name, spans), _rows(ranges, device))
-                    for name, ranges in spans.items()]
+            return {self._slot(name, spans): ranges for name, ranges in spans.items()}
 
     def _slot(self, name: str, in_step) -> int:
         if name in self.resident:
@@ -119,22 +122,15 @@ class LoraSlots:
             return self.resident[name]
         if not self.free:
             victim = next(n for n in self.resident if n not in in_step)
-            self.free.append(self.resident.pop(victim))
+            heapq.heappush(self.free, self.resident.pop(victim))
             self.evictions += 1
-        slot = self.free.pop()
+        slot = heapq.heappop(self.free)
         pairs = self.adapters[name].pairs
         for module, linear in self.linears.items():
             pair = pairs.get(module)
             linear.set_slot(slot, None if pair is None else pair.a, None if pair is None else pair.b)
         self.resident[name] = slot
         return slot
-
-
-def _rows(ranges: list[tuple[int, int]], device: torch.device) -> Rows:
-    """A slice when the adapter's tokens are contiguous, else their indices."""
-    if len(ranges) == 1:
-        return slice(*ranges[0])
-    return torch.cat([torch.arange(a, b) for a, b in ranges]).to(device)
 
 
 def fits_lora_slots(lora: str | None, running_loras: set[str], max_loras: int) -> bool:
