@@ -131,3 +131,10 @@ def test_left_context_is_what_keeps_the_windows_close_to_the_whole_decode(tiny_c
     speaker.chunk = frame_windows(CSM_CHUNK_FRAMES, 0)
     bare = speaker.speak({"prompt_token_ids": PROMPT}, max_frames=12).audio
     assert np.abs(bare - wave.numpy()).max() > WAVE_TOLERANCE * np.abs(wave.numpy()).max()
+
+
+def test_a_speaker_takes_csm_only_and_a_positive_frame_bound(tiny_csm):
+    with pytest.raises(ValueError, match="Speaker runs CSM .CsmForConditionalGeneration., not Linear"):
+        Speaker(torch.nn.Linear(1, 1))
+    with pytest.raises(ValueError, match="max_frames must be at least 1, not 0"):
+        next(Speaker(tiny_csm).stream({"prompt_token_ids": [1]}, max_frames=0))

@@ -40,6 +40,9 @@ class Speaker:
             if (Path(model) / "tokenizer_config.json").exists():
                 self.tokenizer = AutoTokenizer.from_pretrained(model)
             model = CsmForConditionalGeneration.from_pretrained(model, dtype=torch.float32)
+        if not isinstance(model, CsmForConditionalGeneration):
+            raise ValueError(f"Speaker runs CSM (CsmForConditionalGeneration), not "
+                             f"{type(model).__name__}")
         self.model = model.eval()
         self.loop = CsmFrames(self.model)
         codec = self.model.config.codec_config
