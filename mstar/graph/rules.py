@@ -7,38 +7,50 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from mstar.graph.kinds import EdgeKind
-
-if TYPE_CHECKING:
-    from mstar.graph.walk_graph import WalkGraph
 
 CLIENT_MODALITIES = ("text", "audio")  # what an edge to the client may carry
 
 
-def unique_names(g: WalkGraph) -> str | None:
+class GraphShape(Protocol):
+    """What the rules read of a graph (``mstar.graph.walk_graph.WalkGraph``, which runs them
+    when it is built; named here so this module need not import it)."""
+
+    nodes: tuple[Any, ...]
+    edges: tuple[Any, ...]
+    walks: tuple[Any, ...]
+    emits: tuple[Any, ...]
+    node_names: set[str]
+    language_models: tuple[Any, ...]
+    language_model_names: set[str]
+    encoders: tuple[Any, ...]
+    codecs: tuple[Any, ...]
+
+
+def unique_names(g: GraphShape) -> str | None:
     names = [n.name for n in g.nodes]
     return None if len(set(names)) == len(names) else f"node names repeat: {names}"
 
 
-def has_language_model(g: WalkGraph) -> str | None:
+def has_language_model(g: GraphShape) -> str | None:
     return None if g.language_models else "a walk graph has at least one language-model node"
 
 
-def one_encoder_per_modality(g: WalkGraph) -> str | None:
+def one_encoder_per_modality(g: GraphShape) -> str | None:
     if len({n.modality for n in g.encoders}) == len(g.encoders):
         return None
     return "two encoder nodes take the same modality"
 
 
-def edges_join_known_nodes(g: WalkGraph) -> str | None:
+def edges_join_known_nodes(g: GraphShape) -> str | None:
     names = g.node_names
     bad = next((e for e in g.edges if e.source not in names or e.target not in names), None)
     return None if bad is None else f"edge {bad.tensor!r} joins unknown nodes"
 
 
-def streams_have_chunk_policies(g: WalkGraph) -> str | None:
+def streams_have_chunk_policies(g: GraphShape) -> str | None:
     """A streaming edge says how it cuts its stream; no other edge has a policy."""
     for e in g.edges:
         if (e.kind is EdgeKind.STREAM) != (e.chunk is not None):
@@ -49,7 +61,7 @@ def streams_have_chunk_policies(g: WalkGraph) -> str | None:
     return None
 
 
-def codecs_follow_language_models(g: WalkGraph) -> str | None:
+def codecs_follow_language_models(g: GraphShape) -> str | None:
     """A codec node is fed by streaming edges from language models only, and by at least one."""
     for codec in g.codecs:
         into = [e for e in g.edges if e.target == codec.name]
@@ -58,7 +70,7 @@ def codecs_follow_language_models(g: WalkGraph) -> str | None:
     return None
 
 
-def walks_name_known_nodes(g: WalkGraph) -> str | None:
+def walks_name_known_nodes(g: GraphShape) -> str | None:
     for walk in g.walks:
         missing = sorted(set(walk.nodes) - g.node_names)
         if missing:
@@ -66,12 +78,12 @@ def walks_name_known_nodes(g: WalkGraph) -> str | None:
     return None
 
 
-def walks_visit_a_language_model(g: WalkGraph) -> str | None:
+def walks_visit_a_language_model(g: GraphShape) -> str | None:
     bad = next((w for w in g.walks if not g.language_model_names & set(w.nodes)), None)
     return None if bad is None else f"walk {bad.name!r} visits no language model"
 
 
-def walks_follow_edges(g: WalkGraph) -> str | None:
+def walks_follow_edges(g: GraphShape) -> str | None:
     linked = {(e.source, e.target) for e in g.edges}
     for walk in g.walks:
         for src, dst in itertools.pairwise(walk.nodes):
@@ -80,7 +92,7 @@ def walks_follow_edges(g: WalkGraph) -> str | None:
     return None
 
 
-def loops_have_a_finish_signal(g: WalkGraph) -> str | None:
+def loops_have_a_finish_signal(g: GraphShape) -> str | None:
     """A walk that comes back to a node ends only when a language model in it says finish (its
     stop token, or CSM's all-end frame); that node is named, so the engine knows whose signal
     drains the rest."""
@@ -94,7 +106,7 @@ def loops_have_a_finish_signal(g: WalkGraph) -> str | None:
     return None
 
 
-def emits_are_typed(g: WalkGraph) -> str | None:
+def emits_are_typed(g: GraphShape) -> str | None:
     """Text reaches the client from a language model, audio from a codec."""
     kinds = {"text": g.language_model_names, "audio": {n.name for n in g.codecs}}
     for emit in g.emits:
@@ -106,14 +118,14 @@ def emits_are_typed(g: WalkGraph) -> str | None:
     return None
 
 
-RULES: tuple[Callable[[WalkGraph], str | None], ...] = (
+RULES: tuple[Callable[[GraphShape], str | None], ...] = (
     unique_names, has_language_model, one_encoder_per_modality, edges_join_known_nodes,
     streams_have_chunk_policies, codecs_follow_language_models, walks_name_known_nodes,
     walks_visit_a_language_model, walks_follow_edges, loops_have_a_finish_signal,
     emits_are_typed)
 
 
-def check(g: WalkGraph) -> None:
+def check(g: GraphShape) -> None:
     """Raise the first broken rule's problem as a ValueError."""
     for rule in RULES:
         problem = rule(g)

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mstar.graph import rules
 from mstar.graph.chunks import ChunkPolicy
 from mstar.graph.kinds import EdgeKind, NodeKind
+from mstar.graph.rules import CLIENT_MODALITIES, check
 
 LANGUAGE_MODEL = "language_model"
 TEXT = "text"
@@ -78,7 +78,7 @@ class WalkGraph:
     emits: tuple[Emit, ...] = (Emit(LANGUAGE_MODEL, TEXT),)
 
     def __post_init__(self) -> None:
-        rules.check(self)
+        check(self)
 
     @property
     def node_names(self) -> set[str]:
@@ -115,7 +115,7 @@ class WalkGraph:
 
     def output_modalities(self) -> tuple[str, ...]:
         """What reaches the client: "text", and "audio" where a codec emits it."""
-        return tuple(m for m in rules.CLIENT_MODALITIES if any(e.modality == m for e in self.emits))
+        return tuple(m for m in CLIENT_MODALITIES if any(e.modality == m for e in self.emits))
 
     def encoder_for(self, modality: str) -> Node:
         """The encoder node that takes ``modality`` (a KeyError names the ones there are)."""
