@@ -1,5 +1,6 @@
-"""A model's walk graph: nodes (stateless encoders, KV-cache language models), edges (what one
-node hands the next) and walks (the ordered nodes one request visits).
+"""A model's walk graph: nodes (stateless encoders, KV-cache language models, codecs), edges (what
+one node hands the next), walks (the ordered nodes one request visits) and emits (what reaches the
+client, typed by modality).
 
 It is the engine's one declaration of what a model takes and how: the registry entry of each
 architecture carries its graph (``mstar.models.loading.registry``), so the API server knows the
@@ -12,9 +13,13 @@ A text-only model is one node and one walk. A vision-language model adds an imag
 Whisper's audio encoder feeds its decoder by CROSS_ATTENTION: the decoder attends to the
 encoder's output for the request's whole life, and no prompt position holds it.
 
-Room for the next step (issue 35), not built yet: the nodes may hold several language models,
-a walk may go on after a language model (a codec node) and may visit a node again (a loop). The
-engine runs graphs with one language model today (``WalkGraph.language_model`` says so by name).
+Speech out (issue 35, ``mstar.graph.speech``): a graph may hold several language models (each
+its own KV cache and block budget, ``mstar.graph.budgets``), a codec node after a language model,
+STREAM edges cut by a chunk policy (``mstar.graph.chunks``), walks that loop until a named
+language model's finish signal, and audio emitted to the client. The rules are in
+``mstar.graph.rules``. The engine's runner still runs graphs with one language model
+(``WalkGraph.language_model`` refuses the others by name); CSM's depth decoder is its backbone
+node's per-frame head, so CSM's graph has one (docs/speech.rst).
 
 The graph names nodes and never says where they run: placing a node on another worker is a map
 from node names to workers, kept outside this description.
@@ -22,25 +27,14 @@ from node names to workers, kept outside this description.
 
 from __future__ import annotations
 
-import enum
-import itertools
 from dataclasses import dataclass
+
+from mstar.graph.chunks import ChunkPolicy
+from mstar.graph.kinds import EdgeKind, NodeKind
+from mstar.graph.rules import CLIENT_MODALITIES, check
 
 LANGUAGE_MODEL = "language_model"
 TEXT = "text"
-
-
-class NodeKind(enum.Enum):
-    ENCODER = "encoder"  # stateless: same input, same output tensor (so outputs can be cached)
-    LANGUAGE_MODEL = "language_model"  # keeps per-request state in the paged KV cache
-
-
-class EdgeKind(enum.Enum):
-    # The source's rows replace the target's token embeddings at the part's placeholder positions
-    # (vision models, Qwen2-Audio, Voxtral).
-    PLACEHOLDER_EMBEDDINGS = "placeholder_embeddings"
-    # The source's output is the target's cross-attention memory for the request's life (Whisper).
-    CROSS_ATTENTION = "cross_attention"
 
 
 @dataclass(frozen=True)
@@ -56,12 +50,24 @@ class Edge:
     source: str
     target: str
     kind: EdgeKind = EdgeKind.PLACEHOLDER_EMBEDDINGS
+    chunk: ChunkPolicy | None = None  # how a STREAM edge cuts its stream (only those have one)
+
+
+@dataclass(frozen=True)
+class Emit:
+    """An edge to the client: ``source``'s output goes out as ``modality`` ("text", "audio")."""
+
+    source: str
+    modality: str
 
 
 @dataclass(frozen=True)
 class Walk:
     name: str
     nodes: tuple[str, ...]  # in visiting order; a node may come again (a loop)
+    # The language model whose finish signal (stop token; CSM's all-end frame) ends the walk;
+    # what it already streamed on drains, then the rest stop. A loop must name one.
+    finish: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,34 +75,26 @@ class WalkGraph:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     walks: tuple[Walk, ...]
+    emits: tuple[Emit, ...] = (Emit(LANGUAGE_MODEL, TEXT),)
 
     def __post_init__(self) -> None:
-        names = [n.name for n in self.nodes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"node names repeat: {names}")
-        if not self.language_models:
-            raise ValueError("a walk graph has at least one language-model node")
-        if len({n.modality for n in self.encoders}) != len(self.encoders):
-            raise ValueError("two encoder nodes take the same modality")
-        for edge in self.edges:
-            if edge.source not in names or edge.target not in names:
-                raise ValueError(f"edge {edge.tensor!r} joins unknown nodes")
-        linked = {(e.source, e.target) for e in self.edges}
-        lms = {n.name for n in self.language_models}
-        for walk in self.walks:
-            if not lms & set(walk.nodes):
-                raise ValueError(f"walk {walk.name!r} visits no language model")
-            for src, dst in itertools.pairwise(walk.nodes):
-                if (src, dst) not in linked:
-                    raise ValueError(f"walk {walk.name!r} steps {src} -> {dst} along no edge")
+        check(self)
+
+    @property
+    def node_names(self) -> set[str]:
+        return {n.name for n in self.nodes}
 
     @property
     def language_models(self) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.kind is NodeKind.LANGUAGE_MODEL)
 
     @property
+    def language_model_names(self) -> set[str]:
+        return {n.name for n in self.language_models}
+
+    @property
     def language_model(self) -> Node:
-        """The one language model the engine runs (graphs with several are the next step)."""
+        """The one language model the runner runs (graphs with several are the next step)."""
         lms = self.language_models
         if len(lms) != 1:
             raise ValueError(f"the engine runs one language model per graph; this one has "
@@ -107,9 +105,17 @@ class WalkGraph:
     def encoders(self) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.kind is NodeKind.ENCODER)
 
+    @property
+    def codecs(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind is NodeKind.CODEC)
+
     def modalities(self) -> tuple[str, ...]:
         """What a request may carry: text, plus each encoder's input."""
         return (TEXT, *sorted({n.modality for n in self.encoders}))
+
+    def output_modalities(self) -> tuple[str, ...]:
+        """What reaches the client: "text", and "audio" where a codec emits it."""
+        return tuple(m for m in CLIENT_MODALITIES if any(e.modality == m for e in self.emits))
 
     def encoder_for(self, modality: str) -> Node:
         """The encoder node that takes ``modality`` (a KeyError names the ones there are)."""
@@ -136,16 +142,22 @@ class WalkGraph:
         """The walk of a request's prefill: through the encoder of each modality it carries."""
         unknown = sorted(set(modalities) - set(self.modalities()))
         needed = {n.name for n in self.encoders if n.modality in modalities}
-        walk = next((w for w in self.walks
-                     if {n for n in w.nodes if n not in self._lm_names} == needed), None)
+        encoders = {n.name for n in self.encoders}
+        walk = next((w for w in self.walks if encoders & set(w.nodes) == needed), None)
         if unknown or walk is None:
             raise ValueError(f"this model takes {', '.join(self.modalities())}; "
                              f"not {', '.join(unknown) or 'this combination'}")
         return walk
 
-    @property
-    def _lm_names(self) -> set[str]:
-        return {n.name for n in self.language_models}
+    def walk_emitting(self, modality: str) -> Walk:
+        """The first walk that reaches a node emitting ``modality`` to the client (speech out:
+        "audio"); a ValueError says this model makes only the others."""
+        sources = {e.source for e in self.emits if e.modality == modality}
+        walk = next((w for w in self.walks if sources & set(w.nodes)), None)
+        if walk is None:
+            raise ValueError(f"this model outputs {', '.join(self.output_modalities())}; "
+                             f"not {modality}")
+        return walk
 
 
 def text_only() -> WalkGraph:

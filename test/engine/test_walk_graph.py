@@ -15,7 +15,8 @@ import torch
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.walks import part_nodes
 from mstar.graph import Edge, EdgeKind, Node, NodeKind, Walk, WalkGraph, text_only
-from mstar.graph.walk_graph import cross_attention_encoder, with_encoder
+from mstar.graph.chunks import every_token, frame_windows
+from mstar.graph.walk_graph import Emit, cross_attention_encoder, with_encoder
 from mstar.models.audio.inputs import AudioInput
 from mstar.models.loading.registry import (
     AUDIO_CROSS_ATTENTION,
@@ -50,23 +51,27 @@ def test_edges_say_what_they_carry():
 
 
 def test_the_data_leaves_room_for_several_language_models_and_loops():
-    """A talker after the thinker and a codec after it, the codec looping back: the structure
-    holds it; the engine (``language_model``) refuses it by name until it runs such graphs."""
+    """A talker after the thinker and a codec after it, the walk looping back to the talker until
+    its finish signal: the structure holds it; the runner (``language_model``) refuses it by name
+    until it runs such graphs (test_speech_graph.py has the rules)."""
     thinker = Node("thinker", NodeKind.LANGUAGE_MODEL)
     talker = Node("talker", NodeKind.LANGUAGE_MODEL)
-    codec = Node("codec", NodeKind.ENCODER, "codes")
+    codec = Node("codec", NodeKind.CODEC)
     graph = WalkGraph(
         (thinker, talker, codec),
-        (Edge("hidden", "thinker", "talker"), Edge("codes", "talker", "codec"),
+        (Edge("hidden", "thinker", "talker", EdgeKind.STREAM, every_token()),
+         Edge("codes", "talker", "codec", EdgeKind.STREAM, frame_windows(4, 2)),
          Edge("audio", "codec", "talker")),
-        (Walk("speak", ("thinker", "talker", "codec", "talker", "codec")),))
+        (Walk("speak", ("thinker", "talker", "codec", "talker", "codec"), finish="talker"),),
+        (Emit("thinker", "text"), Emit("codec", "audio")))
     assert [n.name for n in graph.language_models] == ["thinker", "talker"]
     with pytest.raises(ValueError, match="one language model per graph; this one has thinker"):
         graph.language_model  # noqa: B018
+    image = Node("image", NodeKind.ENCODER, "image")
     with pytest.raises(ValueError, match="visits no language model"):
-        WalkGraph((thinker, codec), (Edge("x", "codec", "codec"),), (Walk("w", ("codec",)),))
+        WalkGraph((thinker, image), (Edge("x", "image", "image"),), (Walk("w", ("image",)),))
     with pytest.raises(ValueError, match="same modality"):
-        WalkGraph((thinker, codec, Node("codec2", NodeKind.ENCODER, "codes")), (), ())
+        WalkGraph((thinker, image, Node("image2", NodeKind.ENCODER, "image")), (), ())
 
 
 def test_registry_entries_carry_graphs_and_modalities_come_from_them():
