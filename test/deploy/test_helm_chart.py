@@ -15,8 +15,15 @@ import pytest
 import yaml
 from helm_render import Renderer
 
+from mstar.cli import main
 from mstar.settings import load_settings
-from mstar.settings.render.helm import CHART_DIR, CHART_ENV, values_schema
+from mstar.settings.render.helm import (
+    CHART_DIR,
+    CHART_ENV,
+    VALUES_PATH,
+    VALUES_SCHEMA_PATH,
+    values_schema,
+)
 
 ROOT = CHART_DIR.parents[2]
 KUBERNETES_VERSION = "1.33.0"  # a release kubernetes-validate ships schemas for
@@ -38,6 +45,13 @@ def _manifests(values: dict) -> dict[str, dict]:
     texts = Renderer(CHART_DIR, values).render()
     docs = [yaml.safe_load(text) for name, text in texts.items() if name.endswith(".yaml")]
     return {doc["kind"]: doc for doc in docs}
+
+
+@pytest.mark.parametrize(("argv", "path"), [(["config", "helm"], VALUES_SCHEMA_PATH),
+                                            (["config", "helm", "--values"], VALUES_PATH)])
+def test_mstar_config_helm_prints_the_committed_files(argv, path, capsys):
+    assert main(argv) == 0
+    assert capsys.readouterr().out == path.read_text()
 
 
 def test_the_generated_values_pass_the_generated_schema():
