@@ -1,6 +1,7 @@
 """`mstar serve` with two replicas routes by cached prefix: a long shared system prompt stays on the
 replica that first computed it while a long request with the same prefix keeps that replica busier
-(least-loaded routing would send the prompt to the idle replica, which has to compute it again);
+(least-loaded routing would send the prompt to the idle replica, which has to compute it again; how
+many requests see that depends on how long the long one lasts, but none may leave replica 0);
 each request after the first reports its cached tokens, and /metrics counts the decisions and the
 hits per replica."""
 
@@ -12,9 +13,9 @@ import threading
 
 import httpx
 import pytest
-from serve_helpers import Server, hard_timeout, running_server, wait_running  # noqa: F401
+from serve_helpers import Server, hard_timeout, running_server  # noqa: F401
 
-SYSTEM = " ".join(f"Rule {n}: answer briefly and politely." for n in range(10))
+SYSTEM = " ".join(f"Rule {n}: answer briefly and politely." for n in range(5))
 REPEATS = 6
 BLOCK = 16  # MSTAR_KV_BLOCK_SIZE (its default)
 LONG_TOKENS = 300  # the busy request's output: the tiny model's context is 512
@@ -38,12 +39,14 @@ def _ask(server: Server, question: str) -> dict:
     return resp.json()["usage"]
 
 
-def _long(server: Server, usage: list[dict]) -> None:
-    """A long stream with the shared system prompt, read to its end; its usage into ``usage``."""
+def _long(server: Server, usage: list[dict], started: threading.Event) -> None:
+    """A long stream with the shared system prompt, read to its end (``started`` set at its first
+    token); its usage into ``usage``."""
     body = {**_body("Tell a long story.", LONG_TOKENS), "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
     with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=120, json=body) as resp:
         for line in resp.iter_lines():
+            started.set()
             if line.startswith("data: {"):
                 usage.append(json.loads(line.removeprefix("data: ")).get("usage"))
 
@@ -60,10 +63,11 @@ def test_a_shared_system_prompt_stays_on_the_replica_that_cached_it(two_replicas
     assert first["prompt_tokens"] > 6 * BLOCK
     assert first["prompt_tokens"] + LONG_TOKENS < 500
     streamed: list[dict] = []
-    busy = threading.Thread(target=_long, args=(server, streamed))
+    started = threading.Event()
+    busy = threading.Thread(target=_long, args=(server, streamed, started))
     busy.start()  # its prefix takes it to replica 0 too, which then has one more live request
     try:
-        wait_running(server)
+        assert started.wait(60)
         usages = [_ask(server, f"Question {n}?") for n in range(1, REPEATS)]
     finally:
         busy.join(120)
