@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-_ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.S)
-_TOKEN = re.compile(r'\s*(?:("(?:[^"\\]|\\.)*")|(-?\d+)|(:=|[|(),])|(\$?[\w.]*[\w]|\.))')
+from helm_parse import args_of, parse, split
 
 
 def _go_text(value: Any) -> str:
@@ -97,11 +95,11 @@ class Renderer:
                                "AppVersion": meta["appVersion"]}}
         self.defines: dict[str, list] = {}
         for path in sorted((chart / "templates").glob("_*.tpl")):
-            self._run(_parse(path.read_text()), self.root, {})  # collects the defines
+            self._run(parse(path.read_text()), self.root, {})  # collects the defines
 
     def render(self) -> dict[str, str]:
         """Template name -> its text, for every manifest and NOTES.txt."""
-        return {p.name: self._run(_parse(p.read_text()), self.root, {})
+        return {p.name: self._run(parse(p.read_text()), self.root, {})
                 for p in sorted((self.chart / "templates").iterdir()) if not p.name.startswith("_")}
 
     def _run(self, nodes: list, dot: Any, scope: dict[str, Any]) -> str:
@@ -134,14 +132,14 @@ class Renderer:
         return self._run(otherwise, dot, scope)
 
     def _eval(self, tokens: list[str], dot: Any, scope: dict[str, Any]) -> Any:
-        stages = _split(tokens, "|")
+        stages = split(tokens, "|")
         value = self._call(stages[0], dot, scope, ())
         for stage in stages[1:]:
             value = self._call(stage, dot, scope, (value,))
         return value
 
     def _call(self, tokens: list[str], dot: Any, scope: dict[str, Any], piped: tuple) -> Any:
-        args = _args(tokens)
+        args = args_of(tokens)
         head = args[0]
 
         def value(arg: str | list) -> Any:
@@ -191,104 +189,3 @@ def _walk(value: Any, path: str) -> Any:
     for part in filter(None, path.split(".")):
         value = value.get(part) if isinstance(value, dict) else None
     return value
-
-
-def _args(tokens: list[str]) -> list[str | list[str]]:
-    """A command's words, each parenthesized pipeline as one list of its tokens."""
-    args: list[str | list[str]] = []
-    depth = 0
-    for t in tokens:
-        if depth:
-            depth += (t == "(") - (t == ")")
-            if depth:
-                args[-1].append(t)
-        elif t == "(":
-            depth = 1
-            args.append([])
-        else:
-            args.append(t)
-    return args
-
-
-def _split(tokens: list[str], sep: str) -> list[list[str]]:
-    parts, depth = [[]], 0
-    for t in tokens:
-        depth += (t == "(") - (t == ")")
-        if t == sep and depth == 0:
-            parts.append([])
-        else:
-            parts[-1].append(t)
-    return parts
-
-
-def _tokens(source: str) -> list[str]:
-    found, at = [], 0
-    while source[at:].strip():
-        match = _TOKEN.match(source, at)
-        if not match or match.end() == at:
-            raise ValueError(f"cannot parse {source[at:]!r}")
-        found.append(next(g for g in match.groups() if g is not None))
-        at = match.end()
-    return found
-
-
-def _parse(text: str) -> list:
-    """Nodes: ("text", s), ("expr", tokens), ("if", [(tokens, body)], else_body),
-    ("with", tokens, body), ("range", (k, v), tokens, body), ("define", name, body)."""
-    pieces, at = [], 0
-    for match in _ACTION.finditer(text):
-        before = text[at:match.start()]
-        pieces.append(("text", before.rstrip(" \t\n") if match.group(1) else before))
-        pieces.append(("action", match.group(2).strip(), bool(match.group(3))))
-        at = match.end()
-    pieces.append(("text", text[at:]))
-    for i, piece in enumerate(pieces):  # a "-}}" trims the whitespace after it
-        if piece[0] == "action" and piece[2] and i + 1 < len(pieces):
-            pieces[i + 1] = ("text", pieces[i + 1][1].lstrip(" \t\n"))
-    nodes, end = _block(pieces, 0)
-    assert end == len(pieces), "an {{ end }} without its block"
-    return nodes
-
-
-def _block(pieces: list, at: int) -> tuple[list, int]:
-    nodes = []
-    while at < len(pieces):
-        kind, body = pieces[at][0], pieces[at][1]
-        at += 1
-        if kind == "text":
-            nodes.append(("text", body))
-            continue
-        word, _, rest = body.partition(" ")
-        if body.startswith("/*"):
-            continue
-        if word in ("end", "else"):
-            return nodes, at - 1
-        if word in ("if", "with", "define", "range"):
-            inner, at = _block(pieces, at)
-            node, at = _finish(word, rest, inner, pieces, at)
-            nodes.append(node)
-        else:
-            nodes.append(("expr", _tokens(body)))
-    return nodes, at
-
-
-def _finish(word: str, rest: str, inner: list, pieces: list, at: int) -> tuple[tuple, int]:
-    if word != "if":
-        assert pieces[at][1] == "end", f"{{{{ {pieces[at][1]} }}}} in a {word} block"
-    if word == "define":
-        return ("define", json.loads(rest), inner), at + 1
-    if word == "with":
-        return ("with", _tokens(rest), inner), at + 1
-    if word == "range":
-        names, _, expr = rest.partition(":=")
-        keys = tuple(n.strip() for n in names.split(","))
-        return ("range", keys, _tokens(expr), inner), at + 1
-    arms, otherwise = [(_tokens(rest), inner)], []
-    while pieces[at][1] != "end":
-        _, _, tail = pieces[at][1].partition(" ")  # "else" or "else if COND"
-        body, at = _block(pieces, at + 1)
-        if tail.startswith("if "):
-            arms.append((_tokens(tail[3:]), body))
-        else:
-            otherwise = body
-    return ("if", arms, otherwise), at + 1
