@@ -55,6 +55,7 @@ def test_mstar_config_helm_prints_the_committed_files(argv, path, capsys):
 
 
 def test_the_generated_values_pass_the_generated_schema():
+    jsonschema.Draft7Validator.check_schema(values_schema())  # the draft Helm's validators read
     assert _errors(_values()) == []
     assert _errors(_values(MSTAR_NUM_WORKERS=2, MSTAR_MAX_NUM_SEQS="64",
                            MSTAR_ENABLE_PREFIX_CACHING=False, MSTAR_ROUTE_POLICY="prefix",
