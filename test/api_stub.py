@@ -11,6 +11,7 @@ import json
 import numpy as np
 
 from mstar.api_server.generation.replica_health import ReplicaHealth
+from mstar.api_server.generation.routing import Router
 from mstar.engine.request.outputs import TokenLogprob
 from mstar.ipc import messages as m
 from mstar.output.processor import TextOutput
@@ -39,6 +40,7 @@ class StubEngine:
         self.failure = None
         self.stats: dict = {}
         self.replicas = ReplicaHealth(1)
+        self.router = Router("least_loaded", 1, 1)  # /metrics reads its counts
         self.submitted: list = []
 
     def submit(self, requests: list) -> asyncio.Queue:

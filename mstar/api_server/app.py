@@ -88,6 +88,8 @@ def build_app(client: EngineClient, tokenizer: Any, running: RunningSettings, mo
              responses={**METRICS_DOC, **error_responses((401,))})
     async def prometheus(request: Request) -> Response:
         metrics.update_workers(client.stats)
+        metrics.update_routing(client.router.decisions, client.router.hits,
+                               client.router.cached_tokens)
         metrics.update_dropped_frames(client.dropped_frames())
         metrics.in_flight.set(admission.in_flight)
         metrics.show_fingerprint(running.settings.fingerprint())

@@ -30,6 +30,7 @@ import uvloop
 
 from mstar.api_server.audio.speech import speech_model
 from mstar.api_server.generation.engine_client import EngineClient, Failure, StartupError
+from mstar.api_server.generation.routing import Router
 from mstar.api_server.media.model import model_media
 from mstar.conductor.process import conductor_main
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
@@ -139,7 +140,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    client = EngineClient(endpoints, conductor, tokenizer)
+    client = EngineClient(endpoints, conductor, tokenizer, Router.of(settings))
     reason = "stopped"
     try:
         try:

@@ -1,4 +1,4 @@
-"""``mstar config show|validate|diff|schema|template|docs``: the settings, their sources and
+"""``mstar config show|validate|diff|schema|template|helm|docs``: the settings, their sources and
 docs; nothing loaded. ``--url`` reads a running server (see ``config_remote``)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 from mstar.settings.records import settings_records
 from mstar.settings.render.docs import bounds_text
 from mstar.settings.render.generated import GENERATED, stale_files, write_generated
+from mstar.settings.render.helm import render_values, render_values_schema
 from mstar.settings.render.json_schema import render_schema
 from mstar.settings.render.template import render_template
 
@@ -45,9 +46,14 @@ def add_parser(subparsers) -> None:
     schema.set_defaults(func=lambda args: _print(render_schema()))
     template = actions.add_parser("template", help="print a commented .env.example")
     template.set_defaults(func=lambda args: _print(render_template()))
+    helm = actions.add_parser("helm", help="print the Helm chart's values.schema.json (or, with "
+                              "--values, its values.yaml), generated from the settings schema")
+    helm.add_argument("--values", action="store_true", help="print values.yaml instead")
+    helm.set_defaults(func=lambda args: _print(render_values() if args.values
+                                               else render_values_schema()))
 
-    docs = actions.add_parser("docs", help="write the files generated from the schema (docs/) and "
-                              "the metric declarations (deploy/grafana/)")
+    docs = actions.add_parser("docs", help="write the files generated from the schema (docs/, "
+                              "deploy/helm/) and the metric declarations (deploy/grafana/)")
     docs.add_argument("--check", action="store_true", help="exit 1 and show the diff when stale")
     docs.set_defaults(func=run_docs)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mstar.api_server.generation.engine_client import least_loaded
 from mstar.api_server.generation.replica_health import ReplicaHealth
+from mstar.api_server.generation.routing import least_loaded
 from mstar.ipc.messages import Liveness, WorkerStats
 
 

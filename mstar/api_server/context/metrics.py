@@ -84,6 +84,19 @@ class Metrics:
                                    "to the request's first output token (the wait for the "
                                    "engine: queueing in the worker, and prefill).", ["key"],
                                    buckets=_LATENCY_BUCKETS, registry=r)
+        route = ("replica", "rule")
+        self.route_decisions = Gauge("mstar_route_decisions", "Sub-requests sent to each "
+                                     "replica so far, by why it was chosen (MSTAR_ROUTE_POLICY): "
+                                     "prefix (it was sent the prompt's longest known prefix), "
+                                     "least_loaded (no known prefix, or that policy), imbalance "
+                                     "(its prefix replica was over MSTAR_ROUTE_MAX_IMBALANCE), "
+                                     "only (one replica).", route, registry=r)
+        self.route_prefix_hits = Gauge("mstar_route_prefix_hits", "Finished sub-requests so far "
+                                       "whose prompt began in the replica's prefix cache, by "
+                                       "replica.", ("replica",), registry=r)
+        self.route_cached_tokens = Gauge("mstar_route_cached_tokens", "Prompt tokens served from "
+                                         "the prefix cache so far, by replica.", ("replica",),
+                                         registry=r)
         self.ttft = Histogram("mstar_time_to_first_token_seconds", "Time to first token.",
                               buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("mstar_inter_token_latency_seconds",
@@ -120,6 +133,16 @@ class Metrics:
                 sum(s.spec_propose_s for s in mine))
             self.spec_seconds.labels(method=method, phase="verify").set(
                 sum(s.spec_verify_s for s in mine))
+
+    def update_routing(self, decisions: dict[tuple[int, str], int], hits: dict[int, int],
+                       cached_tokens: dict[int, int]) -> None:
+        """The router's counts (``generation.routing.Router``)."""
+        for (replica, rule), count in decisions.items():
+            self.route_decisions.labels(replica=str(replica), rule=rule).set(count)
+        for replica, count in hits.items():
+            self.route_prefix_hits.labels(replica=str(replica)).set(count)
+        for replica, count in cached_tokens.items():
+            self.route_cached_tokens.labels(replica=str(replica)).set(count)
 
     def update_dropped_frames(self, dropped: dict[str, dict[str, int]]) -> None:
         for process, counts in dropped.items():

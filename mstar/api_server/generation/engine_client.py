@@ -2,11 +2,11 @@
 
 ``live`` is the process's one registry of live requests: each sub-request's asyncio queue (shared
 by the sub-requests of one HTTP request, n > 1), its text state and its replica. Requests go to the
-replica with the fewest live requests here, then the fewest waiting and the lowest KV-cache use its
-stats report (``place``). Workers' outputs carry token ids only; each received batch is turned into
-text (``mstar.output``) on one detokenizing thread, so the event loop only routes. A stop string
-found there aborts its request in the worker. A fault reported by the conductor (or the conductor
-process vanishing) fails every pending request at once.
+replica ``routing.Router`` chooses (``place``: by cached prefix, bounded by load; or by load
+alone). Workers' outputs carry token ids only; each received batch is turned into text
+(``mstar.output``) on one detokenizing thread, so the event loop only routes. A stop string found
+there aborts its request in the worker. A fault reported by the conductor (or the conductor process
+vanishing) fails every pending request at once.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import zmq.asyncio
 
 from mstar.api_server.context.caller import current_caller
 from mstar.api_server.generation.replica_health import ReplicaHealth
+from mstar.api_server.generation.routing import Router
 from mstar.engine.request.outputs import RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.ipc import messages as m
@@ -70,21 +71,12 @@ class LiveRequest:
     worker: int
 
 
-def least_loaded(load: list[int], stats: dict[int, m.WorkerStats], among: list[int]) -> int:
-    """The replica for a new request, of those ``among`` (the live ones): fewest live requests
-    here, then (by its last stats) fewest waiting and least KV cache in use, then the lowest
-    index."""
-    def key(i: int) -> tuple:
-        reported = stats.get(i)
-        return (load[i], reported.waiting if reported else 0,
-                reported.kv_cache_usage if reported else 0.0, i)
-
-    return min(among, key=key)
-
-
 class EngineClient:
-    def __init__(self, endpoints: Endpoints, conductor: BaseProcess, tokenizer: Any):
+    def __init__(self, endpoints: Endpoints, conductor: BaseProcess, tokenizer: Any,
+                 router: Router | None = None):
         self.conductor = conductor
+        # the replica choice (MSTAR_ROUTE_POLICY); without settings (tests), by load alone
+        self.router = router or Router("least_loaded", 1, 1)
         self.tokenizer = tokenizer
         self.ctx = zmq.Context()  # plain sockets: sends never block on PUSH, reads drain
         self.inbox = pull_socket(self.ctx, endpoints.api, endpoints.security, m.TO_API,
@@ -169,6 +161,8 @@ class EngineClient:
             self.detokenizing, to_texts, [(entry.text, out) for entry, out in work])
         stopped = []
         for (entry, out), text in zip(work, texts, strict=True):
+            if out.finished:
+                self.router.observe(entry.worker, out.num_cached_tokens)
             if text is None:  # ended at a stop string: the worker's abort is on its way
                 continue
             if ends_in_engine(text, out):
@@ -209,8 +203,9 @@ class EngineClient:
             queue.put_nowait(Failure(503, message))
         self.failed.set()
 
-    def place(self) -> int:
-        return least_loaded(self.load, self.stats, self.replicas.up())
+    def place(self, prompt: Prompt, params: SamplingParams) -> int:
+        return self.router.choose(prompt.token_ids, params.lora, self.load, self.stats,
+                                  self.replicas.up())
 
     def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
         """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
@@ -237,7 +232,7 @@ class EngineClient:
         sent: list[str] = []
         try:
             for rid, prompt, params, frame in frames:
-                worker = self.place()
+                worker = self.place(prompt, params)
                 self.live[rid] = LiveRequest(
                     queue, RequestText(self.tokenizer, prompt.token_ids, params), worker)
                 self.load[worker] += 1

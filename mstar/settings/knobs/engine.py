@@ -90,7 +90,7 @@ class EngineKnobs(BaseModel):
         "MSTAR_RECOMPILE_LIMIT applies).")
     num_workers: int = _engine(
         1, "Engine replicas (each one a tensor-parallel group of MSTAR_TENSOR_PARALLEL_SIZE "
-        "processes); requests go to the replica with the fewest outstanding.", ge=1, le=256)
+        "processes); MSTAR_ROUTE_POLICY chooses each request's replica.", ge=1, le=256)
     tensor_parallel_size: int = _engine(
         1, "Processes (ranks) one replica's model is split across: attention heads, MLP width and "
         "vocabulary are divided between them, over torch.distributed (NCCL on CUDA, gloo on CPU). "

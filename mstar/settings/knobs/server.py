@@ -113,6 +113,17 @@ class ServerKnobs(BaseModel):
         "responses carry Access-Control-Allow-Origin. Unset: no CORS headers, so browsers keep "
         "other origins out. Not reloadable. A security setting: any problem with it is an error.",
         security=True)
+    route_policy: Literal["prefix", "least_loaded"] = _server(
+        "prefix", "Which replica (MSTAR_NUM_WORKERS) a new request goes to: prefix = the one this "
+        "server last sent the longest prefix of its prompt to (whole MSTAR_KV_BLOCK_SIZE blocks), "
+        "whose prefix cache most likely holds it, while MSTAR_ROUTE_MAX_IMBALANCE allows, else "
+        "the least loaded; least_loaded = the one with the fewest live requests. One replica: "
+        "no difference. Not reloadable (docs/distributed.rst).")
+    route_max_imbalance: int = _server(
+        8, "With MSTAR_ROUTE_POLICY=prefix: a replica takes a request for its cached prefix only "
+        "while its live requests, counting the new one, exceed the least-loaded replica's by at "
+        "most this many; past it the request goes to the least-loaded replica. 1 = only "
+        "between equally loaded replicas. Not reloadable.", unit="requests", ge=1, le=MAX_COUNT)
     log_level: Literal["debug", "info", "warning", "error"] = _server("info", "Log level.")
     log_format: Literal["console", "json"] = _server(
         "console", "Log format: human-readable console lines or one JSON object per line.")

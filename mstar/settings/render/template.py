@@ -26,7 +26,8 @@ def _value(knob: Knob) -> str:
     return str(value)
 
 
-def _facts(knob: Knob) -> str:
+def knob_facts(knob: Knob) -> str:
+    """Unit, bounds, reloadability and an unset default, as one parenthesis-ready line."""
     facts = [f"unit: {knob.unit}"] if knob.unit else []
     if limits := bounds_text(knob):
         facts.append(f"allowed: {limits}")
@@ -38,7 +39,7 @@ def _facts(knob: Knob) -> str:
 
 def _entry(knob: Knob) -> str:
     lines = textwrap.wrap(describe(knob), 96, break_on_hyphens=False)
-    lines.append(f"({_facts(knob)})")
+    lines.append(f"({knob_facts(knob)})")
     return "".join(f"# {line}\n" for line in lines) + f"# {knob.env}={_value(knob)}\n"
 
 
