@@ -68,7 +68,7 @@ def mstar_run(llm, batches: list[list[str]]) -> tuple[float, list[str]]:
 
 def fw_text(model, path: str) -> str:
     """faster-whisper's transcript of one file: greedy, no timestamps, no VAD, no conditioning
-    on previous text (the served WER test, test/api/test_audio_builtin_wer.py, scores it too)."""
+    on previous text (the served WER test, test/api/test_audio_builtin_serve.py, scores it too)."""
     segments, _ = model.transcribe(path, beam_size=1, without_timestamps=True,
                                    condition_on_previous_text=False, vad_filter=False,
                                    temperature=0.0)

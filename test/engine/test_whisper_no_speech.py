@@ -7,7 +7,7 @@ previous text, in one prefill or in chunks; it comes once per request, with its 
 from __future__ import annotations
 
 import pytest
-from whisper_helpers import _reference, clip, generation_config, make_whisper_dir
+from whisper_helpers import clip, generation_config, make_whisper_dir
 
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.sampling_params import SamplingParams
@@ -26,14 +26,14 @@ def whisper_dir(tmp_path_factory):
 def cases(whisper_dir):
     """name -> (decoder prompt, AudioInput, transformers' no-speech probability)."""
     import torch
-    from transformers import WhisperFeatureExtractor
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     from mstar.models.audio.whisper_features import whisper_input
     from mstar.prompt.transcription import WhisperTokens, decoder_prompt
 
     fe = WhisperFeatureExtractor.from_pretrained(whisper_dir)
     tokens = WhisperTokens.from_generation_config(generation_config(whisper_dir))
-    model = _reference(str(whisper_dir))
+    model = WhisperForConditionalGeneration.from_pretrained(whisper_dir, dtype=torch.float32)
     out = {}
     for name, (freq, seed, text) in CLIPS.items():
         audio = whisper_input(fe, clip(freq, seed=seed))
@@ -81,3 +81,18 @@ def test_transcribe_skips_a_window_on_it(whisper_dir, cases):
     above = llm.transcribe(audio, logprob_threshold=100.0, no_speech_threshold=expected * 0.99)
     below = llm.transcribe(audio, logprob_threshold=100.0, no_speech_threshold=expected * 1.01)
     assert above.segments == [] and below.text == kept.text and below.segments
+
+
+@pytest.mark.parametrize("prob, ok", [(0.25, True), (0.0, True), (1.5, False),
+                                      (float("nan"), False)])
+def test_a_worker_sends_only_a_probability(prob, ok):
+    from mstar.engine.request.outputs import RequestOutput
+    from mstar.ipc import messages as m
+    from mstar.ipc.inbox_checks import InboxBounds, Invalid, check
+
+    msg = m.Outputs([RequestOutput("r", [1], no_speech_prob=prob)])
+    if ok:
+        check(msg, InboxBounds(replicas=1))
+    else:
+        with pytest.raises(Invalid, match="no_speech_prob"):
+            check(msg, InboxBounds(replicas=1))

