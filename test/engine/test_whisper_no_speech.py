@@ -47,27 +47,43 @@ def cases(whisper_dir):
     return out
 
 
-def no_speech(eng: LLMEngine, cases: dict) -> dict[str, list[float]]:
-    """Every case at once: the no-speech probabilities each request's outputs carried."""
+def engine(whisper_dir, **overrides) -> LLMEngine:
+    return LLMEngine(WorkerSettings(model=str(whisper_dir), device="cpu", dtype="float32",
+                                    **overrides))
+
+
+def no_speech(eng: LLMEngine, cases: dict) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Every case at once: the no-speech probabilities each request's outputs carried, and its
+    prompt tokens served from the prefix cache."""
     params = SamplingParams(temperature=0.0, max_tokens=4)
     for name, (prompt, audio, _) in cases.items():
         eng.add_request(name, prompt, params, (audio,))
     got: dict[str, list[float]] = {name: [] for name in cases}
+    cached: dict[str, int] = {}
     while eng.has_unfinished_requests():
         for out in eng.step():
+            cached[out.request_id] = out.num_cached_tokens
             if out.no_speech_prob is not None:
                 assert out.new_token_ids and out.num_output_tokens == len(out.new_token_ids)
                 got[out.request_id].append(out.no_speech_prob)
-    return got
+    return got, cached
+
+
+def expected(cases: dict, names) -> dict[str, list]:
+    return {n: [pytest.approx(cases[n][2], rel=1e-4, abs=1e-7)] for n in names}
 
 
 @pytest.mark.parametrize("overrides", [{}, {"max_prefill_chunk_tokens": 3}])
 def test_the_engines_is_transformers(whisper_dir, cases, overrides):
-    eng = LLMEngine(WorkerSettings(model=str(whisper_dir), device="cpu", dtype="float32",
-                                   **overrides))
-    got = no_speech(eng, cases)
-    for name, (_, _, expected) in cases.items():  # once a request, with its first token
-        assert got[name] == [pytest.approx(expected, rel=1e-4, abs=1e-7)], name
+    got, _ = no_speech(engine(whisper_dir, **overrides), cases)
+    assert got == expected(cases, cases)  # once a request, with its first token
+
+
+def test_a_start_served_from_the_prefix_cache_reports_it_too(whisper_dir, cases):
+    eng = engine(whisper_dir, kv_block_size=2)
+    again = {"pa": cases["pa"]}  # <|startoftranscript|> at 7: in the blocks cached by the first
+    assert no_speech(eng, again) == (expected(cases, again), {"pa": 0})
+    assert no_speech(eng, again) == (expected(cases, again), {"pa": 8})
 
 
 def test_transcribe_skips_a_window_on_it(whisper_dir, cases):
