@@ -10,6 +10,7 @@ And verbose_json's no-speech probability: high on a silent clip, low on speech.
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -104,12 +105,15 @@ def test_wer_at_most_faster_whispers_plus_margin(client, speech, faster_whisper_
                                                  response_format):
     openai_client, name = client
     paths, truth = speech
-    texts = []
-    for path in paths:
+
+    def transcribe(path: str) -> str:
         with open(path, "rb") as f:
-            answer = openai_client.audio.transcriptions.create(
-                file=f, model=name, temperature=0.0, response_format=response_format)
-        texts.append(said(answer, response_format))
+            return said(openai_client.audio.transcriptions.create(
+                file=f, model=name, temperature=0.0, response_format=response_format),
+                response_format)
+
+    with ThreadPoolExecutor(len(paths)) as pool:  # the engine batches them: a few times faster
+        texts = list(pool.map(transcribe, paths))
     ours = wer(truth, texts)
     print(f"\nWER {response_format}: mstar {ours:.3f}, faster-whisper {faster_whisper_wer:.3f}")
     assert ours <= faster_whisper_wer + MARGIN, list(zip(truth, texts, strict=True))
