@@ -18,6 +18,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 SPEECH = Path(__file__).resolve().parent.parent / "test" / "fixtures" / "speech"
@@ -25,10 +26,13 @@ CONCURRENCY = (1, 8)
 
 
 def normalize(text: str) -> str:
+    """Lower case, punctuation dropped (numbers written as digits stay, and count as errors)."""
     return " ".join(re.sub(r"[^a-z0-9' ]", " ", text.lower()).split())
 
 
 def wer(truth: list[str], said: list[str]) -> float:
+    """The word error rate of ``said`` against ``truth``, both normalized (``normalize``): the
+    one scoring of the benchmark and of the served WER test."""
     import jiwer
 
     return jiwer.wer([normalize(t) for t in truth], [normalize(s) for s in said])
@@ -62,21 +66,23 @@ def mstar_run(llm, batches: list[list[str]]) -> tuple[float, list[str]]:
     return time.perf_counter() - start, texts
 
 
+def fw_text(model, path: str) -> str:
+    """faster-whisper's transcript of one file: greedy, no timestamps, no VAD, no conditioning
+    on previous text (the served WER test, test/api/test_audio_builtin_serve.py, scores it too)."""
+    segments, _ = model.transcribe(path, beam_size=1, without_timestamps=True,
+                                   condition_on_previous_text=False, vad_filter=False,
+                                   temperature=0.0)
+    return "".join(s.text for s in segments)
+
+
 def fw_run(models: dict, batches: list[list[str]]) -> tuple[float, list[str]]:
     size = len(batches[0])
     model = models[size]
-
-    def one(path: str) -> str:
-        segments, _ = model.transcribe(path, beam_size=1, without_timestamps=True,
-                                       condition_on_previous_text=False, vad_filter=False,
-                                       temperature=0.0)
-        return "".join(s.text for s in segments)
-
     start = time.perf_counter()
     texts = []
     with ThreadPoolExecutor(size) as pool:
         for batch in batches:
-            texts += list(pool.map(one, batch))
+            texts += list(pool.map(partial(fw_text, model), batch))
     return time.perf_counter() - start, texts
 
 

@@ -28,6 +28,7 @@ class GenerationResult:
     finish_reason: str | None = None
     embedding: bytes | None = None  # a pooling request's vector (little-endian float32)
     logprobs: list[float] = field(default_factory=list)  # of token_ids, where asked
+    no_speech_prob: float | None = None  # Whisper's (mstar.engine.runner.no_speech)
 
 
 @dataclass
@@ -140,7 +141,7 @@ class LLM:
             live = [(p, f) for p, (f, _) in zip(plans, feats, strict=True) if p.window()]
             prompts = [Prompt(ids, (window_input(f, *p.window()),)) for p, f in live]
             for (p, _), out in zip(live, self._run(prompts, [params] * len(live)), strict=True):
-                p.done(out.token_ids, out.logprobs)
+                p.done(out.token_ids, out.logprobs, out.no_speech_prob)
         results = [Transcription(self._text(tokens, p.segments), p.segments) for p in plans]
         return results if isinstance(audio, list) else results[0]
 
@@ -212,6 +213,8 @@ class LLM:
                 r.token_ids += text.new_token_ids
                 if out.logprobs:
                     r.logprobs += [lp.logprob for lp in out.logprobs]
+                if text.no_speech_prob is not None:
+                    r.no_speech_prob = text.no_speech_prob
                 if text.finished:
                     r.finish_reason = text.finish_reason
                     r.embedding = text.embedding

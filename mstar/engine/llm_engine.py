@@ -289,6 +289,9 @@ class LLMEngine:
         tokens); a pooling request ends with its vector."""
         if result.encoder is not None:
             self.encoder.add(result.encoder)
+        for seq_no, prob in result.no_speech.items():  # kept until the request's first token
+            if seq_no in self.scheduler.live:
+                self.scheduler.live[seq_no].no_speech_prob = prob
         outputs: list[RequestOutput] = []
         for emitted in self.scheduler.update(out, result, self._stop):
             seq = emitted.seq
@@ -309,6 +312,8 @@ class LLMEngine:
                 num_output_tokens=seq.num_output_tokens,
                 num_cached_tokens=seq.num_cached_tokens,
                 logprobs=emitted.logprobs,
+                no_speech_prob=(seq.no_speech_prob if seq.num_output_tokens == len(
+                    emitted.token_ids) else None),  # with the request's first tokens only
             ))
         return outputs
 

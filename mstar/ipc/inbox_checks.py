@@ -176,7 +176,7 @@ def check_outputs(msg: m.Outputs, bounds: InboxBounds) -> None:
     plain = all(len(o.request_id) <= MAX_ID_CHARS and o.finish_reason in FINISH_REASONS
                 and o.num_prompt_tokens >= 0 and o.num_output_tokens >= 0
                 and o.num_cached_tokens >= 0 and o.logprobs is None and o.embedding is None
-                for o in outs)
+                and o.no_speech_prob is None for o in outs)
     ids = list(itertools.chain.from_iterable([o.new_token_ids for o in outs]))
     if not (plain and (not ids or (min(ids) >= 0 and max(ids) < TOKEN_ID_LIMIT))):
         for out in outs:
@@ -191,6 +191,8 @@ def _check_output(out: RequestOutput) -> None:
         count(getattr(out, name), f"outputs.{name}")
     if out.embedding is not None and len(out.embedding) % 4:
         raise Invalid("outputs.embedding is not a whole number of float32 values")
+    if out.no_speech_prob is not None and not 0.0 <= out.no_speech_prob <= 1.0:
+        raise Invalid("outputs.no_speech_prob is not a probability")
     for lp in out.logprobs or ():
         token_ids([lp.token_id, *(t for t, _ in lp.top)], TOKEN_ID_LIMIT, "outputs.logprobs")
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mstar.models.audio.whisper_units import INPUT_STRIDE, TIME_PRECISION, WINDOW_FRAMES
+from mstar.models.audio.whisper_units import (
+    INPUT_STRIDE,
+    TIME_PRECISION,
+    WINDOW_FRAMES,
+    no_speech_id,
+)
 
 TASKS = ("transcribe", "translate")
 
@@ -35,7 +40,7 @@ class WhisperTokens:
     @property
     def no_speech(self) -> int:
         """<|nospeech|> (<|nocaptions|> in English-only vocabularies), as transformers finds it."""
-        return self.no_timestamps - 1
+        return no_speech_id(self.no_timestamps)
 
     @classmethod
     def from_generation_config(cls, gen: dict) -> WhisperTokens:

@@ -23,7 +23,7 @@ class Spoken:
     token_ids: tuple[int, ...]
     seek: int  # the first mel frame of the window that made it
     avg_logprob: float = 0.0
-    no_speech_prob: float = 0.0  # not computed: 0.0 (docs/openai_api.rst)
+    no_speech_prob: float = 0.0  # the window's (mstar.engine.runner.no_speech)
 
 
 @dataclass(frozen=True)

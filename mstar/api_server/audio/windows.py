@@ -58,11 +58,14 @@ def window_params(ask: Ask, prompt_len: int, max_model_len: int) -> SamplingPara
 
 
 def spoken(tokenizer: Any, speech: SpeechModel, segments: list[tr.Segment], seek: int,
-           logprobs: list[float]) -> list[Spoken]:
-    """The segments that hold text, decoded (a window of silence holds none)."""
+           choice: Choice) -> list[Spoken]:
+    """The segments that hold text, decoded (a window of silence holds none), each with its
+    window's average logprob and no-speech probability (0.0 where the engine gave none)."""
+    logprobs = [p.logprob for p in choice.logprobs]
     avg = tr.avg_logprob(logprobs) if logprobs else 0.0
+    no_speech = choice.no_speech_prob or 0.0
     texts = [tr.text_ids(speech.tokens, s.token_ids) for s in segments]
-    return [Spoken(s.start, s.end, tokenizer.decode(ids), s.token_ids, seek, avg)
+    return [Spoken(s.start, s.end, tokenizer.decode(ids), s.token_ids, seek, avg, no_speech)
             for s, ids in zip(segments, texts, strict=True) if ids]
 
 
@@ -115,8 +118,7 @@ async def transcribe(generation: Generation, speech: SpeechModel, clip: np.ndarr
                 if delta:
                     yield Delta(delta)
         segments, advance = tr.split_segments(speech.tokens, choice.token_ids, seek, frames)
-        kept = spoken(generation.tokenizer, speech, segments, seek,
-                      [p.logprob for p in choice.logprobs])
+        kept = spoken(generation.tokenizer, speech, segments, seek, choice)
         for text in [s.text for s in kept] if live is None else []:
             yield Delta(text)
         yield kept

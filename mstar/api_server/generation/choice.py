@@ -23,9 +23,12 @@ class Choice:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     cached_tokens: int = 0
+    no_speech_prob: float | None = None  # Whisper's (mstar.engine.runner.no_speech)
 
     def add(self, out: TextOutput) -> None:
         self.cached_tokens = out.num_cached_tokens
+        if out.no_speech_prob is not None:
+            self.no_speech_prob = out.no_speech_prob
         self.text += out.new_text
         self.token_ids.extend(out.new_token_ids)
         self.logprobs.extend(out.logprobs or [])

@@ -32,6 +32,8 @@ class RequestOutput(msgspec.Struct, array_like=True):
     logprobs: list[TokenLogprob] | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     embedding: bytes | None = None  # a pooling request's vector: little-endian float32
+    # Whisper: the no-speech probability (mstar.engine.runner.no_speech), with the first token
+    no_speech_prob: float | None = None
 
 
 def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:

@@ -57,6 +57,8 @@ class Sequence:
         self.part_nodes = part_nodes
         # LoRA: which load of its adapter it runs (``LoraSlots.load_no``); None: the base model
         self.adapter_load = adapter_load
+        # Whisper: the no-speech probability, once the runner has run <|startoftranscript|>
+        self.no_speech_prob: float | None = None
 
     @property
     def images(self) -> tuple[ImageInput, ...]:

@@ -2,8 +2,10 @@
 
 How they are kept: a per-request slot, not the paged KV cache. At the step that brings a request
 to the runner (``SchedulerOutput.new``: its first prefill chunk, or its restart after a
-preemption) the encoder runs on its audio window and every decoder layer projects the output to
-K/V once: [layers, 2, heads, 1500 frames, head_dim] (18 MiB for tiny.en in float32). Every later
+preemption) the graph's encoder node runs on its audio window (``EncoderNodes``: in the worker,
+or in a process of its own under MSTAR_ENCODER_PLACEMENT; its output kept in the encoder cache by
+content hash, as every node's) and every decoder layer projects the output to K/V once:
+[layers, 2, heads, 1500 frames, head_dim] (18 MiB for tiny.en in float32). Every later
 step of the request, prefill chunks and decodes alike, attends to that tensor. The slot is freed
 when the request leaves the runner (``SchedulerOutput.removed``: finished, aborted or preempted);
 a preempted request recomputes it when it resumes, as its KV cache is recomputed.
@@ -17,19 +19,22 @@ Owned by the model runner's thread, like the persistent batch.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from mstar.engine.schedule.scheduler_output import EncoderCounts, SchedulerOutput
-from mstar.models.audio.inputs import AudioInput
+from mstar.engine.runner.encoder_nodes import EncoderNodes
+from mstar.engine.schedule.scheduler_output import EncoderCounts, NewRequest, SchedulerOutput
+from mstar.graph import EdgeKind
+from mstar.models.media_part import MediaPart
 
 
-def cross_part(parts) -> AudioInput | None:
-    """The request's cross-attention input: its audio part with no placeholder positions."""
-    return next((p for p in parts if isinstance(p, AudioInput) and not p.positions), None)
+def cross_part(req: NewRequest, encoders: EncoderNodes) -> tuple[MediaPart, str] | None:
+    """The request's cross-attention input and its encoder node: the part whose node's edge
+    carries cross-attention memory (its prefill walk, ``NewRequest.part_nodes``)."""
+    return next(((p, node) for p, node in zip(req.parts, req.part_nodes, strict=True)
+                 if encoders.feeds[node] is EdgeKind.CROSS_ATTENTION), None)
 
 
 @dataclass
@@ -57,13 +62,13 @@ class CrossBatch:
 
 
 class CrossStates:
-    """``compute``: an audio part's tensors -> its states (the model's encoder, then each layer's
-    K/V projections)."""
+    """``encoders``: the graph's encoder nodes (the cross-attention node's output, through its
+    cache); ``project``: that output -> its states (each decoder layer's K/V projections)."""
 
-    def __init__(self, compute: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-                 device: torch.device) -> None:
-        self.compute = compute
-        self.device = device
+    def __init__(self, encoders: EncoderNodes,
+                 project: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.encoders = encoders
+        self.project = project
         self.kept: dict[str, _Kept] = {}  # content hash -> states
         self.owner: dict[int, str] = {}  # seq_no -> the content hash of its states
 
@@ -72,22 +77,21 @@ class CrossStates:
         for seq_no in out.removed:
             self.release(seq_no)
         for req in out.new:
-            part = cross_part(req.parts)
-            if part is None:
+            found = cross_part(req, self.encoders)
+            if found is None:
                 raise ValueError("an encoder-decoder model's request needs its audio")
-            self.take(req.seq_no, part, counts)
+            self.take(req.seq_no, *found, counts)
         return CrossBatch([(row.num_tokens, self.kept[self.owner[row.seq_no]].states)
                            for row in out.rows])
 
-    def take(self, seq_no: int, part: AudioInput, counts: EncoderCounts) -> None:
+    def take(self, seq_no: int, part: MediaPart, node: str, counts: EncoderCounts) -> None:
+        """Hold ``part``'s states for request ``seq_no``: kept already (another request's: a
+        hit), or projected from the node's output (the encoder cache counts that one)."""
         self.release(seq_no)  # a resumed request: its old slot, if the removal has not come yet
         kept = self.kept.get(part.content_hash)
         if kept is None:
-            counts.misses += 1
-            start = time.perf_counter()
-            tensors = {k: v.to(self.device) for k, v in part.tensors.items()}
-            kept = self.kept[part.content_hash] = _Kept(self.compute(tensors), 0)
-            counts.seconds += time.perf_counter() - start
+            encoded = self.encoders.output(part, node, counts)
+            kept = self.kept[part.content_hash] = _Kept(self.project(encoded), 0)
         else:
             counts.hits += 1
         kept.refs += 1

@@ -24,6 +24,7 @@ from mstar.engine.runner.classify_head import classifier_head
 from mstar.engine.runner.compilation import compile_model
 from mstar.engine.runner.cross_hooks import (
     cross_states_for,
+    no_speech_for,
     row_histories,
     warmup_cross,
     whisper_rules_for,
@@ -109,9 +110,10 @@ class ModelRunner:
         self.pooler = Pooler(classifier_head(self.model, model_dir, hf_config,
                                              settings.score_tokens))
         # Encoder-decoder (Whisper): the kept cross-attention states and the model's logits rules.
-        self.cross = cross_states_for(self.graph, self.model, hf_config, device, dtype,
+        self.cross = cross_states_for(self.encoders, self.model, hf_config, dtype,
                                       settings.max_num_seqs)
         self.logits_rules = whisper_rules_for(self.cross, model_dir, hf_config, device)
+        self.no_speech = no_speech_for(self.logits_rules)
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
 
@@ -269,9 +271,11 @@ class ModelRunner:
         if self.lora is not None:
             self.lora.end()
         pooled = self.pooler.pool(out, step.query_lens, hidden)
+        no_speech = ({} if self.no_speech is None
+                     else self.no_speech.step(out, hidden, self.model.compute_logits))
         if started is None:
             self._feed_mtp(out, step.input_ids, hidden, [])
-            return RunnerOutput([], pooled=pooled, encoder=encoder)
+            return RunnerOutput([], pooled=pooled, encoder=encoder, no_speech=no_speech)
         logits = self.model.compute_logits(
             hidden[step.sample_indices.to(self.device, non_blocking=True)])
         if self.logits_rules is not None:
@@ -282,7 +286,7 @@ class ModelRunner:
             snapshot.restore_rejected(token_ids)
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
-        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder, no_speech)
 
     def _row_adapters(self, out: SchedulerOutput) -> list[str | None]:
         """Each row's LoRA adapter (None = the base model), in row order."""

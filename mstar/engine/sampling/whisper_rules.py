@@ -33,6 +33,7 @@ class WhisperRules:
 
         self.suppress = ids("suppress_tokens")
         self.begin_suppress = ids("begin_suppress_tokens")
+        self.start = int(gen["decoder_start_token_id"])  # <|startoftranscript|>
         self.no_timestamps = int(gen["no_timestamps_token_id"])
         self.timestamp_begin = self.no_timestamps + 1
         eos = gen.get("eos_token_id")

@@ -121,10 +121,13 @@ class RunnerOutput:
     persistent-batch slots of those positions. ``pooled``: the vector of each pooling request
     whose prompt ended in the step, by request number (``mstar.engine.runner.pooling``). ``encoder``: what
     the step's images took from the vision encoder cache (None when it had none), so the counts
-    cross from the forward thread with the step's output."""
+    cross from the forward thread with the step's output. ``no_speech``: Whisper's no-speech
+    probability of each request whose <|startoftranscript|> the step ran, by request number
+    (``mstar.engine.runner.no_speech``)."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None
     sample_slots: tuple[int, ...] = ()
     pooled: dict[int, bytes] = field(default_factory=dict)
     encoder: EncoderCounts | None = None
+    no_speech: dict[int, float] = field(default_factory=dict)

@@ -6,3 +6,9 @@ FRAMES_PER_SECOND = 100
 WINDOW_FRAMES = 3000  # 30 s: the encoder's fixed input length
 INPUT_STRIDE = 2  # mel frames per encoder position (one timestamp step)
 TIME_PRECISION = 0.02  # seconds per timestamp step
+
+
+def no_speech_id(no_timestamps: int) -> int:
+    """<|nospeech|> (<|nocaptions|> in English-only vocabularies): the token just before
+    <|notimestamps|>, where transformers' ``_setup_no_speech_detection`` finds it."""
+    return no_timestamps - 1
