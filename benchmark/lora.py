@@ -72,8 +72,11 @@ def throughput(dtype: str, tokens: int) -> None:
 
 
 def kernel() -> None:
-    """Per-segment delta vs a gathered batched matmul, one thread, 576 -> 1536, rank 16."""
+    """Per-segment delta vs a gathered batched matmul vs the padded batch of slots
+    (``mstar.models.lora.step``), one thread, 576 -> 1536, rank 16."""
     import torch
+
+    from mstar.models.lora.step import batched
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -89,12 +92,22 @@ def kernel() -> None:
     def gathered(x, idx):
         return torch.bmm(b[idx], torch.bmm(a[idx], x.unsqueeze(-1))).squeeze(-1)
 
+    def padded(x, batch):
+        out = torch.zeros(x.shape[0], hout)
+        xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
+        delta = torch.bmm(torch.bmm(xs, a[:batch.slots].transpose(1, 2)),
+                          b[:batch.slots].transpose(1, 2))
+        return out.index_add_(0, batch.index, delta.view(-1, hout))
+
     for tokens, spread in ((32, 1), (32, 4), (32, 16), (256, 4)):
         x = torch.randn(tokens, hin)
         idx = torch.arange(tokens) % spread
         groups = [(s, (idx == s).nonzero().flatten()) for s in range(spread)]
+        batch = batched({s: [(t, t + 1) for t in rows.tolist()] for s, rows in groups},
+                        torch.device("cpu"), torch.float32)
         for name, run in (("segments", lambda x=x, g=groups: segments(x, g)),
-                          ("gathered", lambda x=x, i=idx: gathered(x, i))):
+                          ("gathered", lambda x=x, i=idx: gathered(x, i)),
+                          ("padded", lambda x=x, p=batch: padded(x, p))):
             run()
             start = time.perf_counter()
             for _ in range(50):
