@@ -4,7 +4,7 @@ greedy tokens of one process for the base model and three adapters in one batch.
 Each rank holds its part of every pair: B's rows on the column-parallel q/k/v and gate/up, A's
 columns on the row-parallel o_proj and down_proj (whose partial deltas ride on the base's
 all-reduce). One adapter is loaded at run time, on every rank, as ``/v1/load_lora_adapter``
-reaches them. One process's tokens equal transformers + PEFT's (test_lora_parity.py).
+reaches them. One process is checked against transformers + PEFT in test_lora_parity.py.
 """
 
 from __future__ import annotations
