@@ -7,23 +7,19 @@ single-process engine's. Tiny models; one torch thread per rank (the machine is 
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from tp_group import run_group
 
-from mstar.engine.distributed import join_group, leave_group
 from mstar.engine.llm_engine import LLMEngine
-from mstar.engine.rendezvous import Rendezvous, free_port
 from mstar.engine.request.sampling_params import SamplingParams, StructuredOutput
-from mstar.ipc.lifecycle import die_with_parent
 from mstar.models.families.parallel import check_divisible
 from mstar.settings import WorkerSettings
 
 MAX_NEW = 24
-RANK_TIMEOUT_S = 240
 PROMPTS = ["The quick brown fox", "Paris is the capital of", "def add(a, b):"]
 
 
@@ -68,37 +64,9 @@ def _generate(settings: WorkerSettings, parallel=None) -> dict:
     return {"tokens": tokens, "logits": logits}
 
 
-def _rank(settings: WorkerSettings, rendezvous: Rendezvous, out: Path) -> None:
-    die_with_parent()  # a killed test process leaves no rank behind
-    torch.set_num_threads(1)
-    group = join_group(rendezvous, torch.device("cpu"), RANK_TIMEOUT_S)
-    try:
-        torch.save(_generate(settings, group.model), out / f"rank{rendezvous.rank}.pt")
-    finally:
-        leave_group()
-
-
-def _run_group(settings: WorkerSettings, tmp_path: Path) -> list[dict]:
-    size = settings.tensor_parallel_size
-    port = free_port("127.0.0.1")
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(settings, Rendezvous("127.0.0.1", port, r, size),
-                                              tmp_path))
-             for r in range(size)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(RANK_TIMEOUT_S)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0] * size
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(size)]
-
-
 def _assert_group_matches_single(settings: WorkerSettings, tmp_path: Path) -> None:
     single = _generate(settings.model_copy(update={"tensor_parallel_size": 1}))
-    ranks = _run_group(settings, tmp_path)
+    ranks = run_group(_generate, (settings,), settings.tensor_parallel_size, tmp_path)
     for rank in ranks:  # every rank took the same steps and sampled the same tokens
         assert rank["tokens"] == ranks[0]["tokens"]
     assert ranks[0]["tokens"] == single["tokens"]

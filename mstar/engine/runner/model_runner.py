@@ -68,7 +68,7 @@ class ModelRunner:
         self.language_model = self.graph.language_model  # the one it runs (several: refused)
         lora = serves_lora(settings)
         if lora:
-            check_lora_supported(settings, parallel.size if parallel is not None else 1)
+            check_lora_supported(settings)
         self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
                                 quantization=settings.quantization, cache_dir=settings.cache_dir,
                                 parallel=parallel,

@@ -105,7 +105,15 @@ class RowParallelLinear(nn.Module):
         self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.tp.all_reduce(nn.functional.linear(x, self.weight))
+        return self.reduce(self.partial(x))
+
+    def partial(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's term of the sum (a LoRA delta adds its own term here, before the sum)."""
+        return nn.functional.linear(x, self.weight)
+
+    def reduce(self, y: torch.Tensor) -> torch.Tensor:
+        """The ranks' terms summed, plus the bias once."""
+        y = self.tp.all_reduce(y)
         return y if self.bias is None else y + self.bias
 
 
@@ -156,32 +164,41 @@ def build_sharded(cls: type, config, tp: TensorParallel) -> nn.Module:
 def shard_tensor(model: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
     """This rank's slice of the checkpoint tensor ``name`` (a tensor every rank keeps whole is
     returned as is)."""
+    if name.endswith(("embed_tokens.weight", "lm_head.weight")):
+        return _vocab_rows(tensor, model.tp, -(-model.tp_shapes.vocab // model.tp.size))
+    cut = shard_cut(model, name)
+    return tensor if cut is None else tensor.narrow(*cut)
+
+
+def shard_cut(model: nn.Module, name: str) -> tuple[int, int, int] | None:
+    """(dim, start, length) of this rank's slice of the projection weight ``name`` (checkpoint
+    name): dim 0 for a column-parallel one (q/k/v, gate/up: output rows), dim 1 for a
+    row-parallel one (o_proj, down_proj: input columns); None for a tensor kept whole. LoRA
+    adapters cut their pairs by the same rule (``mstar.models.lora.adapter``)."""
     tp: TensorParallel = model.tp
     s: Shapes = model.tp_shapes
     part = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else name
     if part == "q_proj":
-        return _rows(tensor, tp.rank, s.num_heads * s.head_dim // tp.size)
+        return _rows(tp.rank, s.num_heads * s.head_dim // tp.size)
     if part in ("k_proj", "v_proj"):
         local_kv = max(s.num_kv_heads // tp.size, 1)
         first_head = tp.rank * s.num_kv_heads // tp.size  # a replicated head: the one read here
-        return tensor.narrow(0, first_head * s.head_dim, local_kv * s.head_dim)
+        return 0, first_head * s.head_dim, local_kv * s.head_dim
     if part in ("gate_proj", "up_proj"):
-        return _rows(tensor, tp.rank, s.intermediate // tp.size)
+        return _rows(tp.rank, s.intermediate // tp.size)
     if name.endswith("o_proj.weight"):
-        return _cols(tensor, tp.rank, s.num_heads * s.head_dim // tp.size)
+        return _cols(tp.rank, s.num_heads * s.head_dim // tp.size)
     if name.endswith("down_proj.weight"):
-        return _cols(tensor, tp.rank, s.intermediate // tp.size)
-    if name.endswith(("embed_tokens.weight", "lm_head.weight")):
-        return _vocab_rows(tensor, tp, -(-s.vocab // tp.size))
-    return tensor
+        return _cols(tp.rank, s.intermediate // tp.size)
+    return None
 
 
-def _rows(tensor: torch.Tensor, rank: int, n: int) -> torch.Tensor:
-    return tensor.narrow(0, rank * n, n)
+def _rows(rank: int, n: int) -> tuple[int, int, int]:
+    return 0, rank * n, n
 
 
-def _cols(tensor: torch.Tensor, rank: int, n: int) -> torch.Tensor:
-    return tensor.narrow(1, rank * n, n)
+def _cols(rank: int, n: int) -> tuple[int, int, int]:
+    return 1, rank * n, n
 
 
 def _vocab_rows(tensor: torch.Tensor, tp: TensorParallel, n: int) -> torch.Tensor:

@@ -5,6 +5,12 @@ names the checkpoint loader uses (``resolve_target``): q/k/v land in row ranges 
 ``qkv_proj``, gate/up in ``gate_up_proj``. A fused linear's shards become one low-rank pair: A
 stacks the shards' A rows, B is block-diagonal, so one (x A^T) B^T gives every shard's delta.
 The scaling (alpha / r, or alpha / sqrt(r) with rsLoRA) is folded into B.
+
+Under tensor parallelism each rank keeps its part of every pair, cut by the base weight's own rule
+(``shard_cut``): B A stands in for the weight [out, in], so a column-parallel linear (q/k/v,
+gate/up: the rank's output rows, KV-head replication included) cuts B's rows and keeps A whole,
+and a row-parallel one (o_proj, down_proj: the rank's input columns) cuts A's columns and keeps B
+whole. Every rank of a replica reads the adapter (at start and at run time), each its own part.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from mstar.models.families.parallel import shard_cut
 from mstar.models.loading.loader import resolve_target
 from mstar.settings.checks.lora_checks import SUPPORTED_MODULES
 
@@ -57,9 +64,11 @@ def read_adapter(name: str, path: Path, model, max_rank: int) -> LoraAdapter:
     scaling = scaling_of(config, rank)
     shards: dict[str, list[tuple[int, int, torch.Tensor, torch.Tensor]]] = {}
     for module, (a, b) in _peft_modules(name, path).items():
-        target, offset, size = _target(name, model, module)
+        checkpoint = _checkpoint_name(model, module)
+        target, offset, size = _target(name, model, module, checkpoint)
         if a.shape[0] != rank or b.shape[1] != rank:
             raise AdapterError(f"adapter {name!r}: {module} has rank {a.shape[0]}, the config {rank}")
+        a, b = rank_part(name, model, checkpoint, a, b)
         shards.setdefault(target, []).append((offset, size, a, b * scaling))
     dtype = next(model.parameters()).dtype
     pairs = {t: _fuse(name, t, model.get_submodule(t), parts, dtype) for t, parts in shards.items()}
@@ -122,11 +131,32 @@ def _peft_modules(name: str, path: Path) -> dict[str, tuple[torch.Tensor, torch.
     return {m: (ab["lora_A"], ab["lora_B"]) for m, ab in modules.items()}
 
 
-def _target(name: str, model, module: str) -> tuple[str, int, int | None]:
-    """The model's linear for checkpoint module ``module`` and the shard's row range in it."""
+def rank_part(name: str, model, checkpoint: str, a: torch.Tensor, b: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """This tensor-parallel rank's part of the pair of weight ``checkpoint`` (the whole pair on
+    an unsharded model): B's rows where the base weight is cut by rows, else A's columns."""
+    cut = shard_cut(model, checkpoint) if hasattr(model, "tp") else None  # as the loader asks
+    if cut is None:
+        return a, b
+    dim, start, length = cut
+    whole = b if dim == 0 else a.T  # the factor cut, its cut dim first
+    if whole.shape[0] < start + length:  # the rest of the shape is checked once cut (``_fuse``)
+        raise AdapterError(f"adapter {name!r}: {checkpoint} has {whole.shape[0]} "
+                           f"{'rows' if dim == 0 else 'columns'}, this rank needs "
+                           f"[{start}, {start + length}) (another base model?)")
+    return (a, b.narrow(0, start, length)) if dim == 0 else (a.narrow(1, start, length), b)
+
+
+def _checkpoint_name(model, module: str) -> str:
+    """The checkpoint weight name of PEFT module ``module`` (the model's renaming applied)."""
     checkpoint = f"{module}.weight"
     rename = getattr(model, "checkpoint_name", None)
-    param, offset, size = resolve_target(model, rename(checkpoint) if rename else checkpoint)
+    return rename(checkpoint) if rename else checkpoint
+
+
+def _target(name: str, model, module: str, checkpoint: str) -> tuple[str, int, int | None]:
+    """The model's linear for weight ``checkpoint`` and the shard's row range in it."""
+    param, offset, size = resolve_target(model, checkpoint)
     target = param.removesuffix(".weight")
     try:
         model.get_submodule(target)

@@ -6,6 +6,11 @@ there (a slot's columns past its adapter's width stay zero, so a whole slot can 
 The step's rows (``step.LoraStep``: the padded batch of adapters with few tokens, and a segment
 per adapter with many) are shared by every wrapped linear of the model and set by the runner
 around the forward; base-model tokens are in neither and cost nothing.
+
+Under tensor parallelism a slot holds the rank's part of each pair, cut like the base weight
+(``adapter``): a column-parallel linear's delta is its own rows of the output; a row-parallel
+one's (``RowParallelLinear``) is the rank's term of a sum, added to the base's term before the
+all-reduce, so the one all-reduce sums both (sum over ranks of B A_r x_r = B A x).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mstar.models.layers.cpu_linear import replace_linears
+from mstar.models.families.parallel import RowParallelLinear
 from mstar.models.lora.step import LoraStep
 
 # The projections that take adapters (the model's fused names): attention and MLP.
@@ -23,10 +28,13 @@ MOST_SHARDS = 3
 
 
 class LoraLinear(nn.Module):
-    def __init__(self, base: nn.Linear, step: LoraStep, max_loras: int, max_rank: int) -> None:
+    def __init__(self, base: nn.Linear | RowParallelLinear, step: LoraStep, max_loras: int,
+                 max_rank: int) -> None:
         super().__init__()
         self.base = base  # swapped for a packed / bf16 / quantized form like any linear
-        self.in_features, self.out_features = base.in_features, base.out_features
+        # a row-parallel base: the delta joins the rank's term, before the base's all-reduce
+        self.row_parallel = isinstance(base, RowParallelLinear)
+        self.out_features, self.in_features = base.weight.shape  # the rank's shard under TP
         self.step = step
         w = base.weight
         width = MOST_SHARDS * max_rank
@@ -47,7 +55,7 @@ class LoraLinear(nn.Module):
         self.widths[slot] = width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.base(x)
+        out = self.base.partial(x) if self.row_parallel else self.base(x)
         batch = self.step.batched
         if batch is not None:  # the adapters with few tokens: five ops for all of them
             xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
@@ -63,15 +71,15 @@ class LoraLinear(nn.Module):
                 out[rows] += delta
             else:
                 out.index_add_(0, rows, delta)
-        return out
+        return self.base.reduce(out) if self.row_parallel else out
 
 
 def wrap_lora_linears(model: nn.Module, max_loras: int, max_rank: int) -> LoraStep:
-    """Wrap every attention and MLP projection of ``model`` (before packing or quantizing);
-    returns the step groups they share."""
+    """Wrap every attention and MLP projection of ``model`` (before packing or quantizing; a
+    tensor-parallel rank's row-parallel ones too); returns the step groups they share."""
     step = LoraStep()
-    targets = {id(m) for name, m in model.named_modules()
-               if name.rsplit(".", 1)[-1] in LORA_LINEARS and isinstance(m, nn.Linear)}
-    replace_linears(model, lambda linear: LoraLinear(linear, step, max_loras, max_rank),
-                    keep=lambda linear: id(linear) not in targets)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if name in LORA_LINEARS and isinstance(child, nn.Linear | RowParallelLinear):
+                setattr(parent, name, LoraLinear(child, step, max_loras, max_rank))
     return step

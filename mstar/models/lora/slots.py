@@ -28,10 +28,9 @@ def serves_lora(settings) -> bool:
     return bool(settings.lora_modules) or settings.allow_runtime_lora_updating
 
 
-def check_lora_supported(settings, tensor_parallel_size: int) -> None:
+def check_lora_supported(settings) -> None:
     """The combinations LoRA does not run with yet (docs/lora.rst), refused at start."""
-    refused = {"MSTAR_TENSOR_PARALLEL_SIZE > 1": tensor_parallel_size > 1,
-               "MSTAR_COMPILE": settings.compile,
+    refused = {"MSTAR_COMPILE": settings.compile,
                "MSTAR_SPECULATIVE_METHOD": settings.speculative_method not in (None, "none")}
     for knob, on in refused.items():
         if on:
