@@ -14,6 +14,7 @@ correct, slower.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 from pathlib import Path
@@ -26,6 +27,10 @@ log = structlog.get_logger(__name__)
 SOURCES = Path(__file__).with_name("csrc")  # ops.cpp and the headers it includes
 LIBRARY = "mstar_cpu"
 _CFLAGS = ["-O3", "-fopenmp"]  # no -march: SIMD code is compiled per level (csrc/common.h)
+# torch's own build lock (a file that a killed build leaves behind, after which every later build
+# waits on it forever) and ours beside it (a kernel lock, released when its holder dies).
+TORCH_BATON = "lock"
+BUILD_LOCK = "mstar-build.lock"
 _state: dict[str, bool] = {}
 
 
@@ -53,7 +58,7 @@ def _load(cache_dir: Path) -> bool:
         from torch.utils.cpp_extension import load
 
         directory.mkdir(parents=True, exist_ok=True)
-        with contextlib.redirect_stdout(io.StringIO()):
+        with _building(directory), contextlib.redirect_stdout(io.StringIO()):
             load(f"{LIBRARY}_kernels", [str(SOURCES / "ops.cpp")], extra_cflags=_CFLAGS,
                  build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as error:  # no compiler, no headers, a failed build: fall back to torch
@@ -62,3 +67,18 @@ def _load(cache_dir: Path) -> bool:
         return False
     log.info("cpu_kernels_loaded", build_dir=str(directory))
     return True
+
+
+@contextlib.contextmanager
+def _building(directory: Path):
+    """One build or load at a time in ``directory``, under a kernel lock (``flock``: released
+    when its holder dies, however). Holding it, no other process of ours is building here, so a
+    torch baton file still present was left by a build that was killed: it is removed, where
+    torch would wait for it forever."""
+    with open(directory / BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        baton = directory / TORCH_BATON
+        if baton.exists():
+            log.warning("cpu_kernels_stale_lock_removed", path=str(baton))
+            baton.unlink(missing_ok=True)
+        yield
