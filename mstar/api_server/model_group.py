@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from mstar.api_server.generation.engine_client import EngineClient, StartupError
+from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.server import (
     STARTUP_SLACK_S,
     load_front,
@@ -103,8 +103,8 @@ async def open_group(name: str, loaded: LoadedSettings, model_dir: Path,
             conductor.kill()  # its workers die with it
             await asyncio.to_thread(stop_conductor, conductor)
         _remove(socket_dir)
-        if isinstance(exc, StartupError | ValueError | OSError):
-            raise LoadError(str(exc)) from None
+        if isinstance(exc, Exception) and not isinstance(exc, LoadError):
+            raise LoadError(str(exc) or repr(exc)) from exc
         raise
 
 

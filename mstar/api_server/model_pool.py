@@ -57,7 +57,8 @@ class ModelPool:
         self.stop = stop
         self.attempts = dict.fromkeys(models, 0)  # loads started, per model
         self.failures: dict[str, tuple[int, str]] = {}  # model -> (attempt, why it failed)
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task] = set()  # loads and closes running
+        self.loads: set[asyncio.Task] = set()  # the loads among them (cancelled at close)
         self._changed = asyncio.Event()  # replaced at each transition: waiters wake and look
 
     def _notify(self) -> None:
@@ -66,10 +67,11 @@ class ModelPool:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
     async def acquire(self, name: str, keep_alive_s: float | None) -> ModelGroup:
         wait_s = self.models[name].settings.models_load_wait_s
@@ -103,7 +105,9 @@ class ModelPool:
         self.state.move(name, LOADING, time.monotonic())
         self.attempts[name] += 1
         self._notify()
-        self._spawn(self._load(name, self.attempts[name]))
+        task = self._spawn(self._load(name, self.attempts[name]))
+        self.loads.add(task)
+        task.add_done_callback(self.loads.discard)
 
     async def _load(self, name: str, attempt: int) -> None:
         settings = self.models[name]
@@ -120,8 +124,8 @@ class ModelPool:
             self._notify()
             await asyncio.gather(*(self._close(other, "evicted") for other in evict))
             self.groups[name] = await open_group(name, settings, model_dir, self.stop)
-        except (LoadError, asyncio.CancelledError) as exc:
-            why = str(exc) or "cancelled"
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - said to its waiters
+            why = str(exc) if isinstance(exc, LoadError) else repr(exc)
             log.error("model_load_failed", model=name, reason=why)
             self.failures[name] = (attempt, why)
             self.state.move(name, UNLOADED, time.monotonic())
@@ -177,7 +181,7 @@ class ModelPool:
 
     async def close(self) -> None:
         """Stop every model (the server is stopping; its requests have ended or been cut)."""
-        for task in list(self.tasks):
+        for task in list(self.loads):  # a load in progress stops; unloads finish
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for name, model in self.state.models.items():

@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     settings = loaded.settings
     log = structlog.get_logger("mstar.serve")
     models = models_or_exit(loaded)  # MSTAR_MODELS: each model's settings, checked before anything
+    for name, own in models.items():  # what a model's env file added to the main warnings
+        for problem in (p for p in own.problems if p not in loaded.problems):
+            log.warning("model_settings_problem", model=name, problem=problem.message())
 
     from mstar.api_server.http.listener import ListenError, listen_socket
 

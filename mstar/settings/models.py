@@ -39,8 +39,7 @@ def model_settings(loaded: LoadedSettings) -> dict[str, LoadedSettings]:
         built[name] = load_settings(
             overrides={**inputs.overrides, "model": source},
             env_files=(*inputs.env_files, *([own] if own is not None else [])),
-            strict=settings.config_strictness == "strict" if inputs.strict is None
-            else inputs.strict,
+            strict=inputs.strict,  # None: each model's MSTAR_CONFIG_STRICTNESS
             environ=inputs.environ, cli=inputs.cli)
     return built
 
