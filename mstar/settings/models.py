@@ -1,6 +1,6 @@
 """Each model's settings when MSTAR_MODELS serves several: the main settings' sources again, with
-the model's own env file (MSTAR_MODELS_ENV_DIR/<name>.env, when there is one) read after the main
-env files and the model's source as MSTAR_MODEL.
+the model's own env file (MSTAR_MODELS_ENV_DIR/<name>.env, when there is one) above the main env
+files and the environment (below command-line flags), and the model's source as MSTAR_MODEL.
 
 Built by the same ``load_settings`` as the main settings, so a model's env file follows the same
 rules: strict mode, and problems naming the file and line. Built once at start, before anything
@@ -10,13 +10,15 @@ heavy, by ``mstar serve`` and ``mstar config show``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mstar.settings.env_file import SettingsUsageError
+from mstar.settings.catalog import BY_ENV
+from mstar.settings.env_file import SettingsUsageError, read_env_file
 from mstar.settings.knobs.models import parse_models
 from mstar.settings.records import settings_records
-from mstar.settings.sources import LoadedSettings, SettingsError, load_settings
+from mstar.settings.sources import FOREIGN_ENV, LoadedSettings, SettingsError, load_settings
 
 ENV_SUFFIX = ".env"
 
@@ -40,8 +42,19 @@ def model_settings(loaded: LoadedSettings) -> dict[str, LoadedSettings]:
             overrides={**inputs.overrides, "model": source},
             env_files=(*inputs.env_files, *([own] if own is not None else [])),
             strict=inputs.strict,  # None: each model's MSTAR_CONFIG_STRICTNESS
-            environ=inputs.environ, cli=inputs.cli)
+            environ=_beneath(inputs.environ, own), cli=inputs.cli)
     return built
+
+
+def _beneath(environ: Mapping[str, str], own: Path | None) -> dict[str, str]:
+    """The environment without the variables the model's env file sets, so that the file wins
+    over the environment as well as over the main env files (command-line flags still win)."""
+    if own is None:
+        return dict(environ)
+    entries, _ = read_env_file(own)  # its problems are reported when load_settings reads it
+    names = {BY_ENV[e.key].name for e in entries if e.key in BY_ENV}
+    return {key: value for key, value in environ.items()
+            if (BY_ENV[key].name if key in BY_ENV else FOREIGN_ENV.get(key)) not in names}
 
 
 def models_or_exit(loaded: LoadedSettings) -> dict[str, LoadedSettings]:

@@ -43,7 +43,8 @@ def server(dirs, tmp_path_factory):
         "MSTAR_MODELS": ",".join(f"{n}={d}" for n, d in dirs.items()),
         "MSTAR_MODELS_ENV_DIR": str(root / "env"), "MSTAR_MODELS_KEEP_ALIVE_S": "-1",
         "MSTAR_MODELS_MEMORY_BUDGET_MB": f"{budget:.3f}", "MSTAR_API_KEY": ADMIN,
-        "MSTAR_API_KEYS_FILE": str(root / "keys.toml"), "MSTAR_DTYPE": "float32"})
+        "MSTAR_API_KEYS_FILE": str(root / "keys.toml"), "MSTAR_DTYPE": "float32",
+        "MSTAR_MODELS_LOAD_WAIT_S": "240"})  # a loaded machine loads slowly
 
 
 @pytest.fixture(scope="module")

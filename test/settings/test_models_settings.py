@@ -29,12 +29,14 @@ def test_each_model_reads_its_own_env_file_after_the_main_ones(tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "b.env").write_text("# b's own\nMSTAR_MAX_MODEL_LEN=256\n")
     loaded = load_settings(env_files=[main], environ={
-        "MSTAR_MODELS": "a=/m/a,b=/m/b", "MSTAR_MODELS_ENV_DIR": str(tmp_path / "models")})
+        "MSTAR_MODELS": "a=/m/a,b=/m/b", "MSTAR_MODELS_ENV_DIR": str(tmp_path / "models"),
+        "MSTAR_MAX_MODEL_LEN": "1024"})
     models = model_settings(loaded)
     assert list(models) == ["a", "b"]
     a, b = models["a"], models["b"]
     assert (a.settings.model, b.settings.model) == ("/m/a", "/m/b")
-    assert (a.settings.max_model_len, b.settings.max_model_len) == (512, 256)
+    # the environment wins over the main env file, and b's own file over both
+    assert (a.settings.max_model_len, b.settings.max_model_len) == (1024, 256)
     assert str(b.sources["max_model_len"]) == f"{tmp_path / 'models' / 'b.env'}:2"
     assert b.settings.seed == 3  # the main env file's, where b's does not say
     assert len({a.settings.fingerprint(), b.settings.fingerprint()}) == 2

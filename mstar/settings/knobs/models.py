@@ -48,7 +48,8 @@ class ModelsKnobs(BaseModel):
         "(MSTAR_MODEL), as before.")
     models_env_dir: Path | None = _models(
         None, "A directory of per-model env files: <name>.env overrides the settings of model "
-        "<name> (read after the main env files, with the same rules and errors). A model "
+        "<name> (over the main env files and the environment, below command-line flags; the same "
+        "rules and errors as the main env file). A model "
         "without one runs with the main settings.")
     models_keep_alive_s: float = _models(
         300.0, "How long a loaded model stays loaded after its last request ended; a request's "
