@@ -40,6 +40,7 @@ def serve_models(loaded: LoadedSettings, models: dict[str, LoadedSettings],
 
 async def _serve(loaded: LoadedSettings, models: dict[str, LoadedSettings],
                  sock: socket.socket) -> int:
+    from mstar.api_server.http.cors import wrap_cors
     from mstar.api_server.http.listener import uvicorn_config
 
     settings = loaded.settings
@@ -54,7 +55,7 @@ async def _serve(loaded: LoadedSettings, models: dict[str, LoadedSettings],
         loop.add_signal_handler(sig, on_signal, sig)
     pool = ModelPool(models, settings, stop)
     router = ModelRouter(pool, loaded, int(time.time()))
-    server = UvicornServer(uvicorn_config(router, settings))
+    server = UvicornServer(uvicorn_config(wrap_cors(router, settings.cors_origins), settings))
     serving = loop.create_task(server.serve(sockets=[sock]))
     reaping = loop.create_task(pool.reap())
     log.info("server_ready", url=f"http://{settings.host}:{settings.port}", models=list(models))

@@ -22,6 +22,7 @@ ADMIN, USER = "models-admin-key", "models-user-key"
 ADMIN_AUTH, USER_AUTH = ({"Authorization": f"Bearer {k}"} for k in (ADMIN, USER))
 PROMPT = "Paris is the capital of France, and Berlin"
 MAX_NEW = 8
+ORIGIN = "https://app.example"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def server(dirs, tmp_path_factory):
         "MSTAR_MODELS_ENV_DIR": str(root / "env"), "MSTAR_MODELS_KEEP_ALIVE_S": "-1",
         "MSTAR_MODELS_MEMORY_BUDGET_MB": f"{budget:.3f}", "MSTAR_API_KEY": ADMIN,
         "MSTAR_API_KEYS_FILE": str(root / "keys.toml"), "MSTAR_DTYPE": "float32",
-        "MSTAR_MODELS_LOAD_WAIT_S": "240"})  # a loaded machine loads slowly
+        "MSTAR_MODELS_LOAD_WAIT_S": "240", "MSTAR_CORS_ORIGINS": ORIGIN})  # a loaded machine loads slowly
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +90,15 @@ def _wait_state(server, model: str, state: str, timeout_s: float = 60) -> None:
 def test_every_model_is_listed_unloaded_before_its_first_request(server):
     assert _states(server) == {"a": "unloaded", "b": "unloaded", "c": "unloaded"}
     assert _gauge(server, "mstar_model_loaded", "a") == 0
+
+
+def test_a_cors_preflight_is_answered_without_a_key_and_loads_no_model(server):
+    resp = httpx.options(server.url + "/v1/chat/completions", headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+    assert resp.status_code == 200
+    assert resp.headers["access-control-allow-origin"] == ORIGIN
+    assert set(_states(server).values()) == {"unloaded"}
 
 
 def test_an_unknown_model_is_404_model_not_found(server):
