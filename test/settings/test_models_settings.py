@@ -49,9 +49,10 @@ def test_a_bad_model_env_file_is_refused_naming_its_file_and_line(tmp_path):
                "MSTAR_CONFIG_STRICTNESS": "strict"}
     with pytest.raises(SettingsError, match=rf"{tmp_path / 'b.env'}:2: MSTAR_MAX_MODEL_LEN"):
         model_settings(load_settings(environ=environ))
-    result = mstar("config", "show", env=environ)
-    assert result.returncode == 1
-    assert f"{tmp_path / 'b.env'}:2: MSTAR_MAX_MODEL_LEN='lots'" in result.stderr
+    for command in (("config", "show"), ("serve",)):  # serve stops before it listens
+        result = mstar(*command, env=environ)
+        assert result.returncode == 1
+        assert f"{tmp_path / 'b.env'}:2: MSTAR_MAX_MODEL_LEN='lots'" in result.stderr
 
 
 def test_config_show_shows_each_models_settings_and_fingerprint(tmp_path):
