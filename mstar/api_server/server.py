@@ -56,7 +56,7 @@ CUT_GRACE_S = 2.0  # after the drain timeout: how long cut requests get to send 
 DRAIN_POLL_S = 0.05
 
 
-class _Server(uvicorn.Server):
+class UvicornServer(uvicorn.Server):
     """uvicorn without its own signal handling: ``serve`` decides when to stop."""
 
     @contextlib.contextmanager
@@ -72,6 +72,33 @@ def load_tokenizer(model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
+def preflight_problem(settings: WorkerSettings, model_dir: Path) -> str | None:
+    """Why the workers cannot serve this model with these settings (logged, exit 1), or None."""
+    return (tensor_parallel_problem(settings, model_dir)
+            or encoder_placement_problem(settings, model_dir))
+
+
+def start_conductor(settings: WorkerSettings, endpoints: Any) -> Any:
+    """Start one replica group: its conductor, which starts and watches the workers."""
+    return start_child(conductor_main, (withhold_secrets(settings), endpoints), "mstar-conductor")
+
+
+def stop_conductor(conductor: Any) -> None:
+    """Wait for the conductor (asked to stop, or stopping) to exit; kill it past the limit."""
+    conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
+    if conductor.is_alive():
+        log.warning("conductor_killed", pid=conductor.pid)
+        conductor.kill()
+        conductor.join(5)
+
+
+def load_front(settings: WorkerSettings, model_dir: Path) -> tuple[Any, Any, Any]:
+    """What the API server itself loads of the model: (tokenizer, media, speech)."""
+    tokenizer = load_tokenizer(model_dir)
+    media = model_media(model_dir, settings.score_tokens)
+    return tokenizer, media, speech_model(model_dir, media.modalities)
+
+
 def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     """Run the whole serving stack on the listening ``sock``; the exit code of ``mstar serve``."""
     from mstar.api_server.reload import DeferredReload
@@ -79,8 +106,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     deferred = DeferredReload()
     signal.signal(signal.SIGHUP, deferred)  # not fatal while starting; applied once ready
     settings = loaded.settings
-    problem = (tensor_parallel_problem(settings, model_dir)
-               or encoder_placement_problem(settings, model_dir))
+    problem = preflight_problem(settings, model_dir)
     if problem is not None:
         log.error("preflight_failed", reason=problem)
         return 1
@@ -94,13 +120,10 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
         log.info("starting_workers", num_workers=settings.num_workers,
                  transport=settings.zmq_transport,
                  authenticated=endpoints.security.keys is not None)
-        conductor = start_child(conductor_main, (withhold_secrets(settings), endpoints),
-                                "mstar-conductor")
+        conductor = start_conductor(settings, endpoints)
         try:
             try:  # after the start: the workers import and load the model meanwhile
-                tokenizer = load_tokenizer(model_dir)
-                media = model_media(model_dir, settings.score_tokens)
-                speech = speech_model(model_dir, media.modalities)
+                tokenizer, media, speech = load_front(settings, model_dir)
             except BaseException:
                 conductor.kill()  # its workers die with it
                 raise
@@ -108,25 +131,37 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
             return uvloop.run(_serve(loaded, tokenizer, media, endpoints, conductor, sock,
                                      deferred, speech))
         finally:
-            conductor.join(CONDUCTOR_STOP_TIMEOUT_S)
-            if conductor.is_alive():
-                log.warning("conductor_killed", pid=conductor.pid)
-                conductor.kill()
-                conductor.join(5)
+            stop_conductor(conductor)
     finally:
         if socket_dir is not None:
             shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
-                 conductor: Any, sock: socket.socket, deferred: DeferredReload,
-                 speech: Any = None) -> int:
+def served_app(loaded: LoadedSettings, client: EngineClient, ready: Any, tokenizer: Any,
+               media: Any, speech: Any, name: str | None = None) -> tuple[Any, Any, Any]:
+    """One model's FastAPI app over its ready engine client: (app, running, admission).
+    ``name``: the name the model is served under (None: the one its workers report)."""
     from mstar.api_server.app import build_app
     from mstar.api_server.context.adapters import AdapterNames
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
     from mstar.api_server.context.running import RunningSettings
     from mstar.api_server.context.served import ServedModel
+
+    settings = loaded.settings
+    running = RunningSettings(settings, loaded)
+    model = ServedModel(name or ready.model_name, ready.max_model_len, running, media.modalities,
+                        labels=media.labels, generates=media.generates,
+                        adapters=AdapterNames(settings.lora_modules))
+    admission = Admission(lambda: client.failure)
+    app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor,
+                    speech)
+    return app, running, admission
+
+
+async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
+                 conductor: Any, sock: socket.socket, deferred: DeferredReload,
+                 speech: Any = None) -> int:
     from mstar.api_server.http.listener import uvicorn_config
     from mstar.api_server.reload import reload_server_settings
 
@@ -152,19 +187,10 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         if ready is None:
             log.info("startup_interrupted")
             return 0
-        running = RunningSettings(settings, loaded)
-        model = ServedModel(ready.model_name, ready.max_model_len, running, media.modalities,
-                            labels=media.labels, generates=media.generates,
-                            adapters=AdapterNames(settings.lora_modules))
-        admission = Admission(lambda: client.failure)
-        app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor,
-                        speech)
+        app, running, admission = served_app(loaded, client, ready, tokenizer, media, speech)
         loop.add_signal_handler(signal.SIGHUP, reload_server_settings, running, client.send_control)
-        server = _Server(uvicorn_config(app, settings))
-        # The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left
-        # to the collector, each full collection would stall the event loop for ~0.5 s.
-        gc.collect()
-        gc.freeze()
+        server = UvicornServer(uvicorn_config(app, settings))
+        freeze_heap()
         client.start()
         serving = loop.create_task(server.serve(sockets=[sock]))
         log.info("server_ready", url=f"http://{settings.host}:{settings.port}",
@@ -192,6 +218,13 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
         client.close()
 
 
+def freeze_heap() -> None:
+    """The start-up heap (transformers, the tokenizer: ~300k objects) is never garbage; left to
+    the collector, each full collection would stall the event loop for ~0.5 s."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _drain(admission: Admission, client: EngineClient, timeout_s: float,
                  force: asyncio.Event) -> None:
     """Refuse new requests; give in-flight ones up to timeout_s to finish, then cut the rest."""
@@ -208,12 +241,12 @@ async def _drain(admission: Admission, client: EngineClient, timeout_s: float,
         return
     cut = admission.in_flight
     why = "a second signal" if force.is_set() else f"shutdown_timeout_s={timeout_s:g}"
-    await _cut(admission, client, f"server shut down before the request finished ({why})")
+    await cut_requests(admission, client, f"server shut down before the request finished ({why})")
     log.warning("drain_cut", cut=cut, finished=at_start - cut, reason=why,
                 still_running=admission.in_flight)
 
 
-async def _cut(admission: Admission, client: EngineClient, message: str) -> None:
+async def cut_requests(admission: Admission, client: EngineClient, message: str) -> None:
     """Fail every request still in flight with a 503, until none is left or CUT_GRACE_S passed.
 
     Repeated, so that a request submitted while the first cut went out (it was still being

@@ -13,6 +13,7 @@ from mstar.cli import config_remote
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
 from mstar.settings.catalog import BY_ENV
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
+from mstar.settings.models import models_or_exit, models_view
 from mstar.settings.records import settings_records
 from mstar.settings.render.docs import bounds_text
 from mstar.settings.render.generated import GENERATED, stale_files, write_generated
@@ -94,6 +95,7 @@ def print_table(records: list[dict]) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    models: dict = {}  # MSTAR_MODELS' models (a running server's: in its /v1/config)
     if args.url:
         records = config_remote.remote_records(args)
         if records is None:
@@ -104,13 +106,26 @@ def run_show(args: argparse.Namespace) -> int:
         loaded = settings_from_args(args)
         start_logging(loaded)  # the warnings go to stderr, the table to stdout
         records = settings_records(loaded)
+        models = models_view(models_or_exit(loaded))
+    full = records
     if args.changed:
         records = [r for r in records if r["value"] != r["default"]]
-    if args.json:
-        print(json.dumps(records, indent=2))
-    else:
-        print_table(records)
+    if args.json:  # with MSTAR_MODELS: an object, as GET /v1/config's
+        print(json.dumps({"settings": records, "models": models} if models else records,
+                         indent=2))
+        return 0
+    print_table(records)
+    for name, view in models.items():
+        print_model(name, view, full)
     return 0
+
+
+def print_model(name: str, view: dict, main: list[dict]) -> None:
+    """One model of MSTAR_MODELS: its fingerprint, then each knob whose value differs from the
+    main settings' (its source, and MSTAR_MODEL); every other knob is as above."""
+    print(f"\n== model {name}: {view['model']} (fingerprint {view['fingerprint']}) ==")
+    shown = {rec["name"]: rec["value"] for rec in main}
+    print_table([rec for rec in view["settings"] if rec["value"] != shown.get(rec["name"])])
 
 
 def run_validate(args: argparse.Namespace) -> int:

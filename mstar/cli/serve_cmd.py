@@ -11,6 +11,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
+from mstar.settings.models import models_or_exit
 
 if TYPE_CHECKING:
     import socket
@@ -39,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     start_logging(loaded)  # every settings warning and changed value, before anything heavy
     settings = loaded.settings
     log = structlog.get_logger("mstar.serve")
+    models = models_or_exit(loaded)  # MSTAR_MODELS: each model's settings, checked before anything
+    for name, own in models.items():  # what a model's env file added to the main warnings
+        for problem in (p for p in own.problems if p not in loaded.problems):
+            log.warning("model_settings_problem", model=name, problem=problem.message())
 
     from mstar.api_server.http.listener import ListenError, listen_socket
 
@@ -49,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     with sock:  # closed on every way out; uvicorn serves on it
+        if models:  # each model is resolved when it first loads
+            from mstar.api_server.serve_models import serve_models
+
+            return serve_models(loaded, models, sock)
         return _resolve_and_serve(loaded, sock, log)
 
 

@@ -21,6 +21,7 @@ from mstar.settings.knobs.config import ConfigKnobs
 from mstar.settings.knobs.engine import EngineKnobs
 from mstar.settings.knobs.lora import LoraKnobs
 from mstar.settings.knobs.media import MediaKnobs
+from mstar.settings.knobs.models import ModelsKnobs
 from mstar.settings.knobs.server import RequestLimitKnobs, ServerKnobs
 from mstar.settings.knobs.speculative import SpeculativeKnobs
 from mstar.settings.knobs.transport import TransportKnobs
@@ -29,7 +30,7 @@ from mstar.settings.reloadable import RELOADABLE
 from mstar.settings.schema import WorkerSettings, env_name
 
 GROUPS = (WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs, SpeculativeKnobs, TransportKnobs,
-          MediaKnobs, AdmissionKnobs, LoraKnobs, ConfigKnobs)
+          MediaKnobs, AdmissionKnobs, LoraKnobs, ModelsKnobs, ConfigKnobs)
 
 
 class Kind(str, Enum):

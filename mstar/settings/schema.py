@@ -22,6 +22,7 @@ from mstar.settings.knobs.engine import BUILTIN_MODEL, EngineKnobs
 from mstar.settings.knobs.field import MAX_COUNT, MAX_WAIT_MS, MAX_WAIT_S, knob
 from mstar.settings.knobs.lora import LoraKnobs
 from mstar.settings.knobs.media import MediaKnobs
+from mstar.settings.knobs.models import ModelsKnobs
 from mstar.settings.knobs.server import RequestLimitKnobs, ServerKnobs
 from mstar.settings.knobs.speculative import SpeculativeKnobs
 from mstar.settings.knobs.transport import TransportKnobs
@@ -35,7 +36,7 @@ ENV_PREFIX = "MSTAR_"
 
 class WorkerSettings(BaseSettings, WorkerLoopKnobs, ServerKnobs, RequestLimitKnobs, EngineKnobs,
                      SpeculativeKnobs, TransportKnobs, MediaKnobs, AdmissionKnobs, LoraKnobs,
-                     ConfigKnobs):
+                     ModelsKnobs, ConfigKnobs):
     """Every knob, frozen. Built once per process tree and passed down explicitly."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")

@@ -24,11 +24,24 @@ def cors_origins(setting: str | None) -> list[str]:
     return [origin.strip() for origin in (setting or "").split(",") if origin.strip()]
 
 
-def install_cors(app: FastAPI, setting: str | None) -> None:
-    """Add the CORS middleware when origins are allowed; call after every other middleware."""
+def cors_options(setting: str | None) -> dict[str, Any] | None:
+    """The CORS middleware's options; None when no origin is allowed (CORS is off)."""
     origins = cors_origins(setting)
     if not origins:
-        return
-    options: dict[str, Any] = {"allow_methods": ["*"], "allow_headers": ["*"],
-                               "expose_headers": ["*"], "max_age": PREFLIGHT_MAX_AGE_S}
-    app.add_middleware(CORSMiddleware, allow_origins=origins, **options)
+        return None
+    return {"allow_origins": origins, "allow_methods": ["*"], "allow_headers": ["*"],
+            "expose_headers": ["*"], "max_age": PREFLIGHT_MAX_AGE_S}
+
+
+def install_cors(app: FastAPI, setting: str | None) -> None:
+    """Add the CORS middleware when origins are allowed; call after every other middleware."""
+    options = cors_options(setting)
+    if options is not None:
+        app.add_middleware(CORSMiddleware, **options)
+
+
+def wrap_cors(app: Any, setting: str | None) -> Any:
+    """A plain ASGI app (the router of several models) behind the same CORS middleware, so a
+    preflight is answered before authentication and before any model is chosen or loaded."""
+    options = cors_options(setting)
+    return app if options is None else CORSMiddleware(app, **options)

@@ -15,7 +15,8 @@ from mstar.api_server.context.caller import ADMIN, ANONYMOUS_IDENTITY, Identity
 from mstar.settings import WorkerSettings
 from mstar.settings.keys_file import HASH_PREFIX, KeyTable
 
-ADMIN_PATHS = ("/v1/config",)  # the admin scope's routes (reload is SIGHUP)
+# the admin scope's routes (reload is SIGHUP); /v1/admin/: loading and unloading models
+ADMIN_PATHS = ("/v1/config", "/v1/admin/")
 ANY_SCOPE_PATHS = frozenset({"/v1/models", "/metrics", "/openapi.json"})
 ANY_SCOPE_PREFIX = "/v1/models/"
 

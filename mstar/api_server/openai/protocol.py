@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mstar.api_server.context.keep_alive import PATTERN as KEEP_ALIVE
 from mstar.api_server.http.bounds import LOGIT_BIAS, STOP_STRINGS, Counted
 from mstar.engine.request.limits import SEED_LIMIT
 from mstar.engine.request.sampling_params import MAX_LOGIT_BIAS, MAX_PENALTY
@@ -95,6 +96,10 @@ class SamplingFields(StrictModel):
     guided_choice: list[NonEmptyStr] | None = Field(
         None, min_length=1, description="Extra: the output is one of these.")
     guided_grammar: NonEmptyStr | None = Field(None, description="Extra: an EBNF grammar.")
+    keep_alive: float | Annotated[str, Field(pattern=KEEP_ALIVE)] | None = Field(
+        None, description="Extension (Ollama's): with several models (MSTAR_MODELS), how long "
+        "this request's model stays loaded once idle: seconds, or a duration such as '5m'; "
+        "negative: never unloaded. One model: accepted and ignored.")
 
     def counted(self) -> list[Counted]:
         return [Counted(STOP_STRINGS, "stop", len(self.stop_list())),

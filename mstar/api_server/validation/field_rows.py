@@ -77,6 +77,10 @@ ROWS: list[dict[str, Any]] = [
          refused={"response_format": {"type": "json_schema", "json_schema": {
              "name": "a", "schema": {"type": "nosuch"}}}},
          param="response_format.json_schema.schema"),
+    _row("keep_alive", BOTH, "supported", "Extension (Ollama's): with several models "
+         "(MSTAR_MODELS, docs/models_many.rst), how long this request's model stays loaded once "
+         "idle: seconds, or a duration such as ``5m``; negative: never unloaded. One model: "
+         "ignored.", accepted={"keep_alive": "5m"}, refused={"keep_alive": "soon"}),
     # -- chat ----------------------------------------------------------------------------------
     _row("messages", CHAT, "supported", "At least one; roles system, developer, user, assistant.",
          accepted={"messages": [USER]}, refused={"messages": []}),
