@@ -36,6 +36,7 @@ from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.security import MissingClusterSecret
 from mstar.models.loading.placement_check import encoder_placement_problem
+from mstar.settings.checks.executor import executor_problem
 from mstar.settings.checks.preflight import tensor_parallel_problem
 from mstar.settings.wire import withhold_secrets
 
@@ -78,7 +79,7 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     deferred = DeferredReload()
     signal.signal(signal.SIGHUP, deferred)  # not fatal while starting; applied once ready
     settings = loaded.settings
-    problem = (tensor_parallel_problem(settings, model_dir)
+    problem = (executor_problem(settings) or tensor_parallel_problem(settings, model_dir)
                or encoder_placement_problem(settings, model_dir))
     if problem is not None:
         log.error("preflight_failed", reason=problem)
