@@ -28,6 +28,7 @@ import zmq
 
 from mstar.conductor.replica import RankProcess, WorkerHandle
 from mstar.engine.rendezvous import Rendezvous
+from mstar.ipc.lifecycle import ignore_stop_signals
 from mstar.ipc.sockets import push_socket
 from mstar.worker.ray_actor import RankActor, RankPlace
 
@@ -97,7 +98,9 @@ class RayExecutor:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise RayStartFailed(f"cannot join the Ray cluster at MSTAR_RAY_ADDRESS="
                                  f"{settings.ray_address}: {exc}") from None
-        self.groups: list = []  # one placement group per replica
+        # Ray's core installs its own SIGTERM handler (it logs and exits): the API server alone
+        # decides how to stop, by message (``enter_child``), so take the stop signals back.
+        ignore_stop_signals()
         self.ranks: list[ActorRank] = []
 
     def start(self, endpoints: Endpoints, ctx: zmq.Context,
@@ -133,7 +136,6 @@ class RayExecutor:
         bundle = {"CPU": 1, "GPU": 1} if gpus else {"CPU": 1}
         strategy = STRATEGIES[self.settings.ray_placement]
         group = placement_group([bundle] * size, strategy=strategy, name=f"mstar-replica-{replica}")
-        self.groups.append(group)
         wait(group.ready(), timeout, f"Ray could not place worker {replica} ({size} x {bundle}, "
              f"{strategy})")
         actor_class = ray.remote(RankActor)
@@ -146,16 +148,14 @@ class RayExecutor:
         return actors, places
 
     def stop(self) -> None:
-        """End every actor and placement group, and leave the cluster (after the conductor's
-        Shutdown and its wait)."""
+        """End every actor and leave the cluster (after the conductor's Shutdown and its wait).
+        The placement groups are the job's: Ray removes them when the driver leaves (removing
+        them here would block for good when Ctrl-C reached a ``local`` cluster's processes)."""
         import ray
-        from ray.util.placement_group import remove_placement_group
 
         for rank in self.ranks:  # a returned run leaves its actor up: end every one
             rank.kill()
             os.close(rank.sentinel)
-        for group in self.groups:
-            remove_placement_group(group)
         ray.shutdown()
 
 

@@ -91,6 +91,7 @@ def test_a_lost_node_fails_its_replica_and_the_other_serves_on(ray_serve):
         assert done.status_code == 200, done.text
     server.stop()
     assert server.proc.returncode == 0, server.log()
+    assert "conductor_killed" not in server.log()  # it stopped its actors and left in time
     deadline = time.monotonic() + 20
     while any(alive(pid) for pid, _ in started.values()):  # both actors' processes end
         assert time.monotonic() < deadline, f"left behind: {started}"
