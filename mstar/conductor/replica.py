@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     import zmq
 
-    from mstar.conductor.ray_executor import ActorRank
+    from mstar.conductor.actor_rank import ActorRank
     from mstar.ipc import messages as m
 
 
