@@ -42,7 +42,12 @@ STRATEGIES = {"pack": "STRICT_PACK", "spread": "SPREAD"}
 
 
 class RayStartFailed(Exception):
-    """The cluster cannot be joined, or a replica cannot be placed: the start fails."""
+    """The cluster cannot be joined, or a replica cannot be placed: the start fails. Logged
+    here too: the API server may see the conductor gone before its Fatal arrives."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        log.error("ray_start_failed", reason=reason)
 
 
 def where(place: RankPlace) -> str:
@@ -122,7 +127,8 @@ class RayExecutor:
 
 
 def wait(refs, timeout_s: float, failure: str):
-    """``ray.get`` within the start-up timeout; RayStartFailed saying what did not happen."""
+    """``ray.get`` within the start-up timeout; RayStartFailed saying what did not happen and why
+    (an actor that cannot start, e.g. mstar missing on its node, ends with the cause's line)."""
     import ray
 
     try:
@@ -130,6 +136,9 @@ def wait(refs, timeout_s: float, failure: str):
     except ray.exceptions.GetTimeoutError:
         raise RayStartFailed(f"{failure} within startup_timeout_s={timeout_s:g}; the cluster "
                              f"has {ray.available_resources()} free") from None
+    except ray.exceptions.RayError as exc:
+        cause = [line.strip() for line in str(exc).splitlines() if line.strip()][-1]
+        raise RayStartFailed(f"{failure}: {cause}") from None
 
 
 def rendezvous(places: list[RankPlace], rank: int) -> Rendezvous | None:
