@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -79,6 +80,9 @@ def test_a_lost_node_fails_its_replica_and_the_other_serves_on(ray_serve):
         # running once its first token came
         streams = [first.iter_lines(), second.iter_lines()]
         assert all(next(s).startswith("data: ") for s in streams)
+        # the node goes away: its processes die at once (a raylet's workers would notice its
+        # death only later, and the lost replica could finish its stream over ZeroMQ meanwhile)
+        os.kill(started[lost][0], signal.SIGKILL)
         cluster.remove_node(node, allow_graceful=False)
         failed, served = _last_event(streams[lost]), _last_event(streams[1 - lost])
     assert failed["error"]["type"] == "service_unavailable", failed
