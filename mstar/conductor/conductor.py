@@ -7,9 +7,11 @@ tensor-parallel replica is one worker here; its ranks each report SETUP_DONE and
 the conductor's settings fingerprint. Replicas on other hosts
 (MSTAR_REMOTE_WORKERS) join with JOIN and get the settings in return; their processes are not
 the conductor's: their heartbeats are (``mstar.conductor.liveness``), and one that falls silent
-degrades the server instead of ending it (see docs/distributed.rst). Every message is checked at
-the inbox (``mstar.ipc.inbox_checks``): indices against the replica and rank tables, reloads
-through the settings parser.
+degrades the server instead of ending it (see docs/distributed.rst). With
+MSTAR_DISTRIBUTED_EXECUTOR=ray the ranks are Ray actors (``mstar.conductor.ray_executor``, the one
+module that imports Ray), watched like processes; one lost after start-up degrades the server too.
+Every message is checked at the inbox (``mstar.ipc.inbox_checks``): indices against the replica
+and rank tables, reloads through the settings parser.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from mstar.settings.wire import settings_to_json
 from mstar.worker.process import worker_main
 
 if TYPE_CHECKING:
+    from mstar.conductor.ray_executor import RayExecutor
     from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -64,6 +67,8 @@ class Conductor:
                                  self.bounds)
         self.to_api = push_socket(self.ctx, endpoints.api, self.security)
         self.workers: list[WorkerHandle] = []
+        self.executor: RayExecutor | None = None  # MSTAR_DISTRIBUTED_EXECUTOR=ray's actors
+        self.liveness: RemoteLiveness | None = None  # once every replica is ready
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, zmq.POLLIN)
 
@@ -90,6 +95,14 @@ class Conductor:
             check_remote_workers(self.settings)
         except ValueError as exc:
             raise WorkerDied(str(exc)) from None
+        if self.settings.distributed_executor == "ray":
+            from mstar.conductor.ray_executor import RayExecutor, RayStartFailed  # Ray here only
+            try:
+                self.executor = RayExecutor(self.settings)
+                self.workers = self.executor.start(self.endpoints, self.ctx, self.poller)
+            except RayStartFailed as exc:
+                raise WorkerDied(str(exc)) from None
+            return
         for i, address in enumerate(self.endpoints.workers):
             if i in self.bounds.remote:
                 log.info("waiting_for_remote_worker", worker=i,
@@ -110,19 +123,24 @@ class Conductor:
 
     def poll(self, timeout_ms: int) -> list[Any]:
         """Messages from the inbox; raises WorkerDied as soon as a worker process exits (naming
-        every rank found dead, the ones killed by a signal first)."""
+        every rank found dead, the ones killed by a signal first). Under Ray, once every replica
+        was ready, a dead rank's replica is down instead (``lose``): the others serve on."""
         events = dict(self.poller.poll(timeout_ms))
         dead = []
         for w in self.workers:
             for r in w.ranks:
                 if r.process is not None and r.process.sentinel in events:
+                    self.poller.unregister(r.process.sentinel)  # readable from now on
                     r.process.join(1.0)  # the sentinel fires on exit; reaping may lag a moment
                     code = r.process.exitcode
                     log.error("worker_died", worker=w.index, pid=r.process.pid, exitcode=code,
                               rank=r.rank)
-                    dead.append((code is None or code >= 0, f"{w.name(r)} {describe_exit(code)}"))
-        if dead:
-            raise WorkerDied("; ".join(text for _, text in sorted(dead)))
+                    dead.append((code is None or code >= 0, f"{w.name(r)} {describe_exit(code)}",
+                                 w))
+        if dead and (self.executor is None or self.liveness is None):
+            raise WorkerDied("; ".join(text for _, text, _ in sorted(dead, key=lambda d: d[:2])))
+        for _, text, w in dead:
+            self.lose(w, text)
         msgs = receive(self.inbox, 0) if self.inbox in events else []
         report = drops_report(self.inbox, "conductor")
         if report is not None:
@@ -188,9 +206,16 @@ class Conductor:
                     f"{w.name(r)} runs with settings fingerprint {r.setup.fingerprint}, "
                     f"the conductor with {expected}: refusing to start")
 
+    def lose(self, w: WorkerHandle, reason: str) -> None:
+        """A replica whose rank died (under Ray): down for good, its other ranks ended."""
+        self.liveness.lose(w.index, reason)
+        for r in w.ranks:
+            if r.process.is_alive():
+                r.process.kill()
+
     def control_loop(self) -> int:
-        liveness = RemoteLiveness(self.bounds.remote, self.settings.liveness_interval_s,
-                                  time.monotonic())
+        liveness = self.liveness = RemoteLiveness(
+            self.bounds.remote, self.settings.liveness_interval_s, time.monotonic())
         while True:
             for msg in self.poll(POLL_MS):
                 if isinstance(msg, m.ReloadSettings):
@@ -231,3 +256,5 @@ class Conductor:
                 log.warning("worker_killed", worker=w.index, pid=r.process.pid, rank=r.rank)
                 r.process.kill()
                 r.process.join(5)
+        if self.executor is not None:
+            self.executor.stop()

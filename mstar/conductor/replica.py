@@ -1,5 +1,5 @@
-"""What the conductor knows of each replica: its ranks' processes (or, for a replica on another
-host, only what it reported), their SETUP_DONE, and where its command socket listens."""
+"""What the conductor knows of each replica: its ranks' processes or Ray actors (or, for a replica
+on another host, only what it reported), their SETUP_DONE, and where its command socket listens."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ if TYPE_CHECKING:
 
     import zmq
 
+    from mstar.conductor.actor_rank import ActorRank
     from mstar.ipc import messages as m
 
 
 def describe_exit(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
+    if exitcode is None:  # a Ray actor that Ray reported dead (``ray_actor_died`` says why)
+        return "is gone (no exit code: it was killed, or its node was lost)"
+    if exitcode < 0:
         return f"was killed by {signal.Signals(-exitcode).name}"
     return f"died with exit code {exitcode}"
 
@@ -27,8 +30,9 @@ class RankProcess:
     ``process`` is None for a replica on another host."""
 
     rank: int
-    process: BaseProcess | None
+    process: BaseProcess | ActorRank | None
     setup: m.SetupDone | None = None
+    where: str = ""  # after the pid in its name: a Ray actor's id and node
 
     @property
     def pid(self) -> int | None:
@@ -50,7 +54,7 @@ class WorkerHandle:
 
     def name(self, rank: RankProcess) -> str:
         which = f" rank {rank.rank}" if len(self.ranks) > 1 else ""
-        return f"worker {self.index}{which} (pid {rank.pid})"
+        return f"worker {self.index}{which} (pid {rank.pid}{rank.where})"
 
     @property
     def remote(self) -> bool:

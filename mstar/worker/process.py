@@ -21,6 +21,13 @@ def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints,
                 rendezvous: Rendezvous | None = None) -> None:
     """Replica ``index``; with ``rendezvous``, one rank of its tensor-parallel group."""
     enter_child(settings)
+    exit_now(run_worker(settings, index, endpoints, rendezvous))
+
+
+def run_worker(settings: WorkerSettings, index: int, endpoints: Endpoints,
+               rendezvous: Rendezvous | None = None) -> int:
+    """The body of a worker (a child process's, or a Ray actor's: ``mstar.worker.ray_actor``):
+    join the rank's group, serve until shutdown; the exit code."""
     if settings.py_switch_interval_sec is not None:
         sys.setswitchinterval(settings.py_switch_interval_sec)
 
@@ -33,7 +40,7 @@ def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints,
         channel, group = join_rank(settings, index, endpoints, rendezvous)
     except Exception:
         log.exception("worker_failed", worker=index, rank=rank)
-        sys.exit(1)
+        return 1
     code = 0
     try:
         Worker(settings, index, channel, None if group is None else group.model).run()
@@ -44,4 +51,4 @@ def worker_main(settings: WorkerSettings, index: int, endpoints: Endpoints,
         channel.close()
     if code == 0:
         leave_group()
-    exit_now(code)
+    return code

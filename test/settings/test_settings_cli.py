@@ -62,13 +62,15 @@ def test_validate_exit_codes(tmp_path):
     assert "env file not found" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_config_commands_import_neither_torch_nor_transformers():
+def test_config_commands_import_neither_torch_nor_transformers_nor_ray():
+    """Also with MSTAR_DISTRIBUTED_EXECUTOR=ray, whose check (in validate) finds Ray, not imports it."""
     code = ("import sys; from mstar.cli import main; main(['config', 'show']); "
             "main(['config', 'validate']); main(['config', 'docs', '--check']); "
-            "import mstar, mstar.settings; "
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+            "import mstar, mstar.settings; heavy = {'torch', 'transformers', 'ray'}; "
+            "assert not heavy & sys.modules.keys(), heavy & sys.modules.keys()")
+    env = {**os.environ, "MSTAR_DISTRIBUTED_EXECUTOR": "ray", "MSTAR_ZMQ_TRANSPORT": "tcp"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=30)
+                            timeout=30, env=env)
     assert result.returncode == 0, result.stderr
 
 

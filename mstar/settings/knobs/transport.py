@@ -26,6 +26,20 @@ class TransportKnobs(BaseModel):
         0, "How many of the MSTAR_NUM_WORKERS replicas join from other hosts (`mstar worker "
         "--conductor tcp://HOST:PORT --replica I`) instead of being started by the conductor: "
         "the last ones. Needs the tcp transport (MSTAR_ZMQ_TRANSPORT=tcp).", ge=0, le=256)
+    distributed_executor: Literal["mp", "ray"] = _transport(
+        "mp", "What starts the replicas' worker processes: mp = the conductor's own child "
+        "processes on this host; ray = Ray actors, one placement group per replica, on the Ray "
+        "cluster at MSTAR_RAY_ADDRESS (needs `pip install 'mstar[ray]'` and "
+        "MSTAR_ZMQ_TRANSPORT=tcp). See docs/distributed.rst.")
+    ray_address: str = _transport(
+        "auto", "The Ray cluster MSTAR_DISTRIBUTED_EXECUTOR=ray runs on: auto = the running "
+        "cluster this host belongs to (`ray start` was run here), local = a Ray instance of "
+        "this server's own, or a cluster address (HOST:PORT of the head's GCS, or "
+        "ray://HOST:10001).", min_length=1)
+    ray_placement: Literal["pack", "spread"] = _transport(
+        "pack", "How MSTAR_DISTRIBUTED_EXECUTOR=ray places a tensor-parallel group's ranks: "
+        "pack = all on one node (Ray's STRICT_PACK), spread = across nodes where Ray can "
+        "(SPREAD; their torch.distributed traffic then crosses the network, unencrypted).")
     socket_dir: Path | None = _transport(
         None, "Directory for ipc sockets. Unset = a fresh private directory per instance.")
     cluster_secret: SecretStr | None = _transport(
