@@ -210,8 +210,9 @@ def wait_idle(server: Server, timeout_s: float = 10) -> None:
         time.sleep(0.05)
 
 
-def wait_running(server: Server, at_least: int = 1, timeout_s: float = 20) -> None:
-    """Until the workers report at least this many requests running."""
+def wait_running(server: Server, at_least: int = 1, timeout_s: float = 60) -> None:
+    """Until the workers report at least this many requests running (a loaded machine may take
+    a while to admit one)."""
     deadline = time.monotonic() + timeout_s
     while server.metric("mstar_num_requests_running") < at_least:
         assert time.monotonic() < deadline, "request never started running"

@@ -141,6 +141,8 @@ VALID = {
     "MSTAR_CORS_ORIGINS": ("https://a.example,*", "https://a.example,*"),
     "MSTAR_SCORE_TEMPLATE": ("/tmp/pair.txt", Path("/tmp/pair.txt")),
     "MSTAR_SCORE_TOKENS": ("no,yes", "no,yes"),
+    "MSTAR_ROUTE_POLICY": ("least_loaded", "least_loaded"),
+    "MSTAR_ROUTE_MAX_IMBALANCE": ("4", 4),
     "MSTAR_HF_TOKEN": ("hf_abc", SecretStr("hf_abc")),
     "MSTAR_HF_HOME": ("/tmp/hf", Path("/tmp/hf")),
     "MSTAR_HF_HUB_OFFLINE": ("1", True),
