@@ -92,11 +92,12 @@ def kernel() -> None:
     def gathered(x, idx):
         return torch.bmm(b[idx], torch.bmm(a[idx], x.unsqueeze(-1))).squeeze(-1)
 
+    a_t, b_t = a.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()  # LoraLinear's
+
     def padded(x, batch):
         out = torch.zeros(x.shape[0], hout)
         xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
-        delta = torch.bmm(torch.bmm(xs, a[:batch.slots].transpose(1, 2)),
-                          b[:batch.slots].transpose(1, 2))
+        delta = torch.bmm(torch.bmm(xs, a_t[:batch.slots]), b_t[:batch.slots])
         return out.index_add_(0, batch.index, delta.view(-1, hout))
 
     for tokens, spread in ((32, 1), (32, 4), (32, 16), (256, 4)):

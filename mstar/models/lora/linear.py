@@ -38,9 +38,12 @@ class LoraLinear(nn.Module):
         self.step = step
         w = base.weight
         width = MOST_SHARDS * max_rank
-        self.register_buffer("lora_a", torch.zeros(max_loras, width, self.in_features,
+        # Stored transposed (A^T: [in, width], B^T: [width, out] per slot), so every matmul of the
+        # delta reads contiguous operands: a transposed view of [slots, out, width] made bmm
+        # copy the slots' B on each call.
+        self.register_buffer("lora_a", torch.zeros(max_loras, self.in_features, width,
                                                    dtype=w.dtype, device=w.device), persistent=False)
-        self.register_buffer("lora_b", torch.zeros(max_loras, self.out_features, width,
+        self.register_buffer("lora_b", torch.zeros(max_loras, width, self.out_features,
                                                    dtype=w.dtype, device=w.device), persistent=False)
         self.widths = [0] * max_loras  # a slot's used width (0: this adapter skips the linear)
 
@@ -50,8 +53,8 @@ class LoraLinear(nn.Module):
         self.lora_a[slot].zero_()  # a narrower adapter leaves no columns of the last one
         self.lora_b[slot].zero_()
         if width:
-            self.lora_a[slot, :width].copy_(a)
-            self.lora_b[slot, :, :width].copy_(b)
+            self.lora_a[slot, :, :width].copy_(a.T)
+            self.lora_b[slot, :width].copy_(b.T)
         self.widths[slot] = width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -59,14 +62,13 @@ class LoraLinear(nn.Module):
         batch = self.step.batched
         if batch is not None:  # the adapters with few tokens: five ops for all of them
             xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
-            delta = torch.bmm(torch.bmm(xs, self.lora_a[:batch.slots].transpose(1, 2)),
-                              self.lora_b[:batch.slots].transpose(1, 2))
+            delta = torch.bmm(torch.bmm(xs, self.lora_a[:batch.slots]), self.lora_b[:batch.slots])
             out.index_add_(0, batch.index, delta.view(-1, self.out_features))
         for slot, rows in self.step.segments:
             width = self.widths[slot]
             if not width:
                 continue
-            delta = (x[rows] @ self.lora_a[slot, :width].T) @ self.lora_b[slot, :, :width].T
+            delta = (x[rows] @ self.lora_a[slot, :, :width]) @ self.lora_b[slot, :width]
             if isinstance(rows, slice):
                 out[rows] += delta
             else:
