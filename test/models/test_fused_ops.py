@@ -23,7 +23,10 @@ from mstar.models.layers.offset_rmsnorm import OffsetRMSNorm
 
 DTYPES = [torch.float32, torch.bfloat16]
 FP32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
-BF16_TOLERANCE = {"rtol": 8e-3, "atol": 1e-3}  # one bfloat16 ulp (2**-7 relative at most)
+# Two bfloat16 ulps (2**-6 relative): torch's bf16 norm rounds twice (the normalised row, then
+# its product with the weight) where the fused op rounds once, so they may land an ulp either side
+# of the exact value (seen: 0.0156 at 1.36, one element of 8155).
+BF16_TOLERANCE = {"rtol": 1.6e-2, "atol": 1e-3}
 WIDTHS = [1, 7, 8, 13, 64, 576, 1000]
 
 
