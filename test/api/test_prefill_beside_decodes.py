@@ -27,7 +27,10 @@ DELAY_S = 0.5  # between sending the embedding and the chat
 # step times noise.
 SERVE_ENV = {"MSTAR_CPU_KV_CACHE_GB": "0.3", "MSTAR_MAX_PREFILL_CHUNK_TOKENS": "64",
              "MSTAR_TORCH_NUM_THREADS": "1"}
-CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 32,
+# A short chat of 128 tokens: long enough that the one chunk in flight when it arrives (which the
+# share does not bound) is not most of it on a fast machine (at 32 tokens a quiet CI machine gave
+# 0.06 s idle, so one 64-token chunk at 8k context alone was a second idle latency).
+CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 128,
         "temperature": 0, "ignore_eos": True}
 
 
