@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -126,8 +128,25 @@ def _start_long_stream(api_server, max_tokens=480):
     return cm
 
 
+def _hold_the_slot(api_server) -> socket.socket:
+    """A request admitted whose body never finishes arriving: it holds the one slot until the
+    socket closes, however fast the model (a stream of the tiny model may end first)."""
+    url = urlsplit(api_server.url)
+    body = b'{"prompt": "x"}'
+    sock = socket.create_connection((url.hostname, url.port))
+    head = "".join(f"{k}: {v}\r\n" for k, v in AUTH.items())
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {url.hostname}\r\n{head}"
+                 f"Content-Type: application/json\r\nContent-Length: {len(body) + 8}\r\n\r\n"
+                 .encode() + body)
+    deadline = time.monotonic() + 30
+    while api_server.metric("mstar_http_requests_in_flight", AUTH) < 1:
+        assert time.monotonic() < deadline, "the held request was never admitted"
+        time.sleep(0.02)
+    return sock
+
+
 def test_over_the_cap_is_an_immediate_503(api_server):
-    stream = _start_long_stream(api_server)
+    held = _hold_the_slot(api_server)
     try:
         started = time.monotonic()
         resp = httpx.post(api_server.url + "/v1/completions", json={"prompt": "x"}, headers=AUTH)
@@ -138,7 +157,7 @@ def test_over_the_cap_is_an_immediate_503(api_server):
         assert httpx.get(api_server.url + "/health").status_code == 200
         assert httpx.get(api_server.url + "/v1/models", headers=AUTH).status_code == 200
     finally:
-        stream.__exit__(None, None, None)
+        held.close()
         wait_idle(api_server)
 
 
