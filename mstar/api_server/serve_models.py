@@ -20,7 +20,7 @@ import uvloop
 
 from mstar.api_server.model_pool import ModelPool
 from mstar.api_server.model_router import ModelRouter
-from mstar.api_server.server import DRAIN_POLL_S, UvicornServer, cut_requests
+from mstar.api_server.server import DRAIN_POLL_S, UvicornServer, cut_requests, stop_signals
 
 if TYPE_CHECKING:
     import socket
@@ -45,14 +45,7 @@ async def _serve(loaded: LoadedSettings, models: dict[str, LoadedSettings],
 
     settings = loaded.settings
     loop = asyncio.get_running_loop()
-    stop, force = asyncio.Event(), asyncio.Event()
-
-    def on_signal(sig: int) -> None:
-        log.info("signal_received", signal=signal.Signals(sig).name)
-        (force if stop.is_set() else stop).set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    stop, force = stop_signals()
     pool = ModelPool(models, settings, stop)
     router = ModelRouter(pool, loaded, int(time.time()))
     server = UvicornServer(uvicorn_config(wrap_cors(router, settings.cors_origins), settings))

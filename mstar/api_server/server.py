@@ -160,6 +160,20 @@ def served_app(loaded: LoadedSettings, client: EngineClient, ready: Any, tokeniz
     return app, running, admission
 
 
+def stop_signals() -> tuple[asyncio.Event, asyncio.Event]:
+    """(stop, force): SIGINT or SIGTERM sets stop (drain, then exit); a second one sets force."""
+    stop, force = asyncio.Event(), asyncio.Event()
+
+    def on_signal(sig: int) -> None:
+        log.info("signal_received", signal=signal.Signals(sig).name)
+        (force if stop.is_set() else stop).set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    return stop, force
+
+
 async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: Any,
                  conductor: Any, sock: socket.socket, deferred: DeferredReload,
                  speech: Any = None) -> int:
@@ -168,14 +182,7 @@ async def _serve(loaded: LoadedSettings, tokenizer: Any, media: Any, endpoints: 
 
     settings: WorkerSettings = loaded.settings
     loop = asyncio.get_running_loop()
-    stop, force = asyncio.Event(), asyncio.Event()
-
-    def on_signal(sig: int) -> None:
-        log.info("signal_received", signal=signal.Signals(sig).name)
-        (force if stop.is_set() else stop).set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    stop, force = stop_signals()
     client = EngineClient(endpoints, conductor, tokenizer, Router.of(settings))
     reason = "stopped"
     try:
