@@ -1,0 +1,81 @@
+"""A client that goes away mid-request (streamed or not) has its sub-requests aborted in the
+worker, which frees their KV blocks at once, instead of running them to the end.
+
+Served, on a random Llama with a long context built here, so that the request the client abandons
+(4 x 16000 tokens: at least 16000 engine steps) could not end by itself within the test's
+patience on any machine. The shared tiny model's 512 positions allow at most ~500 steps, which a
+fast machine runs before its worker's next statistics report.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from urllib.parse import urlsplit
+
+import pytest
+from serve_helpers import Server, hard_timeout, wait_idle, wait_running  # noqa: F401
+
+POSITIONS = 16384
+MAX_TOKENS = 16000
+ABORT_PATIENCE_S = 5.0  # from the disconnect to an idle worker (an abort takes ~0.2 s)
+
+
+@pytest.fixture(scope="module")
+def long_model_dir(tmp_path_factory, tiny_tokenizer):
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=POSITIONS, rms_norm_eps=1e-6, rope_theta=10000.0,
+        eos_token_id=tiny_tokenizer.eos_token_id, bos_token_id=tiny_tokenizer.bos_token_id,
+        pad_token_id=tiny_tokenizer.bos_token_id, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("long-llama")
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(long_model_dir, tmp_path_factory):
+    srv = Server(long_model_dir, tmp_path_factory.mktemp("log") / "serve.log",
+                 {"MSTAR_CPU_KV_CACHE_GB": "0.04"})
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
+
+
+def _send(server: Server, stream: bool) -> socket.socket:
+    """A raw connection, so that the test decides when it closes: not a client's timeout."""
+    url = urlsplit(server.url)
+    body = json.dumps({"prompt": "x", "max_tokens": MAX_TOKENS, "n": 4, "ignore_eos": True,
+                       "stream": stream}).encode()
+    sock = socket.create_connection((url.hostname, url.port))
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {url.hostname}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                 .encode() + body)
+    return sock
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_client_disconnect_aborts_and_frees_kv_blocks(server, stream):
+    wait_idle(server)
+    sock = _send(server, stream)
+    try:
+        wait_running(server)
+        deadline = time.monotonic() + 30  # a usage ratio is rounded: a few blocks may read 0
+        while server.metric("mstar_kv_cache_usage_ratio") == 0:
+            assert time.monotonic() < deadline, "the request never held a KV block"
+            time.sleep(0.02)
+    finally:
+        sock.close()  # the client goes away
+    started = time.monotonic()
+    wait_idle(server, timeout_s=ABORT_PATIENCE_S)  # not ~16000 steps later: aborted
+    assert time.monotonic() - started < ABORT_PATIENCE_S
+    assert server.metric("mstar_num_requests_running") == 0
+    assert server.metric("mstar_kv_cache_usage_ratio") == 0
