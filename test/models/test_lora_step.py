@@ -39,7 +39,7 @@ runs = st.lists(st.tuples(st.none() | st.integers(0, SLOTS - 1),
 def test_each_token_gets_its_adapters_delta(runs, widths, seed):
     torch.manual_seed(seed)
     step = LoraStep()
-    linear = LoraLinear(torch.nn.Linear(IN, OUT), step, SLOTS, RANK)
+    linear = LoraLinear(torch.nn.Linear(IN, OUT), step, SLOTS, RANK, shards=3)
     pairs = {}
     for slot, width in enumerate(widths):
         wide = (torch.randn(3 * RANK, IN), torch.randn(OUT, 3 * RANK))
