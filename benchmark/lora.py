@@ -6,8 +6,9 @@
 The throughput run, all in one process: tok/s at 32 requests in flight for the base model alone
 (no LoRA slots), then with 16 random rank-16 adapters loaded (16 slots) and the requests spread
 over 0, 1, 4 and 16 distinct adapters; it prints each and the 16-adapter / base-alone ratio (the
-issue's bar: at least 0.7). ``--kernel``: the per-segment delta against a gathered batched
-matmul on one linear, the measurement docs/lora.rst quotes.
+issue's bar: at least 0.7). ``--kernel [--threads N]``: one decoder layer's LoRA deltas on the
+torch path and the native op, against the layer's base linears, the measurement docs/lora.rst
+quotes.
 """
 
 from __future__ import annotations
@@ -71,50 +72,53 @@ def throughput(dtype: str, tokens: int) -> None:
     print(f"16 adapters / base alone: {rates[ADAPTERS] / alone:.2f} (bar: 0.70)")
 
 
-def kernel() -> None:
-    """Per-segment delta vs a gathered batched matmul vs the padded batch of slots
-    (``mstar.models.lora.step``), one thread, 576 -> 1536, rank 16."""
+# The built-in model's four LoRA linears of a layer: (in, out per fused module, modules).
+LAYER = (("qkv_proj", 576, (576, 192, 192)), ("o_proj", 576, (576,)),
+         ("gate_up_proj", 576, (1536, 1536)), ("down_proj", 1536, (576,)))
+
+
+def kernel(threads: int) -> None:
+    """One decoder layer's LoRA deltas at 32 decode rows over 1, 4 and 16 adapters (rank 16, 16
+    slots, fused modules block-diagonal as PEFT adapters load), on the torch path and the native
+    op, against the layer's base linears alone (float32)."""
     import torch
 
-    from mstar.models.lora.step import batched
+    from mstar.kernels.cpu.build import native_kernels
+    from mstar.models.layers import fused_ops
+    from mstar.models.lora.linear import LoraLinear
+    from mstar.models.lora.step import LoraStep
+    from mstar.settings import WorkerSettings
 
+    native = native_kernels(WorkerSettings().cache_dir)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
-    hin, hout, slots = 576, 1536, 16
-    a, b = torch.randn(slots, RANK, hin), torch.randn(slots, hout, RANK)
+    torch.set_num_threads(threads)
+    step, linears = LoraStep(), []
+    for _, hin, outs in LAYER:
+        linear = LoraLinear(torch.nn.Linear(hin, sum(outs), bias=False), step, ADAPTERS, RANK,
+                            len(outs))
+        for slot in range(ADAPTERS):
+            b = torch.block_diag(*(torch.randn(out, RANK) for out in outs))
+            linear.set_slot(slot, torch.randn(RANK * len(outs), hin), b)
+        linears.append((linear, torch.randn(IN_FLIGHT, hin)))
 
-    def segments(x, groups):
-        out = torch.zeros(x.shape[0], hout)
-        for slot, rows in groups:
-            out.index_add_(0, rows, (x[rows] @ a[slot].T) @ b[slot].T)
-        return out
-
-    def gathered(x, idx):
-        return torch.bmm(b[idx], torch.bmm(a[idx], x.unsqueeze(-1))).squeeze(-1)
-
-    a_t, b_t = a.transpose(1, 2).contiguous(), b.transpose(1, 2).contiguous()  # LoraLinear's
-
-    def padded(x, batch):
-        out = torch.zeros(x.shape[0], hout)
-        xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
-        delta = torch.bmm(torch.bmm(xs, a_t[:batch.slots]), b_t[:batch.slots])
-        return out.index_add_(0, batch.index, delta.view(-1, hout))
-
-    for tokens, spread in ((32, 1), (32, 4), (32, 16), (256, 4)):
-        x = torch.randn(tokens, hin)
-        idx = torch.arange(tokens) % spread
-        groups = [(s, (idx == s).nonzero().flatten()) for s in range(spread)]
-        batch = batched({s: [(t, t + 1) for t in rows.tolist()] for s, rows in groups},
-                        torch.device("cpu"), torch.float32)
-        for name, run in (("segments", lambda x=x, g=groups: segments(x, g)),
-                          ("gathered", lambda x=x, i=idx: gathered(x, i)),
-                          ("padded", lambda x=x, p=batch: padded(x, p))):
+    def ms(run) -> float:
+        run()
+        start = time.perf_counter()
+        for _ in range(50):
             run()
-            start = time.perf_counter()
-            for _ in range(50):
-                run()
-            ms = (time.perf_counter() - start) / 50 * 1e3
-            print(f"{tokens} tokens / {spread} adapters, {name}: {ms:.2f} ms")
+        return (time.perf_counter() - start) / 50 * 1e3
+
+    with torch.no_grad():
+        base = ms(lambda: [linear.base(x) for linear, x in linears])
+        print(f"{threads} thread(s), base linears of a layer: {base:.3f} ms")
+        for spread in (1, 4, 16):
+            step.set({s: [(t, t + 1) for t in range(s, IN_FLIGHT, spread)] for s in range(spread)},
+                     torch.device("cpu"), torch.float32)
+            for path in ("torch", "native") if native else ("torch",):
+                for linear, _ in linears:
+                    fused_ops.use_native_ops(linear, path == "native")
+                delta = ms(lambda: [linear(x) for linear, x in linears]) - base
+                print(f"{spread:2d} adapters, {path}: +{delta:.3f} ms ({base / (base + delta):.2f}x)")
 
 
 def main() -> None:
@@ -122,9 +126,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="output tokens per request")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--kernel", action="store_true", help="the delta's kernel choice only")
+    parser.add_argument("--threads", type=int, default=1, help="--kernel's torch threads")
     args = parser.parse_args()
     if args.kernel:
-        kernel()
+        kernel(args.threads)
     else:
         throughput(args.dtype, args.tokens)
 

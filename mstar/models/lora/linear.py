@@ -29,6 +29,10 @@ LORA_LINEARS = {"qkv_proj": 3, "o_proj": 1, "gate_up_proj": 2, "down_proj": 1}
 
 
 class LoraLinear(nn.Module):
+    # The native CPU op (``lora_delta``, one call for every adapter of the step) instead of the
+    # torch path; set by the loader with the other fused ops (``fused_ops.use_native_ops``).
+    native_ops = False
+
     def __init__(self, base: nn.Linear | RowParallelLinear, step: LoraStep, max_loras: int,
                  max_rank: int, shards: int) -> None:
         super().__init__()
@@ -47,19 +51,35 @@ class LoraLinear(nn.Module):
         self.register_buffer("lora_b", torch.zeros(max_loras, width, self.out_features,
                                                    dtype=w.dtype, device=w.device), persistent=False)
         self.widths = [0] * max_loras  # a slot's used width (0: this adapter skips the linear)
+        # The native op's: the used widths, and the output columns each rank row of B writes (a
+        # fused linear's B is block-diagonal: q's rank rows write q's columns), [lo, hi).
+        self.register_buffer("lora_widths", torch.zeros(max_loras, dtype=torch.int32),
+                             persistent=False)
+        self.register_buffer("lora_spans", torch.zeros(max_loras, width, 2, dtype=torch.int32),
+                             persistent=False)
 
     def set_slot(self, slot: int, a: torch.Tensor | None, b: torch.Tensor | None) -> None:
         """Write an adapter's pair into ``slot`` (None: the adapter does not touch this linear)."""
         width = 0 if a is None else a.shape[0]
         self.lora_a[slot].zero_()  # a narrower adapter leaves no columns of the last one
         self.lora_b[slot].zero_()
+        self.lora_spans[slot].zero_()
         if width:
             self.lora_a[slot, :, :width].copy_(a.T)
             self.lora_b[slot, :width].copy_(b.T)
+            self.lora_spans[slot, :width] = written_columns(b.T)
         self.widths[slot] = width
+        self.lora_widths[slot] = width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base.partial(x) if self.row_parallel else self.base(x)
+        if self.native_ops:
+            groups = self.step.groups
+            if groups is not None:
+                torch.ops.mstar_cpu.lora_delta(out, x, self.lora_a, self.lora_b, self.lora_spans,
+                                               self.lora_widths, groups.order, groups.starts,
+                                               groups.slots)
+            return self.base.reduce(out) if self.row_parallel else out
         batch = self.step.batched
         if batch is not None:  # the adapters with few tokens: five ops for all of them
             xs = (x.index_select(0, batch.index) * batch.keep).view(batch.slots, batch.most, -1)
@@ -75,6 +95,17 @@ class LoraLinear(nn.Module):
             else:
                 out.index_add_(0, rows, delta)
         return self.base.reduce(out) if self.row_parallel else out
+
+
+def written_columns(b_t: torch.Tensor) -> torch.Tensor:
+    """[width, 2] int32: the first and one past the last nonzero column of each row of B^T
+    ([0, 0) for a zero row)."""
+    nonzero = b_t != 0
+    cols = torch.arange(b_t.shape[1])
+    lo = torch.where(nonzero, cols, b_t.shape[1]).min(dim=1).values
+    hi = torch.where(nonzero, cols + 1, 0).max(dim=1).values
+    empty = hi == 0
+    return torch.stack([lo.masked_fill(empty, 0), hi], dim=1).to(torch.int32)
 
 
 def wrap_lora_linears(model: nn.Module, max_loras: int, max_rank: int) -> LoraStep:

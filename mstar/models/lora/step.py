@@ -15,6 +15,10 @@ An adapter's tokens take one of two shapes, by how many the step has:
 A batched matmul with each token's own A and B (gathered per token) copies an A and a B per
 token; this one reads the slots' A and B in place (``[:slots]`` is a view: the slot allocator
 hands out the lowest free slot, so a step's slots sit at the front).
+
+Both shapes are the torch path. With the native CPU ops (``LoraLinear.native_ops``), every
+adapter's tokens go to one ``lora_delta`` call per linear instead, as **groups**: the token rows
+of each slot in turn (``Groups``), built here once per step.
 """
 
 from __future__ import annotations
@@ -42,21 +46,33 @@ class Batched:
     keep: torch.Tensor  # [slots * most, 1] 1 for a token's row, 0 for padding (model dtype)
 
 
+@dataclass(frozen=True)
+class Groups:
+    """Every adapter's token rows, slot by slot: group g is ``order[starts[g]:starts[g + 1]]``,
+    in slot ``slots[g]`` (the native op's operands, int64)."""
+
+    order: torch.Tensor
+    starts: torch.Tensor
+    slots: torch.Tensor
+
+
 @dataclass
 class LoraStep:
     """The current forward's adapter rows; empty = the base model alone."""
 
     segments: list[tuple[int, Rows]] = field(default_factory=list)  # (slot, rows) each
     batched: Batched | None = None
+    groups: Groups | None = None
 
     def set(self, spans: dict[int, Spans], device: torch.device, dtype: torch.dtype) -> None:
         """The rows of each slot's adapter (``spans``: slot -> its token ranges)."""
         few = {slot: s for slot, s in spans.items() if count(s) <= BATCHED_MAX_TOKENS}
         self.segments = [(slot, rows(s, device)) for slot, s in spans.items() if slot not in few]
         self.batched = batched(few, device, dtype) if few else None
+        self.groups = groups(spans, device) if spans else None
 
     def clear(self) -> None:
-        self.segments, self.batched = [], None
+        self.segments, self.batched, self.groups = [], None, None
 
 
 def count(spans: Spans) -> int:
@@ -81,3 +97,12 @@ def batched(few: dict[int, Spans], device: torch.device, dtype: torch.dtype) -> 
         index[start:start + len(tokens)] = torch.tensor(tokens)
         keep[start:start + len(tokens)] = 1
     return Batched(slots, most, index.to(device), keep.to(device))
+
+
+def groups(spans: dict[int, Spans], device: torch.device) -> Groups:
+    order = [t for s in spans.values() for a, b in s for t in range(a, b)]
+    starts = [0]
+    for s in spans.values():
+        starts.append(starts[-1] + count(s))
+    return Groups(torch.tensor(order, device=device), torch.tensor(starts, device=device),
+                  torch.tensor(list(spans), device=device))

@@ -24,6 +24,7 @@
 #include "weight_checks.h"
 #include "dequant_gemm.h"
 #include "decode_attention.h"
+#include "lora_ops.h"
 
 namespace {
 
@@ -92,6 +93,8 @@ TORCH_LIBRARY(mstar_cpu, m) {
   m.def("q4_linear(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
   m.def("quantize_activations(Tensor x, int level=-1) -> (Tensor, Tensor, Tensor)");
+  m.def("lora_delta(Tensor(a!) out, Tensor x, Tensor a, Tensor b, Tensor spans, Tensor widths, Tensor order, "
+        "Tensor starts, Tensor group_slots) -> ()");
   m.def("cpu_level() -> int");
   m.def("cpu_features() -> int");
   m.def("level_features(int level) -> int");
@@ -130,6 +133,7 @@ TORCH_LIBRARY_IMPL(mstar_cpu, CPU, m) {
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
   m.impl("rotary_embedding", &rotary_embedding);
   m.impl("write_kv_cache", &write_kv_cache);
+  m.impl("lora_delta", &lora_delta);
   m.impl("q4_linear_wide", &q4_linear_wide);
   m.impl("int8_linear_wide", &int8_linear_wide);
   m.impl("paged_decode_attention", &paged_decode_attention);
