@@ -62,13 +62,17 @@ fi
 if [ ! -x "$PYTHON" ]; then echo "avx2_check: no python at $PYTHON (set PYTHON=)" >&2; exit 2; fi
 qemu-x86_64 --version | head -1
 echo "emulated CPU: $CPU"
-# A fresh kernel cache: the build runs as on a fresh clone. Removed at exit.
+# The probe builds the kernels in a fresh directory, as on a fresh clone (removed at exit); the
+# tests then use the default cache (~/.cache/mstar), building there too if it has no build yet.
 CACHE=$(mktemp -d -t mstar-avx2-check.XXXXXX)
 trap 'rm -rf "$CACHE"' EXIT
-export MSTAR_CACHE_DIR=$CACHE PYTHONPATH=. HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTHONPATH=. HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 echo "== the emulated CPU, as torch and mstar see it (builds the kernels)"
-timeout 900 qemu-x86_64 -cpu "$CPU" "$PYTHON" - <<'EOF' || { echo "avx2_check: not an AVX2-only CPU" >&2; exit 1; }
+timeout 900 qemu-x86_64 -cpu "$CPU" "$PYTHON" - "$CACHE" <<'EOF' || { echo "avx2_check: the probe failed (above)" >&2; exit 1; }
+import sys
+from pathlib import Path
+
 import torch
 from mstar.engine.placement import resolve_device_dtype
 from mstar.kernels.cpu.build import native_kernels
@@ -76,8 +80,9 @@ from mstar.kernels.cpu.levels import LEVELS, Feature
 from mstar.models.layers.cpu_linear import native_bf16
 from mstar.settings import WorkerSettings
 
+assert native_kernels(Path(sys.argv[1])), "the native kernels did not build"
+assert any(Path(sys.argv[1]).glob("kernels/*/*.so")), "the kernels were not built afresh"
 auto = WorkerSettings(device="cpu", dtype="auto")
-assert native_kernels(auto.cache_dir), "the native kernels did not build"
 features = Feature(torch.ops.mstar_cpu.cpu_features())
 level = LEVELS[torch.ops.mstar_cpu.cpu_level()].name
 quantized = WorkerSettings(device="cpu", dtype="auto", quantization="int8")
