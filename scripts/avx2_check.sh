@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU-dependent tests on an emulated AVX2-only CPU (QEMU user mode, -cpu Haswell), for a
 # machine that has more (AVX-512, avx512_bf16, AMX). Run by hand, not by CI or make test:
-# emulation is 10-50x slower, and the whole set takes about 8 minutes on 2 cores (docs/engine.rst).
+# emulation is 10-50x slower, and the whole set takes 8 to 10 minutes on 2 cores (docs/engine.rst).
 #
 # What it proves, on a CPU with AVX2 + FMA + F16C and nothing newer (no AVX-VNNI, no AVX-512, no
 # avx512_bf16, no AMX):
