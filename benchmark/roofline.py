@@ -31,6 +31,7 @@ from benchmark.cpu_decode_ratio import decode_seconds
 from benchmark.cpu_precision import SETTINGS, cpu_flags
 from benchmark.offline_throughput import make_prompts
 from benchmark.roofline_machine import Machine, llc_bytes, measure, missing
+from benchmark.roofline_steps import StepParts, fastest, parts_table, step_parts
 from benchmark.roofline_weights import dtypes, flops_per_token, weight_bytes
 
 # The arithmetic each setting's linears run at a decode batch (see the module docstring).
@@ -48,6 +49,7 @@ class Row:
     by_dtype: dict[str, int]
     one: float = 0.0  # decode tok/s at one stream, best round
     many: float = 0.0  # at --concurrency
+    parts: StepParts | None = None  # one stream's step split into the stack, head and rest
 
 
 def bandwidth_limit(bytes_per_second: float, bytes_per_token: int) -> float:
@@ -158,6 +160,7 @@ def run_rounds(rows: list[Row], llms: dict, prompts: list[str], args: argparse.N
             one = decode_rate(llms[row.name], prompts[:1], args.tokens)
             many = decode_rate(llms[row.name], prompts, args.tokens)
             row.one, row.many = max(row.one, one), max(row.many, many)
+            row.parts = fastest(row.parts, step_parts(llms[row.name], prompts[0], args.tokens))
             print(f"round {r} {row.name}: c=1 {one:.1f} tok/s, "
                   f"c={args.concurrency} {many:.1f} tok/s", flush=True)
 
@@ -183,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     run_rounds(rows, llms, prompts, args)
     print(f"\n{args.tokens} decode steps, best of {args.repeats} rounds\n")
     print(table(rows, machine, args.concurrency))
+    print("\none stream, milliseconds per decode step (the fastest round's):\n")
+    print(parts_table({label(r.name, machine): r.parts for r in rows}, machine.bandwidth))
     return 0
 
 

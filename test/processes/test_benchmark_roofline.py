@@ -17,6 +17,7 @@ from benchmark.roofline import (
     table,
 )
 from benchmark.roofline_machine import Machine, missing
+from benchmark.roofline_steps import step_parts
 from benchmark.roofline_weights import flops_per_token, weight_bytes
 from mstar import LLM
 from mstar.kernels.cpu.levels import Feature
@@ -108,4 +109,14 @@ def test_short_run_prints_the_table(model_dir, capsys):
     out = capsys.readouterr().out
     assert "read bandwidth:" in out and "threads:" in out
     rows = [line for line in out.splitlines() if line.lstrip().startswith(("fp32 |", "q4 |"))]
-    assert len(rows) == 2
+    assert len(rows) == 4  # the roofline table's and the step table's
+
+
+@pytest.mark.parametrize("name", ["fp32", "q4"])
+def test_step_parts_time_the_stack_and_the_head(model_dir, name):
+    llm = LLM(model=str(model_dir), device="cpu", kv_block_size=4, num_kv_blocks=16, **SETTINGS[name])
+    model = llm.engine.model_runner.model
+    parts = step_parts(llm, "Hello world!", 16)
+    assert parts.stack_ms > 0 and parts.head_ms > 0
+    # The two parts stream every weight of the model between them, the tied head once.
+    assert parts.stack_bytes + parts.head_bytes == weight_bytes(model)
