@@ -68,16 +68,16 @@ def timed_run(llm, prompt: str, max_tokens: int, clock: PartClock) -> tuple[floa
 def step_parts(llm, prompt: str, tokens: int) -> StepParts:
     """Milliseconds per decode step at one stream: the whole step, the stack and the LM head."""
     model = llm.engine.model_runner.model
-    clock = PartClock({"stack": model.model, "head": model.lm_head})
+    modules = {"stack": model.model, "head": model.lm_head}  # timed, and their bytes counted
+    clock = PartClock(modules)
     try:
         wall_one, parts_one = timed_run(llm, prompt, 1, clock)
         wall, parts = timed_run(llm, prompt, 1 + tokens, clock)
     finally:
         clock.remove()
-    ms = lambda seconds, base: (seconds - base) * 1e3 / tokens  # noqa: E731
-    return StepParts(ms(wall, wall_one), ms(parts["stack"], parts_one["stack"]),
-                     ms(parts["head"], parts_one["head"]), weight_bytes(model.model),
-                     weight_bytes(model.lm_head))
+    ms = {k: (parts[k] - parts_one[k]) * 1e3 / tokens for k in modules}
+    return StepParts((wall - wall_one) * 1e3 / tokens, ms["stack"], ms["head"],
+                     weight_bytes(modules["stack"]), weight_bytes(modules["head"]))
 
 
 def fastest(a: StepParts | None, b: StepParts) -> StepParts:
