@@ -17,7 +17,9 @@ limit (bandwidth / weight bytes per token: every step streams the weights once),
 --concurrency, as a percentage of the compute limit (peak operations per second / FLOPs per token)
 for the setting's arithmetic: float32 for fp32, bf16 for bf16 (float32 where bf16 is emulated),
 int8 dot products for int8 and q4 (mstar's kernels multiply int16 activations, vpdpwssd: half the
-int8 rate per instruction, so their own ceiling is half that limit).
+int8 rate per instruction, so their own ceiling is half that limit). A second table splits one
+stream's step into the decoder stack, the LM head and the rest, with the bandwidth each part
+reaches (benchmark/roofline_steps.py).
 """
 
 from __future__ import annotations
