@@ -20,6 +20,10 @@ int8 dot products for int8 and q4 (mstar's kernels multiply int16 activations, v
 int8 rate per instruction, so their own ceiling is half that limit). A second table splits one
 stream's step into the decoder stack, the LM head and the rest, with the bandwidth each part
 reaches (benchmark/roofline_steps.py).
+
+The default settings (MSTAR_DTYPE=auto and every other knob's value: what ``mstar serve`` runs
+here) are loaded too: the listed setting they resolve to is marked "(default)", or they get a
+row of their own (--no-default skips them).
 """
 
 from __future__ import annotations
@@ -36,8 +40,7 @@ from benchmark.roofline_machine import Machine, llc_bytes, measure, missing
 from benchmark.roofline_steps import StepParts, fastest, parts_table, step_parts
 from benchmark.roofline_weights import dtypes, flops_per_token, weight_bytes
 
-# The arithmetic each setting's linears run at a decode batch (see the module docstring).
-COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8", "q4": "int8"}
+DEFAULT = "default"  # the knobs' own values (MSTAR_DTYPE=auto, ...): what `mstar serve` runs
 MAX_MODEL_LEN = 256  # the prompts (10-80 tokens) plus --tokens fit
 KV_BLOCK = 16
 MAX_TOKENS = 160
@@ -46,12 +49,20 @@ MAX_TOKENS = 160
 @dataclass
 class Row:
     name: str
+    kind: str  # the arithmetic of its linears (arithmetic())
     weight_bytes: int
     flops: int
     by_dtype: dict[str, int]
+    default: bool = False  # these are the default settings
     one: float = 0.0  # decode tok/s at one stream, best round
     many: float = 0.0  # at --concurrency
     parts: StepParts | None = None  # one stream's step split into the stack, head and rest
+
+
+def arithmetic(knobs: dict[str, str]) -> str:
+    """What a setting's linears compute in at a decode batch: int8 dot products for int8 and q4
+    weights (see the module docstring), else the weights' dtype (float32 or bfloat16)."""
+    return "int8" if knobs["quantization"] != "none" else knobs["dtype"]
 
 
 def bandwidth_limit(bytes_per_second: float, bytes_per_token: int) -> float:
@@ -68,26 +79,55 @@ def percent(tok_s: float, limit: float) -> float:
     return 100.0 * tok_s / limit
 
 
-def compute_peak(name: str, machine: Machine) -> tuple[float, str]:
-    """The peak a setting's compute limit uses, and its label (float32's where the type is not
-    native, saying why)."""
-    kind = COMPUTE[name]
+def compute_peak(kind: str, machine: Machine) -> tuple[float, str]:
+    """The peak a compute limit uses for arithmetic ``kind``, and its label (float32's where the
+    type is not native, saying why)."""
     why = missing(kind, machine.features)
     return (machine.peaks["float32"], f"float32 ({why})") if why else (machine.peaks[kind], kind)
 
 
-def label(name: str, machine: Machine) -> str:
-    """The setting's name, "(emulated)" where its arithmetic type is not native (bf16 on AVX2)."""
-    emulated = COMPUTE[name] == "bfloat16" and missing("bfloat16", machine.features)
-    return f"{name} (emulated)" if emulated else name
+def label(row: Row, machine: Machine) -> str:
+    """The setting's name, tagged "default" (the default settings resolved to it) and "emulated"
+    (bf16 without native bf16 instructions)."""
+    tags = ["default"] if row.default and row.name != DEFAULT else []
+    if row.kind == "bfloat16" and missing("bfloat16", machine.features):
+        tags.append("emulated")
+    return f"{row.name} ({', '.join(tags)})" if tags else row.name
 
 
-def load(name: str, model: str | None, concurrency: int):
+def load(knobs: dict[str, str], model: str | None, concurrency: int):
     from mstar import LLM
 
     blocks = concurrency * MAX_MODEL_LEN // KV_BLOCK + 8
     return LLM(model=model, device="cpu", log_level="warning", max_model_len=MAX_MODEL_LEN,
-               kv_block_size=KV_BLOCK, num_kv_blocks=blocks, **SETTINGS[name])
+               kv_block_size=KV_BLOCK, num_kv_blocks=blocks, **knobs)
+
+
+def knobs_of(llm) -> dict[str, str]:
+    """The dtype and quantization a loaded LLM runs (``auto`` as the engine resolved it)."""
+    return {"dtype": str(llm.engine.dtype).removeprefix("torch."),
+            "quantization": llm.settings.quantization}
+
+
+def load_all(args: argparse.Namespace) -> tuple[dict, str | None]:
+    """Every setting's LLM by name, the default settings first (under the name of the listed
+    setting they resolve to, else DEFAULT), and that name (None with --no-default)."""
+    llms, default = {}, None
+    if args.default:
+        llm = load({}, args.model, args.concurrency)
+        default = next((n for n in args.settings if SETTINGS[n] == knobs_of(llm)), DEFAULT)
+        llms[default] = llm
+    for name in args.settings:
+        if name not in llms:
+            llms[name] = load(SETTINGS[name], args.model, args.concurrency)
+    return {n: llms[n] for n in [*args.settings, DEFAULT] if n in llms}, default
+
+
+def row_of(name: str, llm, default: bool) -> Row:
+    """A setting's row: its arithmetic, and its bytes and FLOPs per token counted from its model."""
+    model = llm.engine.model_runner.model
+    return Row(name, arithmetic(knobs_of(llm)), weight_bytes(model), flops_per_token(model),
+               dtypes(model), default)
 
 
 def cpu_features(llm):
@@ -126,9 +166,9 @@ def table(rows: list[Row], machine: Machine, concurrency: int) -> str:
     lines = [head]
     for r in rows:
         bw = bandwidth_limit(machine.bandwidth, r.weight_bytes)
-        peak, kind = compute_peak(r.name, machine)
+        peak, kind = compute_peak(r.kind, machine)
         cl = compute_limit(peak, r.flops)
-        lines.append([label(r.name, machine), f"{r.weight_bytes / 1e6:.1f}", f"{r.flops / 1e9:.3f}",
+        lines.append([label(r, machine), f"{r.weight_bytes / 1e6:.1f}", f"{r.flops / 1e9:.3f}",
                       f"{r.one:.1f}", f"{bw:.1f}", f"{percent(r.one, bw):.0f}%", f"{r.many:.1f}",
                       f"{cl:.1f}", f"{percent(r.many, cl):.0f}%", kind])
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -149,6 +189,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="rounds, and runs of each machine measurement; the best counts")
     p.add_argument("--bandwidth-mb", type=int, default=1024, help="buffer summed for the read bandwidth")
     p.add_argument("--gemm-size", type=int, default=2048, help="n of the n x n x n peak GEMMs")
+    p.add_argument("--no-default", dest="default", action="store_false",
+                   help="skip the default settings (MSTAR_DTYPE=auto and the other knobs' values)")
     args = p.parse_args(argv)
     if not 1 <= args.tokens <= MAX_TOKENS:
         p.error(f"--tokens must be 1..{MAX_TOKENS} (prompts and tokens fit {MAX_MODEL_LEN})")
@@ -172,10 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     from mstar import SamplingParams
 
     prompts = make_prompts(args.concurrency)
-    llms = {}
-    for name in args.settings:
-        llms[name] = load(name, args.model, args.concurrency)
-        llms[name].generate(prompts, SamplingParams(temperature=0, max_tokens=2))  # warm-up, prefill cached
+    llms, default = load_all(args)
+    for llm in llms.values():
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=2))  # warm-up, prefill cached
     llc = llc_bytes()
     if llc and args.bandwidth_mb * 2**20 < 8 * llc:
         print(f"warning: --bandwidth-mb {args.bandwidth_mb} is under 8x the {llc >> 20} MB "
@@ -183,13 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     features = cpu_features(next(iter(llms.values())))
     machine = measure(features, args.bandwidth_mb, args.gemm_size, args.repeats)
     print(header(machine), flush=True)
-    rows = [Row(name, weight_bytes(m), flops_per_token(m), dtypes(m))
-            for name, m in ((n, llm.engine.model_runner.model) for n, llm in llms.items())]
+    rows = [row_of(name, llm, name == default) for name, llm in llms.items()]
     run_rounds(rows, llms, prompts, args)
     print(f"\n{args.tokens} decode steps, best of {args.repeats} rounds\n")
     print(table(rows, machine, args.concurrency))
     print("\none stream, milliseconds per decode step (the fastest round's):\n")
-    print(parts_table({label(r.name, machine): r.parts for r in rows}, machine.bandwidth))
+    print(parts_table({label(r, machine): r.parts for r in rows}, machine.bandwidth))
     return 0
 
 

@@ -8,6 +8,7 @@ import pytest
 from benchmark.cpu_precision import SETTINGS
 from benchmark.roofline import (
     Row,
+    arithmetic,
     bandwidth_limit,
     compute_limit,
     compute_peak,
@@ -79,8 +80,8 @@ def test_limit_arithmetic():
     assert cap == pytest.approx(109.29, abs=0.01)
     assert round(percent(48.9, cap)) == 45
     assert compute_limit(100e9, 250_000_000) == pytest.approx(400.0)
-    rows = [Row("fp32", 100_000_000, 1_000_000_000, {}, one=50.0, many=25.0),
-            Row("q4", 25_000_000, 1_000_000_000, {}, one=100.0, many=200.0)]
+    rows = [Row("fp32", "float32", 100_000_000, 1_000_000_000, {}, one=50.0, many=25.0),
+            Row("q4", "int8", 25_000_000, 1_000_000_000, {}, one=100.0, many=200.0)]
     lines = table(rows, machine(Feature.AVX2 | Feature.AVX512_VNNI), 32).splitlines()
     fp32 = [c.strip() for c in lines[2].split("|")]
     q4 = [c.strip() for c in lines[3].split("|")]
@@ -92,24 +93,28 @@ def test_limit_arithmetic():
 
 def test_types_the_cpu_lacks_fall_back_to_float32():
     plain = machine(Feature.AVX2)
+    bf16 = Row("bf16", arithmetic(SETTINGS["bf16"]), 1, 1, {}, default=True)
     assert missing("bfloat16", Feature.AVX2) == "no avx512_bf16 or amx"
-    assert compute_peak("bf16", plain) == (100e9, "float32 (no avx512_bf16 or amx)")
-    assert compute_peak("q4", plain)[0] == 100e9
-    assert label("bf16", plain) == "bf16 (emulated)"
+    assert compute_peak("bfloat16", plain) == (100e9, "float32 (no avx512_bf16 or amx)")
+    assert compute_peak(arithmetic(SETTINGS["q4"]), plain)[0] == 100e9
+    assert label(bf16, plain) == "bf16 (default, emulated)"
     native = machine(Feature.AVX2 | Feature.AVX512_BF16)
-    assert compute_peak("bf16", native) == (400e9, "bfloat16")
-    assert label("bf16", native) == "bf16"
+    assert compute_peak("bfloat16", native) == (400e9, "bfloat16")
+    assert label(bf16, native) == "bf16 (default)"
     assert missing("int8", None) == "native kernels unavailable"
 
 
 def test_short_run_prints_the_table(model_dir, capsys):
-    argv = ["--model", str(model_dir), "--settings", "fp32", "q4", "--tokens", "2", "--repeats", "1",
-            "--concurrency", "2", "--bandwidth-mb", "8", "--gemm-size", "64"]
+    argv = ["--model", str(model_dir), "--settings", "fp32", "bf16", "--tokens", "2",
+            "--repeats", "1", "--concurrency", "2", "--bandwidth-mb", "8", "--gemm-size", "64"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "read bandwidth:" in out and "threads:" in out
-    rows = [line for line in out.splitlines() if line.lstrip().startswith(("fp32 |", "q4 |"))]
-    assert len(rows) == 4  # the roofline table's and the step table's
+    # The default settings (MSTAR_DTYPE=auto: float32 or bfloat16, unquantized) are one of the
+    # two, which is marked, not loaded again: two rows in the roofline table, two in the step one.
+    rows = [line.strip() for line in out.splitlines() if line.lstrip().startswith(("fp32 ", "bf16 "))]
+    assert len(rows) == 4
+    assert sum("(default" in row for row in rows) == 2
 
 
 @pytest.mark.parametrize("name", ["fp32", "q4"])
