@@ -37,7 +37,7 @@ from benchmark.cpu_decode_ratio import decode_seconds
 from benchmark.cpu_precision import SETTINGS, cpu_flags
 from benchmark.offline_throughput import make_prompts
 from benchmark.roofline_machine import Machine, llc_bytes, measure, missing
-from benchmark.roofline_steps import StepParts, fastest, parts_table, step_parts
+from benchmark.roofline_steps import StepParts, fastest, parts_rows, step_parts
 from benchmark.roofline_weights import dtypes, flops_per_token, weight_bytes
 
 DEFAULT = "default"  # the knobs' own values (MSTAR_DTYPE=auto, ...): what `mstar serve` runs
@@ -171,11 +171,16 @@ def table(rows: list[Row], machine: Machine, concurrency: int) -> str:
         lines.append([label(r, machine), f"{r.weight_bytes / 1e6:.1f}", f"{r.flops / 1e9:.3f}",
                       f"{r.one:.1f}", f"{bw:.1f}", f"{percent(r.one, bw):.0f}%", f"{r.many:.1f}",
                       f"{cl:.1f}", f"{percent(r.many, cl):.0f}%", kind])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    notes = [f"{r.name}: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in r.by_dtype.items()) for r in rows]
+    return "\n".join(aligned(lines) + ["", "streamed weights by dtype:"] + notes)
+
+
+def aligned(lines: list[list[str]]) -> list[str]:
+    """A header row and rows of cells as right-aligned columns, a rule under the header."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     text = [" | ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     text.insert(1, "-+-".join("-" * w for w in widths))
-    notes = [f"{r.name}: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in r.by_dtype.items()) for r in rows]
-    return "\n".join(text + ["", "streamed weights by dtype:"] + notes)
+    return text
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -229,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.tokens} decode steps, best of {args.repeats} rounds\n")
     print(table(rows, machine, args.concurrency))
     print("\none stream, milliseconds per decode step (the fastest round's):\n")
-    print(parts_table({label(r, machine): r.parts for r in rows}, machine.bandwidth))
+    print("\n".join(aligned(parts_rows({label(r, machine): r.parts for r in rows}, machine.bandwidth))))
     return 0
 
 

@@ -88,13 +88,14 @@ def gbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else float("nan")
 
 
-def parts_table(parts: dict[str, StepParts], bandwidth: float) -> str:
-    """One line per setting: the step's milliseconds, each part's and the bandwidth it reaches."""
-    lines = ["setting | step ms | stack ms | stack GB/s (% of bw) | LM head ms | head GB/s (% of bw)"
-             " | rest ms"]
+def parts_rows(parts: dict[str, StepParts], bandwidth: float) -> list[list[str]]:
+    """A header and one row per setting: the step's milliseconds, each part's and the bandwidth
+    it reaches (bytes per second of ``bandwidth``)."""
+    rows = [["setting", "step ms", "stack ms", "stack GB/s (% of bw)", "LM head ms",
+             "head GB/s (% of bw)", "rest ms"]]
     for name, p in parts.items():
         stack, head = gbps(p.stack_bytes, p.stack_ms), gbps(p.head_bytes, p.head_ms)
-        lines.append(f"{name} | {p.step_ms:.2f} | {p.stack_ms:.2f} | {stack:.1f} "
-                     f"({100 * stack * 1e9 / bandwidth:.0f}%) | {p.head_ms:.2f} | {head:.1f} "
-                     f"({100 * head * 1e9 / bandwidth:.0f}%) | {p.rest_ms:.2f}")
-    return "\n".join(lines)
+        rows.append([name, f"{p.step_ms:.2f}", f"{p.stack_ms:.2f}",
+                     f"{stack:.1f} ({100 * stack * 1e9 / bandwidth:.0f}%)", f"{p.head_ms:.2f}",
+                     f"{head:.1f} ({100 * head * 1e9 / bandwidth:.0f}%)", f"{p.rest_ms:.2f}"])
+    return rows
