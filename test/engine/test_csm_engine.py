@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from mstar.engine.request.sampling_params import SamplingParams
-
 from csm_helpers import PROMPT, WAVE_TOLERANCE, reference, save_tiny_csm
 from media_runs import preempting_blocks
+
+from mstar.engine.request.sampling_params import SamplingParams
 
 OTHER = [9, 3, 77, 120, 31, 8, 64, 200, 15, 44, 2]  # a longer prompt, another length of speech
 FRAMES = {"one": 14, "other": 9}
@@ -74,3 +73,38 @@ def test_under_preemption_the_frames_resume(tiny_csm, hf_csm, make_engine):
     assert engine.scheduler.num_preemptions > 0
     assert got["one"][0] == _expected(hf_csm, "one", PROMPT)
     assert got["other"][0] == _expected(hf_csm, "other", OTHER)
+
+
+def test_an_end_frame_finishes_the_request(tiny_csm, make_engine, tmp_path, tiny_tokenizer):
+    """Every head's logits tie, so argmax picks code 0, the end code: the first frame ends the
+    request ("stop", before max_tokens), as transformers' generate stops there."""
+    from transformers import CsmForConditionalGeneration
+
+    hf_csm = CsmForConditionalGeneration.from_pretrained(tiny_csm).eval()
+    with torch.no_grad():
+        hf_csm.lm_head.weight.zero_()
+        hf_csm.depth_decoder.codebooks_head.weight.zero_()
+        hf_csm.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    engine = make_engine(tmp_path, kv_block_size=4, num_kv_blocks=64)
+    (frames, reason), = _speak(engine, {"one": PROMPT}).values()
+    assert frames == reference(hf_csm, PROMPT, FRAMES["one"])[0].tolist() == [[0, 0, 0, 0]]
+    assert reason == "stop"
+
+
+def test_llm_speak_sounds_the_engines_frames_within_tolerance(tiny_csm, hf_csm):
+    """``LLM.speak``: the engine's frames through the codec node's windows, against
+    transformers' codes and its one whole decode of them."""
+    from mstar import LLM
+
+    llm = LLM(model=str(tiny_csm), device="cpu", dtype="float32", kv_block_size=4,
+              num_kv_blocks=64)
+    one, other = llm.speak([{"prompt_token_ids": PROMPT}, {"prompt_token_ids": OTHER}],
+                           max_frames=FRAMES["one"])
+    codes = reference(hf_csm, PROMPT, FRAMES["one"])[0]
+    assert torch.equal(one.codes, codes)
+    assert torch.equal(other.codes, reference(hf_csm, OTHER, FRAMES["one"])[0])
+    (wave,) = reference(hf_csm, PROMPT, FRAMES["one"], audio=True)
+    wave = wave.numpy()
+    assert one.audio.shape == wave.shape == (len(codes) * hf_csm.config.codec_config.frame_size,)
+    assert np.abs(one.audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()

@@ -2,12 +2,13 @@
 (``csm_frames``) and streams its frames through a codec node (``codec_node``) cut by the chunk
 policy of the model's walk graph (``mstar.graph.speech.CSM``), as the served route will.
 
-This runs beside the engine, not in it: the backbone keeps a transformers cache, not mstar's
-paged KV (docs/speech.rst says what is left to move it into the step loop)."""
+``Speaker.stream`` runs the frame loop beside the engine, with a transformers cache for the
+backbone (the reference the engine is tested against); ``mstar.LLM.speak`` runs it in the engine
+(paged KV cache, batched, preemptible) and sounds its frames here, through ``Speaker.sound``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +64,17 @@ class Speaker:
                ) -> Iterator[tuple[torch.Tensor, list[np.ndarray]]]:
         """Each frame as it is made, with the audio chunks it made ready (the last frame also
         carries the leftover chunk). A frame of end codes only is not sounded."""
-        if max_frames < 1:
-            raise ValueError(f"max_frames must be at least 1, not {max_frames}")
+        check_max_frames(max_frames)
+        return self.sound(self.loop.frames(self.prompt_ids(text, speaker), max_frames),
+                          max_frames)
+
+    def sound(self, frames: Iterable[torch.Tensor], max_frames: int
+              ) -> Iterator[tuple[torch.Tensor, list[np.ndarray]]]:
+        """``stream`` for frames made elsewhere (the engine's: ``mstar.LLM.speak``), which end
+        as this loop's do: after the end frame, or at ``max_frames``."""
         codec = CodecStream(mimi_decoder(self.model.codec_model), self.chunk,
                             self.samples_per_frame)
         end = self.loop.end_code
-        frames = self.loop.frames(self.prompt_ids(text, speaker), max_frames)
         for i, frame in enumerate(frames):
             silent = bool((frame == end).all())
             chunks = [] if silent else codec.push(frame)
@@ -77,9 +83,18 @@ class Speaker:
             yield frame, chunks
 
     def speak(self, text, speaker: int = 0, max_frames: int = DEFAULT_MAX_FRAMES) -> Speech:
+        return self.speech(self.stream(text, speaker, max_frames))
+
+    def speech(self, sounded: Iterable[tuple[torch.Tensor, list[np.ndarray]]]) -> Speech:
+        """The whole of ``stream`` or ``sound``: every frame and the joined audio."""
         frames, chunks = [], []
-        for frame, ready in self.stream(text, speaker, max_frames):
+        for frame, ready in sounded:
             frames.append(frame)
             chunks += ready
         audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
         return Speech(audio, self.sample_rate, torch.stack(frames))
+
+
+def check_max_frames(max_frames: int) -> None:
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be at least 1, not {max_frames}")
