@@ -57,11 +57,15 @@ def test_alone_the_frames_are_transformers_codes(tiny_csm, hf_csm, make_engine):
     assert reason == "length"
 
 
-def test_batched_with_another_speech_request(tiny_csm, hf_csm, make_engine):
-    engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64)
+@pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
+def test_batched_with_another_speech_request(tiny_csm, hf_csm, make_engine, continuations):
+    """Overlapped: a continuation row's input is the frame the step before it makes."""
+    engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64,
+                         max_consecutive_spec_steps=continuations)
     got = _speak(engine, {"one": PROMPT, "other": OTHER})
     assert got["one"][0] == _expected(hf_csm, "one", PROMPT)
     assert got["other"][0] == _expected(hf_csm, "other", OTHER)
+    assert (engine.loop.counters.continuations > 0) == (continuations > 0)
 
 
 def test_under_preemption_the_frames_resume(tiny_csm, hf_csm, make_engine):
