@@ -68,11 +68,16 @@ def test_batched_with_another_speech_request(tiny_csm, hf_csm, make_engine, cont
     assert (engine.loop.counters.continuations > 0) == (continuations > 0)
 
 
-def test_under_preemption_the_frames_resume(tiny_csm, hf_csm, make_engine):
+@pytest.mark.parametrize("step_tokens", [None, 5], ids=["whole", "chunked"])
+def test_under_preemption_the_frames_resume(tiny_csm, hf_csm, make_engine, step_tokens):
+    """The preempted request's recompute embeds its prompt and its frames so far; chunked (5
+    tokens a step), its chunks cut across the prompt's end and between frames."""
     lens = {"one": len(PROMPT), "other": len(OTHER)}
     blocks = preempting_blocks(lens, max(FRAMES.values()))
+    knobs = {} if step_tokens is None else dict(max_num_batched_tokens=step_tokens,
+                                                max_prefill_chunk_tokens=step_tokens)
     engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=blocks,
-                         enable_prefix_caching=False)
+                         enable_prefix_caching=False, **knobs)
     got = _speak(engine, {"one": PROMPT, "other": OTHER})
     assert engine.scheduler.num_preemptions > 0
     assert got["one"][0] == _expected(hf_csm, "one", PROMPT)
@@ -112,3 +117,15 @@ def test_llm_speak_sounds_the_engines_frames_within_tolerance(tiny_csm, hf_csm):
     wave = wave.numpy()
     assert one.audio.shape == wave.shape == (len(codes) * hf_csm.config.codec_config.frame_size,)
     assert np.abs(one.audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
+
+
+def test_speech_refuses_speculative_decoding_and_text_models_refuse_speak(tiny_csm, make_engine,
+                                                                          tiny_model_dir):
+    from mstar import LLM
+
+    with pytest.raises(ValueError, match="speech models .CSM. run without speculative decoding"):
+        make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64, speculative_method="ngram")
+    llm = LLM(model=str(tiny_model_dir("llama")), device="cpu", kv_block_size=4,
+              num_kv_blocks=64)
+    with pytest.raises(ValueError, match="this model outputs text; not audio"):
+        llm.speak("Hello")
