@@ -186,6 +186,10 @@ class LLMEngine:
                 f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens",
                 "max_tokens")
         check_logit_bias_ids(params.logit_bias, self.vocab_size)
+        text_rule = None if self.frame_stop is None else self.frame_stop.text_rule(params)
+        if text_rule is not None:
+            raise RequestRejected(f"{text_rule} is a text rule; a speech model's tokens are "
+                                  f"codec frames", text_rule)
         if params.lora is not None and params.lora not in self.lora_names():
             raise RequestRejected(f"the model {params.lora!r} does not exist", "model", 404)
         spec = params.structured_output

@@ -119,12 +119,20 @@ def test_llm_speak_sounds_the_engines_frames_within_tolerance(tiny_csm, hf_csm):
     assert np.abs(one.audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
 
 
-def test_speech_refuses_speculative_decoding_and_text_models_refuse_speak(tiny_csm, make_engine,
-                                                                          tiny_model_dir):
+def test_speech_refuses_text_rules_and_text_models_refuse_speak(tiny_csm, make_engine,
+                                                                tiny_model_dir):
     from mstar import LLM
+    from mstar.engine.request.errors import RequestRejected
+    from mstar.engine.request.sampling_params import StructuredOutput
 
     with pytest.raises(ValueError, match="speech models .CSM. run without speculative decoding"):
         make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64, speculative_method="ngram")
+    engine = make_engine(tiny_csm, kv_block_size=4, num_kv_blocks=64)
+    for field, value in [("stop_token_ids", [3]), ("min_tokens", 2),
+                         ("structured_output", StructuredOutput(kind="regex", spec="a+"))]:
+        with pytest.raises(RequestRejected, match=f"{field} is a text rule") as refused:
+            engine.add_request(field, PROMPT, SamplingParams(max_tokens=4, **{field: value}))
+        assert refused.value.param == field
     llm = LLM(model=str(tiny_model_dir("llama")), device="cpu", kv_block_size=4,
               num_kv_blocks=64)
     with pytest.raises(ValueError, match="this model outputs text; not audio"):

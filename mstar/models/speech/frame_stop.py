@@ -18,6 +18,17 @@ class FrameStop:
                              "speculative decoding; set it to none")
         self.end_code = hf_config.codebook_eos_token_id
 
+    @staticmethod
+    def text_rule(params) -> str | None:
+        """The request field (``SamplingParams``) that is a text rule a speech request cannot
+        take, or None: stop token ids and ``min_tokens`` (which masks them and EOS) would stop
+        or mask Mimi codes, a structured output constrains text."""
+        if params.stop_token_ids:
+            return "stop_token_ids"
+        if params.min_tokens:
+            return "min_tokens"
+        return "structured_output" if params.structured_output is not None else None
+
     def reason(self, seq, token: int) -> str | None:
         if frame_ends(seq.frames[-1], self.end_code):
             return "stop"
