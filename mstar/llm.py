@@ -69,7 +69,7 @@ class LLM:
         self.tokenizer = self.engine.tokenizer
         self._next_id = 0
         self._vision_processor = None  # a vision model's processor, loaded at its first image
-        self._speaker = None  # a speech model's codec and tokenizer, loaded at its first speak()
+        self._voice = None  # a speech model's codec and tokenizer, loaded at its first speak()
 
     def generate(self, prompts, sampling_params=None) -> list[GenerationResult]:
         """Prompts: str, {"prompt_token_ids": [...]}, or a list of those.
@@ -154,27 +154,22 @@ class LLM:
         model's turn ``[speaker]text``, or ``{"prompt_token_ids": [...]}``) spoken greedily.
         The frames come from the engine (its paged KV cache, batched, preemptible) and are
         sounded by the codec node in the graph's windows; returns one
-        ``mstar.models.speech.speaker.Speech`` (audio, sample rate, codes) per prompt. The codec
-        and its tokenizer come from transformers' model, loaded at the first call."""
+        ``mstar.models.speech.voice.Speech`` (audio, sample rate, codes) per prompt. Mimi and
+        the tokenizer are loaded at the first call (``Voice.load``)."""
         import torch
 
-        from mstar.models.speech.speaker import DEFAULT_MAX_FRAMES, check_max_frames
+        from mstar.models.speech.voice import DEFAULT_MAX_FRAMES, Voice, check_max_frames
 
         self.engine.graph.walk_emitting("audio")  # a ValueError for a model without audio out
         max_frames = DEFAULT_MAX_FRAMES if max_frames is None else max_frames
         check_max_frames(max_frames)
-        voice = self._voice()
+        if self._voice is None:
+            self._voice = Voice.load(self.engine.model_dir)
         prompts = [prompts] if isinstance(prompts, (str, dict)) else prompts
-        ids = [voice.prompt_ids(prompt, speaker) for prompt in prompts]
+        ids = [self._voice.prompt_ids(prompt, speaker) for prompt in prompts]
         frames = self._frames(ids, SamplingParams(max_tokens=max_frames, temperature=0.0))
-        return [voice.speech(voice.sound(torch.tensor(f).unbind(0), max_frames)) for f in frames]
-
-    def _voice(self):
-        if self._speaker is None:
-            from mstar.models.speech.speaker import Speaker
-
-            self._speaker = Speaker(self.engine.model_dir)
-        return self._speaker
+        return [self._voice.speech(self._voice.sound(torch.tensor(f).unbind(0), max_frames))
+                for f in frames]
 
     def _frames(self, prompts: list[list[int]], params: SamplingParams) -> list[list[list[int]]]:
         """Each request's frames from the engine, run to the end."""

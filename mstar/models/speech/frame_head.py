@@ -22,29 +22,20 @@ from __future__ import annotations
 
 import torch
 
+from mstar.models.speech.checkpoint import tensors_under
 from mstar.models.speech.csm_backbone import AUDIO_EMBED, DEPTH_PREFIX, TIED_AUDIO_EMBED
 from mstar.models.speech.csm_frames import depth_codes
 
 
 def load_depth_decoder(model_dir, hf_config, device: torch.device, dtype: torch.dtype):
     """transformers' ``CsmDepthDecoderForCausalLM`` with the checkpoint's weights."""
-    from safetensors import safe_open
     from transformers import CsmDepthDecoderForCausalLM
 
-    from mstar.models.loading.loader import checkpoint_files
-
     depth = CsmDepthDecoderForCausalLM(hf_config.depth_decoder_config)
-    state, audio_embed = {}, None
-    for path in checkpoint_files(model_dir):
-        with safe_open(str(path), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 (not iterable)
-                if name.startswith(DEPTH_PREFIX):
-                    state[name.removeprefix(DEPTH_PREFIX)] = handle.get_tensor(name)
-                elif name == AUDIO_EMBED:
-                    audio_embed = handle.get_tensor(name)
+    state = tensors_under(model_dir, DEPTH_PREFIX)
     embed = TIED_AUDIO_EMBED.removeprefix(DEPTH_PREFIX)
-    if embed not in state and audio_embed is not None:  # tied, saved under the backbone's name
-        state[embed] = audio_embed
+    if embed not in state:  # tied, and saved under the backbone's name
+        state[embed] = tensors_under(model_dir, AUDIO_EMBED)[""]
     depth.load_state_dict(state)
     return depth.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
@@ -65,7 +56,7 @@ class FrameHead:
             self.frames.pop(seq_no, None)
             self.prompt_len.pop(seq_no, None)
         for req in out.new:
-            self.frames[req.seq_no] = [list(frame) for frame in req.frames]
+            self.frames[req.seq_no] = list(req.frames)  # the frames themselves are never changed
             self.prompt_len[req.seq_no] = req.num_prompt_tokens
 
     def embeds(self, out, input_ids: torch.Tensor) -> torch.Tensor:
