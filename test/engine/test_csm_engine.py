@@ -135,5 +135,7 @@ def test_speech_refuses_text_rules_and_text_models_refuse_speak(tiny_csm, make_e
         assert refused.value.param == field
     llm = LLM(model=str(tiny_model_dir("llama")), device="cpu", kv_block_size=4,
               num_kv_blocks=64)
+    # a text model's engine has no frame head and keeps its own stop rule
+    assert llm.engine.model_runner.frames is None and llm.engine.frame_stop is None
     with pytest.raises(ValueError, match="this model outputs text; not audio"):
         llm.speak("Hello")
