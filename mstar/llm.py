@@ -69,6 +69,7 @@ class LLM:
         self.tokenizer = self.engine.tokenizer
         self._next_id = 0
         self._vision_processor = None  # a vision model's processor, loaded at its first image
+        self._voice = None  # a speech model's codec and tokenizer, loaded at its first speak()
 
     def generate(self, prompts, sampling_params=None) -> list[GenerationResult]:
         """Prompts: str, {"prompt_token_ids": [...]}, or a list of those.
@@ -147,6 +148,41 @@ class LLM:
 
     def _text(self, tokens: WhisperTokens, segments: list[Segment]) -> str:
         return "".join(self.tokenizer.decode(text_ids(tokens, s.token_ids)) for s in segments)
+
+    def speak(self, prompts, speaker: int = 0, max_frames: int | None = None) -> list:
+        """Speech out (a model whose graph ends in a codec, CSM): each prompt (text, as the
+        model's turn ``[speaker]text``, or ``{"prompt_token_ids": [...]}``) spoken greedily.
+        The frames come from the engine (its paged KV cache, batched, preemptible) and are
+        sounded by the codec node in the graph's windows; returns one
+        ``mstar.models.speech.voice.Speech`` (audio, sample rate, codes) per prompt. Mimi and
+        the tokenizer are loaded at the first call (``Voice.load``)."""
+        import torch
+
+        from mstar.models.speech.voice import DEFAULT_MAX_FRAMES, Voice, check_max_frames
+
+        self.engine.graph.walk_emitting("audio")  # a ValueError for a model without audio out
+        max_frames = DEFAULT_MAX_FRAMES if max_frames is None else max_frames
+        check_max_frames(max_frames)
+        if self._voice is None:
+            self._voice = Voice.load(self.engine.model_dir)
+        prompts = [prompts] if isinstance(prompts, (str, dict)) else prompts
+        ids = [self._voice.prompt_ids(prompt, speaker) for prompt in prompts]
+        frames = self._frames(ids, SamplingParams(max_tokens=max_frames, temperature=0.0))
+        return [self._voice.speech(self._voice.sound(torch.tensor(f).unbind(0), max_frames))
+                for f in frames]
+
+    def _frames(self, prompts: list[list[int]], params: SamplingParams) -> list[list[list[int]]]:
+        """Each request's frames from the engine, run to the end."""
+        ids = []
+        for prompt in prompts:
+            ids.append(f"llm-{self._next_id}")
+            self._next_id += 1
+            self.engine.add_request(ids[-1], prompt, params)
+        frames = {rid: [] for rid in ids}
+        while self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                frames[out.request_id] += out.new_frames or []
+        return [frames[rid] for rid in ids]
 
     def embed(self, prompts, pooling: str = "auto") -> list[list[float]]:
         """One vector per prompt (same prompt forms as ``generate``): the final hidden states

@@ -28,7 +28,7 @@ from mstar.engine.request.limits import (
 )
 from mstar.engine.request.outputs import RequestOutput, finish_reason
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.engine.request.sequence import Sequence
+from mstar.engine.request.sequence import Sequence, SequenceStatus
 from mstar.engine.request.walks import part_nodes
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
@@ -46,6 +46,7 @@ from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePo
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.resolve import resolve_model_dir
 from mstar.models.media_part import MediaPart
+from mstar.models.speech.frame_stop import FrameStop
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -122,8 +123,14 @@ class LLMEngine:
                                    None if self.model_runner.lora is None else settings.max_loras)
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
-        self.loop = StepLoop(settings, self.scheduler, self.model_runner, self.postprocess,
-                             timer_label, self.speculation)
+        # Speech models (the graph has a codec; CSM) end on a frame, and their outputs carry
+        # frames: chosen here once, so a text model's postprocess is what it was.
+        self.frame_stop = (FrameStop(hf_config, speculating) if self.model_runner.frames
+                           is not None else None)
+        self.stop_rule = self._stop if self.frame_stop is None else self.frame_stop.reason
+        self.loop = StepLoop(settings, self.scheduler, self.model_runner,
+                             self.postprocess if self.frame_stop is None
+                             else self._postprocess_frames, timer_label, self.speculation)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
                  dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
@@ -179,6 +186,10 @@ class LLMEngine:
                 f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens",
                 "max_tokens")
         check_logit_bias_ids(params.logit_bias, self.vocab_size)
+        text_rule = None if self.frame_stop is None else self.frame_stop.text_rule(params)
+        if text_rule is not None:
+            raise RequestRejected(f"{text_rule} is a text rule; a speech model's tokens are "
+                                  f"codec frames", text_rule)
         if params.lora is not None and params.lora not in self.lora_names():
             raise RequestRejected(f"the model {params.lora!r} does not exist", "model", 404)
         spec = params.structured_output
@@ -293,7 +304,7 @@ class LLMEngine:
             if seq_no in self.scheduler.live:
                 self.scheduler.live[seq_no].no_speech_prob = prob
         outputs: list[RequestOutput] = []
-        for emitted in self.scheduler.update(out, result, self._stop):
+        for emitted in self.scheduler.update(out, result, self.stop_rule):
             seq = emitted.seq
             if emitted.finish_reason is not None:
                 del self.seqs[seq.request_id]
@@ -316,6 +327,20 @@ class LLMEngine:
                     emitted.token_ids) else None),  # with the request's first tokens only
             ))
         return outputs
+
+    def _postprocess_frames(self, out: SchedulerOutput, result: RunnerOutput
+                            ) -> list[RequestOutput]:
+        """A speech model's step: each request's frame joins it before its token (the stop rule
+        reads it), and its output carries the frame. One frame per sampled row: speech runs
+        without speculative decoding, so a row emits at most its one token."""
+        made = {}
+        for seq_no, frame in result.frames.items():
+            seq = self.scheduler.live.get(seq_no)
+            if seq is not None and seq.status is SequenceStatus.RUNNING:  # as update() emits
+                seq.frames.append(frame)
+                made[seq.request_id] = [frame]
+        return [msgspec.structs.replace(o, new_frames=made[o.request_id])
+                if o.request_id in made else o for o in self.postprocess(out, result)]
 
     def _stop(self, seq: Sequence, token: int) -> str | None:
         """The stop rule, after each token appended: why ``seq`` ends there, or None. A pooling

@@ -34,6 +34,8 @@ class RequestOutput(msgspec.Struct, array_like=True):
     embedding: bytes | None = None  # a pooling request's vector: little-endian float32
     # Whisper: the no-speech probability (mstar.engine.runner.no_speech), with the first token
     no_speech_prob: float | None = None
+    # Speech models: the frame of codes of each new token (its code 0 is the token)
+    new_frames: list[list[int]] | None = None
 
 
 def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
@@ -41,8 +43,12 @@ def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
     logprobs = None
     if first.logprobs is not None or then.logprobs is not None:
         logprobs = (first.logprobs or []) + (then.logprobs or [])
+    frames = None
+    if first.new_frames is not None or then.new_frames is not None:
+        frames = (first.new_frames or []) + (then.new_frames or [])
     return msgspec.structs.replace(
-        then, new_token_ids=first.new_token_ids + then.new_token_ids, logprobs=logprobs)
+        then, new_token_ids=first.new_token_ids + then.new_token_ids, logprobs=logprobs,
+        new_frames=frames)
 
 
 def finish_reason(params: SamplingParams, token: int, num_output_tokens: int,

@@ -59,6 +59,8 @@ class Sequence:
         self.adapter_load = adapter_load
         # Whisper: the no-speech probability, once the runner has run <|startoftranscript|>
         self.no_speech_prob: float | None = None
+        # Speech models: each output token's frame of codes (the engine appends it with the token)
+        self.frames: list[list[int]] = []
 
     @property
     def images(self) -> tuple[ImageInput, ...]:

@@ -48,6 +48,7 @@ from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
 from mstar.models.media_part import MediaPart
+from mstar.models.speech.frame_head import FrameHead
 from mstar.settings import WorkerSettings
 
 
@@ -116,6 +117,11 @@ class ModelRunner:
         self.no_speech = no_speech_for(self.logits_rules)
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
+        # Speech models (the graph has a codec node; CSM): each frame position's input is its
+        # frame's embedding, and the depth decoder makes each sampled row's frame. None for the
+        # rest, chosen here once: a text model's step never looks further.
+        self.frames = (FrameHead(self.model, model_dir, hf_config, device, dtype)
+                       if self.graph.codecs else None)
 
     def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
@@ -266,6 +272,10 @@ class ModelRunner:
             encoder = EncoderCounts()
             embeds = self._merged_embeds(input_ids, images, encoder)
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
+        elif self.frames is not None:  # speech: text and frame embeddings, per position
+            self.frames.apply(out)
+            hidden = self.model(input_ids, positions, attn_metadata,
+                                inputs_embeds=self.frames.embeds(out, input_ids))
         else:
             hidden = self.model(input_ids, positions, attn_metadata)
         if self.lora is not None:
@@ -276,8 +286,8 @@ class ModelRunner:
         if started is None:
             self._feed_mtp(out, step.input_ids, hidden, [])
             return RunnerOutput([], pooled=pooled, encoder=encoder, no_speech=no_speech)
-        logits = self.model.compute_logits(
-            hidden[step.sample_indices.to(self.device, non_blocking=True)])
+        sampled = hidden[step.sample_indices.to(self.device, non_blocking=True)]
+        logits = self.model.compute_logits(sampled)
         if self.logits_rules is not None:
             logits = self.logits_rules.apply(logits, row_histories(self.batch, step))
         tokens, logprobs = self.sampler.sample(logits, started)
@@ -286,7 +296,9 @@ class ModelRunner:
             snapshot.restore_rejected(token_ids)
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
-        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder, no_speech)
+        frames = {} if self.frames is None else self.frames.after_sample(out, sampled, token_ids)
+        return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder, no_speech,
+                            frames)
 
     def _row_adapters(self, out: SchedulerOutput) -> list[str | None]:
         """Each row's LoRA adapter (None = the base model), in row order."""

@@ -37,6 +37,8 @@ class NewRequest:
     sampling_state: SamplingState | None
     parts: tuple[MediaPart, ...] = ()  # the media parts of its prompt (images, audio clips)
     part_nodes: tuple[str, ...] = ()  # each part's encoder node, on the request's prefill walk
+    # Speech models: the frame (codes) of each output token so far, resumed after a preemption
+    frames: tuple[list[int], ...] = ()
 
     @property
     def images(self) -> tuple[ImageInput, ...]:
@@ -123,7 +125,9 @@ class RunnerOutput:
     the step's images took from the vision encoder cache (None when it had none), so the counts
     cross from the forward thread with the step's output. ``no_speech``: Whisper's no-speech
     probability of each request whose <|startoftranscript|> the step ran, by request number
-    (``mstar.engine.runner.no_speech``)."""
+    (``mstar.engine.runner.no_speech``). ``frames``: speech models (a graph with a codec), the
+    frame of codes each sampled row made, by request number (``mstar.models.speech.frame_head``);
+    the sampled token is its code 0."""
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None] | None = None
@@ -131,3 +135,4 @@ class RunnerOutput:
     pooled: dict[int, bytes] = field(default_factory=dict)
     encoder: EncoderCounts | None = None
     no_speech: dict[int, float] = field(default_factory=dict)
+    frames: dict[int, list[int]] = field(default_factory=dict)

@@ -8,6 +8,7 @@ import importlib
 from dataclasses import dataclass
 
 from mstar.graph import WalkGraph, cross_attention_encoder, text_only, with_encoder
+from mstar.graph.speech import CSM
 
 TEXT = text_only()
 VISION = with_encoder("vision_encoder", "image", "image_embeds")
@@ -62,6 +63,10 @@ _MODELS = {
         "mstar.models.audio.voxtral", "VoxtralForConditionalGeneration", AUDIO_PLACEHOLDERS),
     "WhisperForConditionalGeneration": ModelEntry(
         "mstar.models.audio.whisper", "WhisperForConditionalGeneration", AUDIO_CROSS_ATTENTION),
+    # Speech out: the backbone runs in the engine, its frames stream to the codec node
+    # (docs/speech.rst); the depth decoder is the runner's frame head.
+    "CsmForConditionalGeneration": ModelEntry(
+        "mstar.models.speech.csm_backbone", "CsmBackbone", CSM),
 }
 # Sequence-classification heads on decoder families (mstar.models.families.sequence_classification):
 # they classify, score and rerank, and generate nothing.

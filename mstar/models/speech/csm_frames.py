@@ -31,8 +31,7 @@ class CsmFrames:
         self.end_code = config.codebook_eos_token_id
 
     def ends(self, frame: torch.Tensor) -> bool:
-        """transformers' stop rule: every code but the last is the end code."""
-        return bool((frame[:-1] == self.end_code).all())
+        return frame_ends(frame.tolist(), self.end_code)
 
     @torch.inference_mode()
     def frames(self, prompt_ids: list[int], max_frames: int) -> Iterator[torch.Tensor]:
@@ -55,17 +54,31 @@ class CsmFrames:
     def _depth(self, hidden: torch.Tensor) -> torch.Tensor:
         """Code 0 from the backbone's head, then codes 1..K-1 from the depth decoder."""
         first = self.model.lm_head(hidden).argmax(-1)
-        codes = [int(first)]
-        depth = self.model.depth_decoder
-        cache = DynamicCache(config=depth.config)
-        step = torch.tensor([[0, codes[0]]])  # position 0 is the backbone's hidden state
-        context = {"backbone_last_hidden_state": hidden}
-        while len(codes) < self.codebooks:
-            logits = depth(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1,
-                           **context).logits
-            codes.append(int(logits[0, -1].argmax()))
-            step, context = torch.tensor([[codes[-1]]]), {}
-        return torch.tensor(codes)
+        return depth_codes(self.model.depth_decoder, hidden, first, self.codebooks)[0]
+
+
+def frame_ends(frame: list[int], end_code: int) -> bool:
+    """transformers' stop rule: every code but the last is the end code (the engine's finish
+    rule for a speech request too)."""
+    return all(code == end_code for code in frame[:-1])
+
+
+@torch.inference_mode()
+def depth_codes(depth, hidden: torch.Tensor, first: torch.Tensor, codebooks: int) -> torch.Tensor:
+    """The depth decoder's greedy codes 1..K-1 for a batch of rows: ``hidden`` [rows, H] (the
+    backbone's last hidden states), ``first`` [rows] (code 0 of each). Returns [rows, K]. Every
+    row runs the same K-1 steps, so the batch needs no padding; the cache starts empty."""
+    codes = [first]
+    cache = DynamicCache(config=depth.config)
+    # position 0 is the backbone's hidden state (its token id is ignored), position 1 code 0
+    step = torch.stack([torch.zeros_like(first), first], dim=1)
+    context = {"backbone_last_hidden_state": hidden}
+    while len(codes) < codebooks:
+        logits = depth(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1,
+                       **context).logits
+        codes.append(logits[:, -1].argmax(-1))
+        step, context = codes[-1][:, None], {}
+    return torch.stack(codes, dim=1)
 
 
 def audible(frames: list[torch.Tensor], end_code: int) -> list[torch.Tensor]:

@@ -1,0 +1,94 @@
+"""What turns a speech model's frames into a request's audio, wherever the frames come from: the
+prompt's tokenizer (CSM's turn, ``[speaker]text``), Mimi's decoder as the codec node's decode, and
+the walk graph's windows (``mstar.graph.speech.CSM``). ``Voice.load`` keeps Mimi alone
+(``mstar.LLM.speak``: the engine runs the backbone); ``Speaker`` adds transformers' frame loop
+beside the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mstar.graph.speech import BACKBONE, CSM
+from mstar.models.speech.codec_node import CodecStream, mimi_decoder
+from mstar.models.speech.csm_frames import frame_ends
+
+# Frames a request may make when it names no bound; Mimi makes 12.5 a second, so 30 s.
+DEFAULT_MAX_FRAMES = 375
+
+Sounded = Iterator[tuple[torch.Tensor, list[np.ndarray]]]
+
+
+@dataclass
+class Speech:
+    audio: np.ndarray  # mono float32 samples at ``sample_rate``
+    sample_rate: int
+    codes: torch.Tensor  # [frames, codebooks], as transformers' generate returns them
+
+
+def check_max_frames(max_frames: int) -> None:
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be at least 1, not {max_frames}")
+
+
+def tokenizer_of(model_dir):
+    """The directory's tokenizer, or None (prompts then come as token ids)."""
+    from transformers import AutoTokenizer
+
+    found = (Path(model_dir) / "tokenizer_config.json").exists()
+    return AutoTokenizer.from_pretrained(model_dir) if found else None
+
+
+class Voice:
+    def __init__(self, codec_model, config, tokenizer) -> None:
+        """``codec_model``: Mimi (transformers' module); ``config``: the model's ``CsmConfig``."""
+        self.tokenizer = tokenizer
+        self.codec_model = codec_model.eval()
+        codec = config.codec_config
+        self.sample_rate = codec.sampling_rate
+        self.samples_per_frame = codec.frame_size
+        self.end_code = config.codebook_eos_token_id
+        self.chunk = CSM.edge_from(BACKBONE).chunk
+
+    @classmethod
+    def load(cls, model_dir) -> Voice:
+        """Mimi and the tokenizer. Mimi comes through transformers' whole model (its loader
+        maps the checkpoint's names to Mimi's modules), whose other parts are then dropped."""
+        from transformers import CsmForConditionalGeneration
+
+        model = CsmForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32)
+        return cls(model.codec_model, model.config, tokenizer_of(model_dir))
+
+    def prompt_ids(self, text, speaker: int = 0) -> list[int]:
+        """``{"prompt_token_ids": [...]}`` as given, or ``[speaker]text`` (CSM's turn format)
+        through the model's tokenizer."""
+        if isinstance(text, dict):
+            return list(text["prompt_token_ids"])
+        if self.tokenizer is None:
+            raise ValueError("this model directory has no tokenizer: pass prompt_token_ids")
+        return self.tokenizer.encode(f"[{speaker}]{text}")
+
+    def sound(self, frames: Iterable[torch.Tensor], max_frames: int) -> Sounded:
+        """Each frame with the audio chunks it made ready (the last frame also carries the
+        leftover chunk); the frames end after the end frame or at ``max_frames``. A frame of
+        end codes only is not sounded, as in transformers."""
+        codec = CodecStream(mimi_decoder(self.codec_model), self.chunk, self.samples_per_frame)
+        for i, frame in enumerate(frames):
+            silent = bool((frame == self.end_code).all())
+            chunks = [] if silent else codec.push(frame)
+            if silent or frame_ends(frame.tolist(), self.end_code) or i + 1 == max_frames:
+                chunks += codec.finish()
+            yield frame, chunks
+
+    def speech(self, sounded: Iterable[tuple[torch.Tensor, list[np.ndarray]]]) -> Speech:
+        """The whole of ``sound``: every frame and the joined audio."""
+        frames, chunks = [], []
+        for frame, ready in sounded:
+            frames.append(frame)
+            chunks += ready
+        audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+        return Speech(audio, self.sample_rate, torch.stack(frames))
