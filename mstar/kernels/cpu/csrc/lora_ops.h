@@ -24,63 +24,97 @@ namespace {
 constexpr int64_t kLoraTileRows = 8;  // rows that share one pass over a slot's A and B
 
 #ifdef MSTAR_X86
-MSTAR_TARGET_PUSH("avx2")
+MSTAR_TARGET_PUSH("avx2,fma")
 namespace lora_avx2 {
 using namespace simd;
 
-// t[i, 0:w) = x[rows[i]] A[:, 0:w) for the tile's n rows: 8 columns of A at a time, the n
-// rows' sums in registers, each A row read once for the tile.
-template <typename T>
-inline void times_a(const T* x, const int64_t* rows, int64_t n, int64_t K, const T* a, int64_t W,
-                    int64_t w, float* t) {
-  for (int64_t c = 0; c < w; c += kLanes) {
-    __m256 acc[kLoraTileRows];
-    for (int64_t i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; ++k) {
-      const __m256 av = load_at(a + k * W, c, w);
-      for (int64_t i = 0; i < n; ++i)
-        acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_set1_ps(static_cast<float>(x[rows[i] * K + k])), av));
+// The tile's row count is a template parameter (``NR``), so the sums below live in registers:
+// with a run-time count the compiler keeps them in memory and every multiply-add is a load and a
+// store.
+
+// t[i, c:c+8*CH) = x[rows[i]] A[:, c:c+8*CH) for the tile's NR rows: each A row read once for
+// the tile and its CH vectors; fewer rows take more vectors per pass (at most 8 sums).
+template <int NR, int CH, typename T>
+inline void times_a_cols(const T* const* xs, int64_t K, const T* a, int64_t W, int64_t w, int64_t c,
+                         float* t) {
+  __m256 acc[NR][CH];
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < CH; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 av[CH];
+    for (int j = 0; j < CH; ++j) av[j] = load_at(a + k * W, c + j * kLanes, w);
+    for (int i = 0; i < NR; ++i) {
+      const __m256 xv = _mm256_set1_ps(static_cast<float>(xs[i][k]));
+      for (int j = 0; j < CH; ++j) acc[i][j] = _mm256_fmadd_ps(xv, av[j], acc[i][j]);
     }
-    for (int64_t i = 0; i < n; ++i) store_at(t + i * w, c, w, acc[i]);
   }
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < CH; ++j) store_at(t + i * w, c + j * kLanes, w, acc[i][j]);
+}
+
+template <int NR, typename T>
+inline void times_a(const T* const* xs, int64_t K, const T* a, int64_t W, int64_t w, float* t) {
+  constexpr int CH = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  const int64_t vectors = (w + kLanes - 1) / kLanes;
+  int64_t v = 0;
+  for (; v + CH <= vectors; v += CH) times_a_cols<NR, CH>(xs, K, a, W, w, v * kLanes, t);
+  for (; v < vectors; ++v) times_a_cols<NR, 1>(xs, K, a, W, w, v * kLanes, t);
 }
 
 // d[i, lo:hi) += t[i, r0:r1) B[r0:r1, lo:hi) for one block of B's rank rows that write the same
-// columns (a fused linear's shard): 8 columns at a time, the n rows' sums in registers. d has 8
+// columns (a fused linear's shard): 8 columns at a time, the NR rows' sums in registers. d has 8
 // floats of room past each row's end, for the last partial vector (B reads zero past hi).
-template <typename T>
-inline void times_b(const float* t, int64_t n, int64_t w, const T* b, int64_t N, int64_t r0, int64_t r1,
+template <int NR, typename T>
+inline void times_b(const float* t, int64_t w, const T* b, int64_t N, int64_t r0, int64_t r1,
                     int64_t lo, int64_t hi, float* d, int64_t d_stride) {
   for (int64_t c = lo; c < hi; c += kLanes) {
-    __m256 acc[kLoraTileRows];
-    for (int64_t i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
+    __m256 acc[NR];
+    for (int i = 0; i < NR; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t r = r0; r < r1; ++r) {
       const __m256 bv = load_at(b + r * N, c, hi);
-      for (int64_t i = 0; i < n; ++i)
-        acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_set1_ps(t[i * w + r]), bv));
+      for (int i = 0; i < NR; ++i) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(t[i * w + r]), bv, acc[i]);
     }
-    for (int64_t i = 0; i < n; ++i) {
+    for (int i = 0; i < NR; ++i) {
       float* di = d + i * d_stride + c;
       _mm256_storeu_ps(di, _mm256_add_ps(_mm256_loadu_ps(di), acc[i]));
     }
   }
 }
 
-template <typename T>
-void tile(const T* x, T* out, const T* a, const T* b, const int32_t* spans, const int64_t* rows,
-          int64_t n, int64_t K, int64_t N, int64_t W, int64_t w) {
+template <int NR, typename T>
+void tile_rows(const T* x, T* out, const T* a, const T* b, const int32_t* spans, const int64_t* rows,
+               int64_t K, int64_t N, int64_t W, int64_t w) {
   const int64_t stride = N + kLanes;
-  std::vector<float> t(n * w), d(n * stride, 0.f);
-  times_a(x, rows, n, K, a, W, w, t.data());
+  std::vector<float> t(NR * w), d(NR * stride, 0.f);
+  const T* xs[NR];
+  for (int i = 0; i < NR; ++i) xs[i] = x + rows[i] * K;
+  times_a<NR>(xs, K, a, W, w, t.data());
   for (int64_t r0 = 0, r1; r0 < w; r0 = r1) {  // blocks of rank rows with one span
     for (r1 = r0 + 1; r1 < w && spans[2 * r1] == spans[2 * r0] && spans[2 * r1 + 1] == spans[2 * r0 + 1];) ++r1;
-    times_b(t.data(), n, w, b, N, r0, r1, spans[2 * r0], spans[2 * r0 + 1], d.data(), stride);
+    times_b<NR>(t.data(), w, b, N, r0, r1, spans[2 * r0], spans[2 * r0 + 1], d.data(), stride);
   }
-  for (int64_t i = 0; i < n; ++i) {  // out += d, rounded once
+  for (int i = 0; i < NR; ++i) {  // out += d, rounded once
     T* o = out + rows[i] * N;
     const float* di = d.data() + i * stride;
     for (int64_t j = 0; j < N; j += kLanes)
       store_at(o, j, N, _mm256_add_ps(load_at(o, j, N), load_at(di, j, N)));
+  }
+}
+
+static_assert(kLoraTileRows == 8, "tile() dispatches 1 to 8 rows");
+
+template <typename T>
+void tile(const T* x, T* out, const T* a, const T* b, const int32_t* spans, const int64_t* rows, int64_t n,
+          int64_t K, int64_t N, int64_t W, int64_t w) {
+  switch (n) {
+    case 1: return tile_rows<1>(x, out, a, b, spans, rows, K, N, W, w);
+    case 2: return tile_rows<2>(x, out, a, b, spans, rows, K, N, W, w);
+    case 3: return tile_rows<3>(x, out, a, b, spans, rows, K, N, W, w);
+    case 4: return tile_rows<4>(x, out, a, b, spans, rows, K, N, W, w);
+    case 5: return tile_rows<5>(x, out, a, b, spans, rows, K, N, W, w);
+    case 6: return tile_rows<6>(x, out, a, b, spans, rows, K, N, W, w);
+    case 7: return tile_rows<7>(x, out, a, b, spans, rows, K, N, W, w);
+    default: return tile_rows<8>(x, out, a, b, spans, rows, K, N, W, w);
   }
 }
 
