@@ -41,6 +41,7 @@ FILES=(
     test/models/test_cpu_bf16_linear.py
     test/models/test_fused_ops.py
     test/models/test_decode_attention.py
+    test/models/test_lora_step.py
     test/models/test_cpu_quant.py
     test/engine/test_speculative_dtype.py
 )
