@@ -5,10 +5,10 @@
 
 The throughput run, all in one process: tok/s at 32 requests in flight for the base model alone
 (no LoRA slots), and with 16 random rank-16 adapters loaded (16 slots) and the requests spread
-over 0, 1, 4 and 16 distinct adapters, alternating for ``--repeats`` rounds; it prints each best and the 16-adapter / base-alone ratio (the
-issue's bar: at least 0.7). ``--kernel [--threads N]``: one decoder layer's LoRA deltas on the
-torch path and the native op, against the layer's base linears, the measurement docs/lora.rst
-quotes.
+over 0, 1, 4 and 16 distinct adapters, alternating for ``--repeats`` rounds; it prints each
+setting's best and the 16-adapter / base-alone ratio (the issue's bar: at least 0.7).
+``--kernel [--threads N]``: one decoder layer's LoRA deltas on the torch path and the native op,
+against the layer's base linears, the measurement docs/lora.rst quotes.
 """
 
 from __future__ import annotations
