@@ -110,6 +110,15 @@ def accepted_modalities(architectures: list[str] | None) -> tuple[str, ...]:
         return ("text",)
 
 
+def output_modalities(architectures: list[str] | None) -> tuple[str, ...]:
+    """What a model's graph emits to the client ("text"; "audio" where a codec node emits it),
+    no torch import; an unknown architecture: text."""
+    try:
+        return entry_for(architectures).graph.output_modalities()
+    except ValueError:
+        return ("text",)
+
+
 def get_model_class(config) -> type:
     entry = model_entry(config)
     return getattr(importlib.import_module(entry.module), entry.cls)

@@ -1,0 +1,130 @@
+"""POST /v1/audio/speech served (`mstar serve` on a tiny random CSM saved in code, float32): the
+worker's codec node decodes the engine's frames and the route frames the samples. The WAV parses
+(``soundfile``, Python's ``wave``) at the codec's rate, and its samples are ``LLM.speak``'s for the
+same input and speaker within one 16-bit step (the same frames and windows; the route's only
+change is the 16-bit rounding, ``sound_formats``); pcm is the same samples raw, streamed or not;
+two concurrent requests each get their own; each refused field is a 400 naming it; the model's
+text routes refuse (it makes no text); a text model refuses speech, naming ``model``."""
+
+from __future__ import annotations
+
+import io
+import wave
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+from api_stub import stub_app
+from csm_helpers import save_tiny_csm
+from starlette.testclient import TestClient
+
+FRAMES = 14
+ONE = {"input": "Hello there.", "voice": "0", "max_frames": FRAMES}
+TWO = {"input": "How are you today?", "voice": "1", "max_frames": FRAMES - 5}
+STEP = 1 / 32767  # one 16-bit step of full scale
+
+
+@pytest.fixture(scope="module")
+def tiny_csm(tmp_path_factory, tiny_tokenizer):
+    return save_tiny_csm(tmp_path_factory.mktemp("csm"), tiny_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_csm, tmp_path_factory):
+    from serve_helpers import running_server
+
+    yield from running_server(tiny_csm, tmp_path_factory.mktemp("csm-serve") / "s.log",
+                              {"MSTAR_DTYPE": "float32"})
+
+
+@pytest.fixture(scope="module")
+def spoken(tiny_csm):
+    """LLM.speak's speech of ONE and TWO (the offline path: engine frames, the codec node)."""
+    from mstar import LLM
+
+    llm = LLM(model=str(tiny_csm), device="cpu", dtype="float32", kv_block_size=4,
+              num_kv_blocks=64)
+    return {key: llm.speak(body["input"], speaker=int(body["voice"]),
+                           max_frames=body["max_frames"])[0]
+            for key, body in (("one", ONE), ("two", TWO))}
+
+
+def _speech(served, body: dict) -> httpx.Response:
+    return httpx.post(served.url + "/v1/audio/speech", json=body, timeout=120)
+
+
+def _same_samples(pcm: np.ndarray, speech) -> None:
+    """16-bit samples against LLM.speak's float32 ones: same length, within a step."""
+    expected = np.clip(speech.audio, -1.0, 1.0)
+    assert len(pcm) == len(expected) > 0
+    assert np.abs(pcm / 32767 - expected).max() <= STEP
+
+
+def test_wav_is_llm_speak_within_a_step(served, spoken):
+    import soundfile
+
+    resp = _speech(served, ONE)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"] == "audio/wav"
+    samples, rate = soundfile.read(io.BytesIO(resp.content), dtype="int16")
+    assert rate == spoken["one"].sample_rate == 24_000
+    _same_samples(samples, spoken["one"])
+    with wave.open(io.BytesIO(resp.content)) as w:  # the stdlib reader parses it too
+        assert (w.getnchannels(), w.getsampwidth(), w.getnframes()) == (1, 2, len(samples))
+
+
+def test_pcm_plain_and_streamed_are_the_same_samples(served, spoken):
+    plain = _speech(served, {**ONE, "response_format": "pcm"})
+    assert plain.status_code == 200 and plain.headers["content-type"] == "audio/pcm"
+    _same_samples(np.frombuffer(plain.content, "<i2"), spoken["one"])
+    with httpx.stream("POST", served.url + "/v1/audio/speech", timeout=120,
+                      json={**ONE, "response_format": "pcm", "stream_format": "audio"}) as resp:
+        assert resp.status_code == 200
+        chunks = list(resp.iter_bytes())
+    assert b"".join(chunks) == plain.content
+
+
+def test_two_concurrent_requests_each_get_their_speech(served, spoken):
+    import soundfile
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda body: _speech(served, body), [ONE, TWO]))
+    for resp, key in zip(answers, ("one", "two"), strict=True):
+        assert resp.status_code == 200, resp.text
+        samples, _ = soundfile.read(io.BytesIO(resp.content), dtype="int16")
+        _same_samples(samples, spoken[key])
+
+
+@pytest.mark.parametrize("field, value", [
+    ("response_format", "mp3"), ("speed", 1.5), ("voice", "alloy"), ("voice", "10"),
+    ("instructions", "Cheerfully."), ("stream_format", "sse"), ("max_frames", 0),
+    ("max_frames", 100_000), ("input", ""), ("model", "no-such-model")])
+def test_a_bad_field_is_refused_by_name(served, field, value):
+    resp = _speech(served, {**ONE, field: value})
+    assert resp.status_code == (404 if field == "model" else 400), resp.text
+    assert resp.json()["error"]["param"] == field
+
+
+def test_streamed_wav_is_refused_naming_stream_format(served):
+    resp = _speech(served, {**ONE, "stream_format": "audio"})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "stream_format"
+
+
+def test_a_speech_model_refuses_the_text_routes(served):
+    for path, body in (("/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user",
+                                                               "content": "Hi"}]})):
+        resp = httpx.post(served.url + path, json=body, timeout=60)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["param"] == "model"
+        assert "/v1/audio/speech" in resp.json()["error"]["message"]
+
+
+def test_a_text_model_refuses_speech_naming_model(tiny_tokenizer):
+    app, engine = stub_app(tiny_tokenizer)
+    resp = TestClient(app).post("/v1/audio/speech", json=ONE)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == "model"
+    assert "does not speak" in resp.json()["error"]["message"]
+    assert engine.submitted == []
