@@ -85,6 +85,22 @@ def test_pcm_plain_and_streamed_are_the_same_samples(served, spoken):
     assert b"".join(chunks) == plain.content
 
 
+def test_the_openai_client_speaks(served, spoken):
+    import openai
+
+    client = openai.OpenAI(api_key="x", base_url=served.url + "/v1", max_retries=0, timeout=60)
+    name = httpx.get(served.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    body = dict(model=name, input=ONE["input"], voice="0",
+                extra_body={"max_frames": ONE["max_frames"]})
+    with wave.open(io.BytesIO(client.audio.speech.create(**body).content)) as w:
+        assert w.getframerate() == spoken["one"].sample_rate
+        _same_samples(np.frombuffer(w.readframes(w.getnframes()), "<i2"), spoken["one"])
+    with client.audio.speech.with_streaming_response.create(
+            **body, response_format="pcm", stream_format="audio") as resp:
+        pcm = b"".join(resp.iter_bytes())
+    _same_samples(np.frombuffer(pcm, "<i2"), spoken["one"])
+
+
 def test_two_concurrent_requests_each_get_their_speech(served, spoken):
     import soundfile
 
@@ -128,3 +144,4 @@ def test_a_text_model_refuses_speech_naming_model(tiny_tokenizer):
     assert resp.json()["error"]["param"] == "model"
     assert "does not speak" in resp.json()["error"]["message"]
     assert engine.submitted == []
+
