@@ -8,7 +8,9 @@ text routes refuse (it makes no text); a text model refuses speech, naming ``mod
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import wave
 from concurrent.futures import ThreadPoolExecutor
 
@@ -114,7 +116,7 @@ def test_two_concurrent_requests_each_get_their_speech(served, spoken):
 
 @pytest.mark.parametrize("field, value", [
     ("response_format", "mp3"), ("speed", 1.5), ("voice", "alloy"), ("voice", "10"),
-    ("instructions", "Cheerfully."), ("stream_format", "sse"), ("max_frames", 0),
+    ("instructions", "Cheerfully."), ("stream_format", "jsonl"), ("max_frames", 0),
     ("max_frames", 100_000), ("input", ""), ("model", "no-such-model")])
 def test_a_bad_field_is_refused_by_name(served, field, value):
     resp = _speech(served, {**ONE, field: value})
@@ -122,9 +124,25 @@ def test_a_bad_field_is_refused_by_name(served, field, value):
     assert resp.json()["error"]["param"] == field
 
 
-def test_streamed_wav_is_refused_naming_stream_format(served):
-    resp = _speech(served, {**ONE, "stream_format": "audio"})
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+def test_streamed_wav_is_refused_naming_stream_format(served, stream_format):
+    resp = _speech(served, {**ONE, "stream_format": stream_format})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "stream_format"
+
+
+def test_sse_events_carry_the_same_samples(served, spoken):
+    resp = _speech(served, {**ONE, "response_format": "pcm", "stream_format": "sse"})
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(block.removeprefix("data: "))
+              for block in resp.text.strip().split("\n\n")]
+    *deltas, done = events
+    assert {e["type"] for e in deltas} == {"speech.audio.delta"}
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    _same_samples(np.frombuffer(pcm, "<i2"), spoken["one"])
+    assert done["type"] == "speech.audio.done"
+    assert done["usage"]["output_tokens"] == len(spoken["one"].codes)
+    assert done["usage"]["total_tokens"] == sum(
+        done["usage"][k] for k in ("input_tokens", "output_tokens"))
 
 
 def test_a_speech_model_refuses_the_text_routes(served):

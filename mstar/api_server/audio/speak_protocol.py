@@ -1,7 +1,8 @@
 """The body of POST /v1/audio/speech (OpenAI's shape) and its own rules. Every OpenAI field is
 served or refused by name: ``response_format`` wav or pcm (no well-kept encoder for mp3, opus,
 aac or flac is a dependency), ``speed`` 1.0 only (a knob that does nothing says so),
-``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" with pcm only.
+``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" or "sse" with
+pcm only.
 ``voice`` is a CSM speaker id, "0" .. "9" (``utterance.CSM_SPEAKERS``); ``max_frames`` (an
 extra) bounds the audio: Mimi makes 12.5 frames a second."""
 
@@ -14,7 +15,7 @@ from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import StrictModel
 from mstar.models.speech.utterance import CSM_SPEAKERS, DEFAULT_MAX_FRAMES
 
-STREAM_FORMATS = ("audio",)
+STREAM_FORMATS = ("audio", "sse")
 
 
 class SpeechRequest(StrictModel):
@@ -27,7 +28,9 @@ class SpeechRequest(StrictModel):
                                  "mp3 has no encoder here) or pcm (16-bit little-endian, raw).")
     speed: float = Field(1.0, description="1.0 only: other speeds are a 400.")
     stream_format: str | None = Field(None, description="\"audio\": the pcm bytes as each "
-                                      "chunk decodes (response_format pcm).")
+                                      "chunk decodes; \"sse\": speech.audio.delta events "
+                                      "(base64 pcm), then speech.audio.done (response_format "
+                                      "pcm).")
     max_frames: int = Field(DEFAULT_MAX_FRAMES, ge=1, le=DEFAULT_MAX_FRAMES,
                             description="Most codec frames (12.5 a second; default 30 s).")
 
@@ -52,7 +55,7 @@ def check_speech_fields(req: SpeechRequest) -> None:
                        "instructions")
     if req.stream_format is not None and (req.stream_format not in STREAM_FORMATS
                                           or req.response_format != "pcm"):
-        raise APIError(400, f"`stream_format`: only \"audio\" with response_format pcm is "
-                       f"supported, not {req.stream_format!r} with {req.response_format}",
+        raise APIError(400, f"`stream_format`: \"audio\" or \"sse\" with response_format pcm "
+                       f"is supported, not {req.stream_format!r} with {req.response_format}",
                        "stream_format")
     req.speaker()

@@ -11,6 +11,7 @@ naming ``model`` (``refusal``, the transcription routes' rule).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -19,10 +20,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from mstar.api_server.audio.refusal import model_refusal
+from mstar.api_server.audio.routes import replay_one
 from mstar.api_server.audio.sound_formats import MEDIA_TYPES, pcm16, wav
 from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
 from mstar.api_server.generation.run import Job, first_output, new_request_id
-from mstar.api_server.http.errors import APIError
+from mstar.api_server.http import framing
+from mstar.api_server.http.errors import APIError, error_body
 from mstar.api_server.http.openapi import GENERATION_ERRORS, error_responses
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
@@ -32,9 +35,11 @@ from mstar.output.processor import TextOutput
 
 router = APIRouter()
 DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian PCM (mono, "
-             "at the model's codec rate; CSM: 24 kHz).",
+             "at the model's codec rate; CSM: 24 kHz); stream_format sse: speech.audio.delta "
+             "events (base64 pcm), then speech.audio.done.",
              "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}},
-                         "audio/pcm": {"schema": {"type": "string", "format": "binary"}}}},
+                         "audio/pcm": {"schema": {"type": "string", "format": "binary"}},
+                         "text/event-stream": {"schema": {"type": "string"}}}},
        **error_responses(GENERATION_ERRORS)}
 
 
@@ -49,8 +54,12 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
     job = await _job(state, req)
     outputs = state.generation.run(new_request_id("speech"), [job],
                                    None if req.stream_format else request.is_disconnected)
-    if req.stream_format:
+    if req.stream_format == "sse":
         first = await first_output(outputs)  # an early failure keeps its status
+        return StreamingResponse(_events(first, outputs, job[0].num_tokens),
+                                 media_type="text/event-stream", headers=headers)
+    if req.stream_format == "audio":
+        first = await first_output(outputs)
         return StreamingResponse(_pcm_stream(first, outputs), media_type=MEDIA_TYPES["pcm"],
                                  headers=headers)
     pcm, rate = bytearray(), 0
@@ -85,9 +94,27 @@ def _pcm(out: TextOutput) -> bytes:
 
 async def _pcm_stream(first: tuple[int, TextOutput], rest: AsyncIterator) -> AsyncIterator[bytes]:
     """The pcm bytes of each output as it arrives (a failure midway ends the stream short)."""
-    if chunk := _pcm(first[1]):
-        yield chunk
-    async with aclosing(rest):
-        async for _, out in rest:
+    async for _, out in replay_one(first, rest):
+        if chunk := _pcm(out):
+            yield chunk
+
+
+async def _events(first: tuple[int, TextOutput], rest: AsyncIterator,
+                  prompt_tokens: int) -> AsyncIterator[bytes]:
+    """OpenAI's speech events: ``speech.audio.delta`` (base64 pcm) as each chunk decodes, then
+    ``speech.audio.done`` with the usage (output tokens: frames); a failure midway is a last
+    error event."""
+    frames = 0
+    try:
+        async for _, out in replay_one(first, rest):
+            frames = out.num_output_tokens
             if chunk := _pcm(out):
-                yield chunk
+                yield framing.sse({"type": "speech.audio.delta",
+                                   "audio": base64.b64encode(chunk).decode("ascii")})
+    except APIError as exc:
+        yield framing.sse(error_body(exc.status, exc.message, exc.param, exc.code, exc.kind))
+        return
+    yield framing.sse({"type": "speech.audio.done", "usage": {
+        "input_tokens": prompt_tokens, "output_tokens": frames,
+        "total_tokens": prompt_tokens + frames}})
+
