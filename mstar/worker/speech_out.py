@@ -5,8 +5,9 @@ the API server only frames bytes and never imports torch for speech.
 
 The worker makes one at load when the model's graph emits audio (``speech_out``), and only then
 routes its outputs through ``sound``: a text model's publish path is unchanged. A request's codec
-state lives from its first frame to its finish (end frame, ``max_tokens`` frames, or an abort:
-the engine's abort output is finished too); it is at most the edge's window (``L + N`` frames).
+state lives from its first frame to its finish (end frame, ``max_tokens`` frames, a failure's
+abort output) or its abort by the API server (``forget``: the engine emits nothing then); it is
+at most the edge's window (``L + N`` frames).
 The decode runs on the worker's thread between steps: a chunk every ``N`` frames per request.
 """
 
@@ -31,6 +32,11 @@ class SpeechOut:
     def sound(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
         """The step's outputs, each with the audio its frames made ready."""
         return [self._sounded(out) for out in outputs]
+
+    def forget(self, request_ids: list[str]) -> None:
+        """Requests aborted in the engine (a client gone): no output will finish them here."""
+        for rid in request_ids:
+            self.codecs.pop(rid, None)
 
     def _sounded(self, out: RequestOutput) -> RequestOutput:
         codec = self._codec(out)

@@ -127,6 +127,8 @@ class Worker:
                 self.engine.abort_request(rid)
                 if self.tracing is not None:
                     self.tracing.end(rid, "abort")
+            if self.speech is not None:  # their codec state too
+                self.speech.forget(msg.request_ids)
         elif isinstance(msg, m.LoraUpdate):
             self.channel.send_to_api(apply_lora_update(self.engine, msg, self.index))
         elif isinstance(msg, m.ReloadSettings):

@@ -34,6 +34,7 @@ from mstar.models.speech.utterance import csm_turn
 from mstar.output.processor import TextOutput
 
 router = APIRouter()
+CLIENT_GONE = 499  # answered to no one: the client closed the request (nginx's code)
 DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian PCM (mono, "
              "at the model's codec rate; CSM: 24 kHz); stream_format sse: speech.audio.delta "
              "events (base64 pcm), then speech.audio.done.",
@@ -67,6 +68,8 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
         async for _, out in outputs:
             pcm += _pcm(out)
             rate = out.new_audio.rate if out.new_audio is not None else rate
+    if not rate:  # the client went away before the finish (a finished request carries a rate)
+        return Response(status_code=CLIENT_GONE)
     body = wav(bytes(pcm), rate) if req.response_format == "wav" else bytes(pcm)
     return Response(body, media_type=MEDIA_TYPES[req.response_format], headers=headers)
 
