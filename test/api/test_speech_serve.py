@@ -163,3 +163,13 @@ def test_a_text_model_refuses_speech_naming_model(tiny_tokenizer):
     assert "does not speak" in resp.json()["error"]["message"]
     assert engine.submitted == []
 
+
+
+def test_audio_waiting_for_a_slow_reader_counts_against_its_bound():
+    from mstar.api_server.generation.unread import cost
+    from mstar.engine.request.outputs import AudioChunk
+    from mstar.output.processor import TextOutput
+
+    silent = TextOutput("r", [5])
+    spoken = TextOutput("r", [5], new_audio=AudioChunk(bytes(4000), 24_000))
+    assert cost(spoken) - cost(silent) == 4000
