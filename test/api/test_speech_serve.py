@@ -13,15 +13,22 @@ import io
 import json
 import wave
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from api_stub import stub_app
 from csm_helpers import save_tiny_csm
+from field_checks import check_refused
 from starlette.testclient import TestClient
 
+from mstar.api_server.validation.field_table import TABLE, rst_table
+
 FRAMES = 14
+ROWS = [row for row in TABLE if "speech" in row.endpoints]
+BASE = {"input": "Hello there.", "max_frames": 3}
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai_api.rst"
 ONE = {"input": "Hello there.", "voice": "0", "max_frames": FRAMES}
 TWO = {"input": "How are you today?", "voice": "1", "max_frames": FRAMES - 5}
 STEP = 1 / 32767  # one 16-bit step of full scale
@@ -112,6 +119,26 @@ def test_two_concurrent_requests_each_get_their_speech(served, spoken):
         assert resp.status_code == 200, resp.text
         samples, _ = soundfile.read(io.BytesIO(resp.content), dtype="int16")
         _same_samples(samples, spoken[key])
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_each_field_behaves_as_the_table_says(served, row):
+    if row.accepted is not None:
+        resp = _speech(served, {**BASE, **row.accepted})
+        assert resp.status_code == 200, resp.text
+        assert "x-mstar-ignored-fields" not in resp.headers  # a known field, never "unknown"
+    if row.refused is not None:
+        check_refused(_speech(served, {**BASE, **row.refused}), row)
+
+
+def test_every_body_field_has_a_row_and_the_docs_table_is_the_code(served):
+    schema = httpx.get(served.url + "/openapi.json", timeout=10).json()
+    ref = schema["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"][
+        "application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert set(schema["components"]["schemas"][ref]["properties"]) == {r.name for r in ROWS}
+    text = DOCS.read_text()
+    start = text.index(".. speech-table-start") + len(".. speech-table-start\n\n")
+    assert text[start:text.index(".. speech-table-end")].strip() == rst_table(("speech",)).strip()
 
 
 @pytest.mark.parametrize("field, value", [

@@ -23,7 +23,8 @@ class SpeechRequest(StrictModel):
     input: str = Field(min_length=1, description="The text to say (at most "
                        "MSTAR_MAX_PROMPT_CHARS characters, and it must fit max_model_len).")
     voice: str = Field("0", description="A speaker id of the model: \"0\" .. \"9\".")
-    instructions: str | None = Field(None, description="Not supported: a 400 unless empty.")
+    instructions: str | None = Field(None, description="Not supported: a 400 unless empty "
+                                     "(the field table's rejection).")
     response_format: str = Field("wav", description="wav (16-bit mono; the default: OpenAI's "
                                  "mp3 has no encoder here) or pcm (16-bit little-endian, raw).")
     speed: float = Field(1.0, description="1.0 only: other speeds are a 400.")
@@ -50,9 +51,6 @@ def check_speech_fields(req: SpeechRequest) -> None:
     if req.speed != 1.0:
         raise APIError(400, f"`speed`: only 1.0 is supported (the audio is not time-stretched), "
                        f"not {req.speed}", "speed")
-    if req.instructions:
-        raise APIError(400, "`instructions` is not supported: this model takes no style prompt",
-                       "instructions")
     if req.stream_format is not None and (req.stream_format not in STREAM_FORMATS
                                           or req.response_format != "pcm"):
         raise APIError(400, f"`stream_format`: \"audio\" or \"sse\" with response_format pcm "

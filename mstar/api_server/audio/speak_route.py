@@ -47,7 +47,7 @@ DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian 
 @router.post("/v1/audio/speech", response_model=None, responses=DOC)
 async def speech(req: SpeechRequest, request: Request) -> Any:
     state = request.app.state
-    headers = state.gate.admit_fields(req)
+    headers = state.gate.admit_fields(req, "speech")  # its rejected fields too
     if "audio" not in state.model.outputs:  # from the model's walk graph (its emits)
         raise model_refusal(state.model.name, "speak (its graph emits no audio: it is not a "
                             "text-to-speech model)")
