@@ -158,7 +158,8 @@ class LLM:
         the tokenizer are loaded at the first call (``Voice.load``)."""
         import torch
 
-        from mstar.models.speech.voice import DEFAULT_MAX_FRAMES, Voice, check_max_frames
+        from mstar.models.speech.utterance import DEFAULT_MAX_FRAMES, check_max_frames
+        from mstar.models.speech.voice import Voice
 
         self.engine.graph.walk_emitting("audio")  # a ValueError for a model without audio out
         max_frames = DEFAULT_MAX_FRAMES if max_frames is None else max_frames

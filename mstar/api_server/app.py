@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from mstar.api_server.anthropic import routes as anthropic_routes
 from mstar.api_server.audio import routes as audio_routes
+from mstar.api_server.audio import speak_route
 from mstar.api_server.audio.speech import SpeechModel
 from mstar.api_server.context.admission import Admission
 from mstar.api_server.context.metrics import Metrics
@@ -46,7 +47,7 @@ from mstar.ipc.tracing import Tracing
 ROUTERS = (openai_routes.router, responses_routes.router, anthropic_routes.router,
            embedding_routes.router, native_routes.router, tokenize_routes.router,
            config_routes.router, scoring_routes.router, audio_routes.router,
-           lora_routes.router)
+           speak_route.router, lora_routes.router)
 METRICS_DOC = {200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}}}
 

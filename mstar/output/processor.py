@@ -48,7 +48,8 @@ class RequestText:
             num_prompt_tokens=out.num_prompt_tokens,
             num_output_tokens=out.num_output_tokens - (len(tokens) - kept), logprobs=logprobs,
             num_cached_tokens=out.num_cached_tokens, embedding=out.embedding,
-            no_speech_prob=out.no_speech_prob, new_text=self.detokenizer.take_delta(finished=finished))
+            no_speech_prob=out.no_speech_prob, new_audio=out.new_audio,
+            new_text=self.detokenizer.take_delta(finished=finished))
 
 
 def text_tokens(out: RequestOutput) -> int:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel
     from mstar.worker.encoder_node import EncoderNodeProcess
+    from mstar.worker.speech_out import SpeechOut
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +50,13 @@ class Worker:
         self._last_stats: m.WorkerStats | None = None
         self._last_stats_at = 0.0
         self.tracing: WorkerTracing | None = None  # MSTAR_OTLP_ENDPOINT set: spans (run)
+        self.speech: SpeechOut | None = None  # speech out's codec node (_load)
 
     def run(self) -> None:
         self.engine = self._load()
+        if self.speech is not None:  # chosen once at load: a text model publishes as it did
+            speech = self.speech
+            self.publish = lambda outputs: Worker.publish(self, speech.sound(outputs))
         tracing = Tracing.start(self.settings.otlp_endpoint, "mstar-worker")
         if tracing is not None:
             self.tracing = WorkerTracing(tracing, served_name(self.engine.model_name), self.index)
@@ -89,6 +94,7 @@ class Worker:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
         from mstar.worker.encoder_node import start_placed_nodes
+        from mstar.worker.speech_out import speech_out
 
         start = time.perf_counter()
         apart = placed_apart(self.settings.encoder_placement)
@@ -99,7 +105,11 @@ class Worker:
                            placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
-        self.channel.admit_model(engine.vocab_size, engine.max_model_len)  # the inbox checks
+        # speech out (a graph emitting audio): the codec node runs here, on each step's frames,
+        # before publishing (mstar.worker.speech_out); its prompts are text tokens
+        self.speech = speech_out(engine)
+        vocab = engine.vocab_size if self.speech is None else self.speech.prompt_vocab_size
+        self.channel.admit_model(vocab, engine.max_model_len)  # the inbox checks
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
                  seconds=round(seconds, 2), fingerprint=self.settings.fingerprint())
         self.channel.send_to_conductor(m.SetupDone(
@@ -117,6 +127,8 @@ class Worker:
                 self.engine.abort_request(rid)
                 if self.tracing is not None:
                     self.tracing.end(rid, "abort")
+            if self.speech is not None:  # their codec state too
+                self.speech.forget(msg.request_ids)
         elif isinstance(msg, m.LoraUpdate):
             self.channel.send_to_api(apply_lora_update(self.engine, msg, self.index))
         elif isinstance(msg, m.ReloadSettings):

@@ -43,6 +43,7 @@ OPERATIONS += [("GET", "/v1/models/{model_id}"), ("POST", "/v1/responses"),
 OPERATIONS += [("GET", "/v1/responses/{response_id}/input_items"),
                ("POST", "/v1/messages/count_tokens"), ("POST", "/v1/rerank"),
                ("POST", "/v2/rerank"), ("POST", "/v1/score"), ("POST", "/v1/classify")]
+OPERATIONS += [("POST", "/v1/audio/speech")]
 EXAMPLES = {"POST": 40, "GET": 3, "DELETE": 3}
 LONG_EXAMPLES = 1000
 REQUEST_TIMEOUT_S = 300  # a hang still fails; a slow shared CI machine does not

@@ -19,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from mstar.api_server.audio import formats
 from mstar.api_server.audio.docs import TranscriptEvent, Transcription
 from mstar.api_server.audio.form import AudioForm, transcription_form, translation_form
+from mstar.api_server.audio.refusal import model_refusal
 from mstar.api_server.audio.speech import SpeechModel
 from mstar.api_server.audio.windows import Ask, Delta, transcribe
 from mstar.api_server.generation.run import first_output, new_request_id
@@ -55,8 +56,7 @@ def _speech(request: Request, form: AudioForm) -> SpeechModel:
     speech = request.app.state.speech
     if speech is None:
         name = request.app.state.model.name
-        raise APIError(400, f"`model`: {name} does not transcribe audio (it is not a "
-                       "speech-to-text model)", "model")
+        raise model_refusal(name, "transcribe audio (it is not a speech-to-text model)")
     return speech
 
 

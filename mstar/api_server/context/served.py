@@ -27,6 +27,9 @@ class ServedModel:
     # the model has no classifier head.
     labels: tuple[str, ...] = ()
     generates: bool = True  # False: a sequence classifier (no LM head) only classifies
+    # What the model's walk graph emits to the client (``WalkGraph.output_modalities``):
+    # "text", and "audio" where a codec node emits it (/v1/audio/speech)
+    outputs: tuple[str, ...] = ("text",)
     # LoRA adapters: more model names, each selecting its adapter (docs/lora.rst)
     adapters: AdapterNames = field(default_factory=lambda: AdapterNames(None))
 

@@ -84,6 +84,9 @@ class Generation:
             raise APIError(400, f"the served model {self._model.name} is a sequence classifier: "
                            "it generates nothing (use /v1/classify, /v1/score, /v1/rerank)",
                            "model")
+        if "text" not in self._model.outputs:  # its graph emits audio only (CSM)
+            raise APIError(400, f"the served model {self._model.name} makes no text: it speaks "
+                           "(use /v1/audio/speech)", "model")
         lora = self._model.adapter_of(req.model)
         jobs = jobs_for(self._model.max_model_len, req, prompts, prompt_field, structured, lora)
         if lora is not None:

@@ -26,9 +26,10 @@ ENTRY_BYTES = 32  # what an output holds per token id or logprob entry beside it
 
 def cost(out: TextOutput) -> int:
     """About the bytes ``out`` holds while it waits for the client: its text, token ids and
-    logprobs (each with its top alternatives), and an embedding's vector."""
+    logprobs (each with its top alternatives), an embedding's vector and speech's audio."""
     entries = len(out.new_token_ids) + sum(1 + len(lp.top) for lp in out.logprobs or [])
-    return len(out.new_text) + ENTRY_BYTES * entries + len(out.embedding or b"")
+    audio = 0 if out.new_audio is None else len(out.new_audio.samples)
+    return len(out.new_text) + ENTRY_BYTES * entries + len(out.embedding or b"") + audio
 
 
 def too_slow(max_bytes: int) -> APIError:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mstar.api_server.context.heads import model_generates, model_labels
-from mstar.models.loading.registry import accepted_modalities
+from mstar.models.loading.registry import accepted_modalities, output_modalities
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class ModelMedia:
     # What its classifier head's logits are, and whether it generates (``scoring.labels``).
     labels: tuple[str, ...] = ()
     generates: bool = True
+    outputs: tuple[str, ...] = ("text",)  # what its graph emits (speech out: "audio")
 
 
 def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
@@ -34,6 +35,7 @@ def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
     except (OSError, ValueError, AttributeError):
         return ModelMedia(**heads)
     modalities = accepted_modalities(archs)
+    heads["outputs"] = output_modalities(archs)
     if "image" in modalities:
         from mstar.models.vision.inputs import load_processor
 

@@ -21,11 +21,12 @@ from mstar.api_server.validation import (
     messages_rows,
     responses_rows,
     scoring_rows,
+    speech_rows,
 )
 from mstar.api_server.validation.field_rows import ROWS
 
 Endpoint = Literal["chat", "completions", "responses", "messages", "embeddings", "rerank",
-                   "score", "classify", "transcriptions", "translations"]
+                   "score", "classify", "transcriptions", "translations", "speech"]
 CHAT_AND_COMPLETIONS: tuple[Endpoint, ...] = ("chat", "completions")
 Status = Literal["supported", "extra", "ignored", "rejected", "tool calling"]
 STATUS_TEXT = {"supported": "supported", "extra": "supported (extra)",
@@ -97,7 +98,7 @@ def rst_table(endpoints: tuple[Endpoint, ...] = CHAT_AND_COMPLETIONS) -> str:
 TABLE: list[FieldRow] = [FieldRow(**row)
                          for row in [*ROWS, *responses_rows.ROWS, *messages_rows.ROWS,
                                      *embeddings_rows.ROWS, *scoring_rows.ROWS,
-                                     *audio_rows.ROWS]]
+                                     *audio_rows.ROWS, *speech_rows.ROWS]]
 
 if __name__ == "__main__":  # the table of the endpoints named (default: chat and completions)
     print(rst_table(tuple(sys.argv[1:]) or CHAT_AND_COMPLETIONS), end="")

@@ -19,6 +19,14 @@ class TokenLogprob(msgspec.Struct, array_like=True):
     top: list[tuple[int, float]] = []
 
 
+class AudioChunk(msgspec.Struct, array_like=True):
+    """Audio a codec node decoded for one request in one step (speech out): mono samples as
+    little-endian float32 bytes, at ``rate`` samples a second."""
+
+    samples: bytes
+    rate: int
+
+
 class RequestOutput(msgspec.Struct, array_like=True):
     """What one request produced in one engine step (deltas, not totals): token ids only; the text
     is made above the engine (``mstar.output``)."""
@@ -36,6 +44,9 @@ class RequestOutput(msgspec.Struct, array_like=True):
     no_speech_prob: float | None = None
     # Speech models: the frame of codes of each new token (its code 0 is the token)
     new_frames: list[list[int]] | None = None
+    # Speech out: the audio those frames made ready (the worker's codec node,
+    # mstar.worker.speech_out), None when no window was ready
+    new_audio: AudioChunk | None = None
 
 
 def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:

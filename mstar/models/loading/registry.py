@@ -102,12 +102,23 @@ def model_entry(config) -> ModelEntry:
 
 
 def accepted_modalities(architectures: list[str] | None) -> tuple[str, ...]:
-    """What requests to a model may carry, from its graph (no torch import); an unknown
-    architecture takes text (its worker refuses it at start, by name)."""
+    """What requests to a model may carry, from its graph (no torch import)."""
+    return _graph_of(architectures).modalities()
+
+
+def output_modalities(architectures: list[str] | None) -> tuple[str, ...]:
+    """What a model's graph emits to the client ("text"; "audio" where a codec node emits it),
+    no torch import."""
+    return _graph_of(architectures).output_modalities()
+
+
+def _graph_of(architectures: list[str] | None) -> WalkGraph:
+    """The architecture's walk graph; an unknown one's is text only (its worker refuses it at
+    start, by name)."""
     try:
-        return entry_for(architectures).graph.modalities()
+        return entry_for(architectures).graph
     except ValueError:
-        return ("text",)
+        return TEXT
 
 
 def get_model_class(config) -> type:

@@ -11,14 +11,8 @@ from pathlib import Path
 import torch
 
 from mstar.models.speech.csm_frames import CsmFrames
-from mstar.models.speech.voice import (
-    DEFAULT_MAX_FRAMES,
-    Sounded,
-    Speech,
-    Voice,
-    check_max_frames,
-    tokenizer_of,
-)
+from mstar.models.speech.utterance import DEFAULT_MAX_FRAMES, check_max_frames
+from mstar.models.speech.voice import Sounded, Speech, Voice, tokenizer_of
 
 
 class Speaker(Voice):

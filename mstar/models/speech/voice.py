@@ -16,9 +16,7 @@ import torch
 from mstar.graph.speech import BACKBONE, CSM
 from mstar.models.speech.codec_node import CodecStream, mimi_decoder
 from mstar.models.speech.csm_frames import frame_ends
-
-# Frames a request may make when it names no bound; Mimi makes 12.5 a second, so 30 s.
-DEFAULT_MAX_FRAMES = 375
+from mstar.models.speech.utterance import csm_turn
 
 Sounded = Iterator[tuple[torch.Tensor, list[np.ndarray]]]
 
@@ -28,11 +26,6 @@ class Speech:
     audio: np.ndarray  # mono float32 samples at ``sample_rate``
     sample_rate: int
     codes: torch.Tensor  # [frames, codebooks], as transformers' generate returns them
-
-
-def check_max_frames(max_frames: int) -> None:
-    if max_frames < 1:
-        raise ValueError(f"max_frames must be at least 1, not {max_frames}")
 
 
 def tokenizer_of(model_dir):
@@ -52,6 +45,7 @@ class Voice:
         self.sample_rate = codec.sampling_rate
         self.samples_per_frame = codec.frame_size
         self.end_code = config.codebook_eos_token_id
+        self.text_vocab_size = config.text_vocab_size  # the prompt's tokens
         self.chunk = CSM.edge_from(BACKBONE).chunk
 
     @classmethod
@@ -70,19 +64,26 @@ class Voice:
             return list(text["prompt_token_ids"])
         if self.tokenizer is None:
             raise ValueError("this model directory has no tokenizer: pass prompt_token_ids")
-        return self.tokenizer.encode(f"[{speaker}]{text}")
+        return self.tokenizer.encode(csm_turn(text, speaker))
+
+    def codec(self) -> CodecStream:
+        """A request's codec node state: Mimi's decoder over the graph's windows."""
+        return CodecStream(mimi_decoder(self.codec_model), self.chunk, self.samples_per_frame)
+
+    def take(self, codec: CodecStream, frame: torch.Tensor, last: bool) -> list[np.ndarray]:
+        """The audio chunks one frame makes ready (``last``: the request's last frame, which
+        also sends the leftover). A frame of end codes only is not sounded, as in transformers;
+        the one rule for ``sound`` and the served path (``speech_out``)."""
+        chunks = [] if bool((frame == self.end_code).all()) else codec.push(frame)
+        return chunks + codec.finish() if last else chunks
 
     def sound(self, frames: Iterable[torch.Tensor], max_frames: int) -> Sounded:
         """Each frame with the audio chunks it made ready (the last frame also carries the
-        leftover chunk); the frames end after the end frame or at ``max_frames``. A frame of
-        end codes only is not sounded, as in transformers."""
-        codec = CodecStream(mimi_decoder(self.codec_model), self.chunk, self.samples_per_frame)
+        leftover chunk); the frames end after the end frame or at ``max_frames``."""
+        codec = self.codec()
         for i, frame in enumerate(frames):
-            silent = bool((frame == self.end_code).all())
-            chunks = [] if silent else codec.push(frame)
-            if silent or frame_ends(frame.tolist(), self.end_code) or i + 1 == max_frames:
-                chunks += codec.finish()
-            yield frame, chunks
+            last = frame_ends(frame.tolist(), self.end_code) or i + 1 == max_frames
+            yield frame, self.take(codec, frame, last)
 
     def speech(self, sounded: Iterable[tuple[torch.Tensor, list[np.ndarray]]]) -> Speech:
         """The whole of ``sound``: every frame and the joined audio."""

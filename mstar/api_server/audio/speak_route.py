@@ -1,0 +1,123 @@
+"""POST /v1/audio/speech: text in, speech out, from a model whose walk graph emits audio (CSM).
+
+The prompt is CSM's turn (``utterance.csm_turn``) tokenized here under the prompt bounds of
+every route (``given_prompts``: MSTAR_MAX_PROMPT_CHARS, max_model_len); it runs in a worker as a
+greedy request of at most ``max_frames`` frames. That worker's codec node decodes the frames in
+the graph's windows and sends each ready window's samples with the request's output
+(``RequestOutput.new_audio``, ``mstar.worker.speech_out``); this route only joins and
+frames them (``sound_formats``): no torch here. A model whose graph emits no audio answers a 400
+naming ``model`` (``refusal``, the transcription routes' rule).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from mstar.api_server.audio.refusal import model_refusal
+from mstar.api_server.audio.routes import replay_one
+from mstar.api_server.audio.sound_formats import MEDIA_TYPES, pcm16, wav
+from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
+from mstar.api_server.generation.run import Job, first_output, new_request_id
+from mstar.api_server.http import framing
+from mstar.api_server.http.errors import APIError, error_body
+from mstar.api_server.http.openapi import GENERATION_ERRORS, error_responses
+from mstar.engine.request.errors import RequestRejected
+from mstar.engine.request.limits import check_request_fits
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.models.speech.utterance import csm_turn
+from mstar.output.processor import TextOutput
+
+router = APIRouter()
+CLIENT_GONE = 499  # answered to no one: the client closed the request (nginx's code)
+DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian PCM (mono, "
+             "at the model's codec rate; CSM: 24 kHz); stream_format sse: speech.audio.delta "
+             "events (base64 pcm), then speech.audio.done.",
+             "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}},
+                         "audio/pcm": {"schema": {"type": "string", "format": "binary"}},
+                         "text/event-stream": {"schema": {"type": "string"}}}},
+       **error_responses(GENERATION_ERRORS)}
+
+
+@router.post("/v1/audio/speech", response_model=None, responses=DOC)
+async def speech(req: SpeechRequest, request: Request) -> Any:
+    state = request.app.state
+    headers = state.gate.admit_fields(req, "speech")  # its rejected fields too
+    if "audio" not in state.model.outputs:  # from the model's walk graph (its emits)
+        raise model_refusal(state.model.name, "speak (its graph emits no audio: it is not a "
+                            "text-to-speech model)")
+    check_speech_fields(req)
+    job = await _job(state, req)
+    outputs = state.generation.run(new_request_id("speech"), [job],
+                                   None if req.stream_format else request.is_disconnected)
+    if req.stream_format == "sse":
+        first = await first_output(outputs)  # an early failure keeps its status
+        return StreamingResponse(_events(first, outputs, job[0].num_tokens),
+                                 media_type="text/event-stream", headers=headers)
+    if req.stream_format == "audio":
+        first = await first_output(outputs)
+        return StreamingResponse(_pcm_stream(first, outputs), media_type=MEDIA_TYPES["pcm"],
+                                 headers=headers)
+    pcm, rate = bytearray(), 0
+    async with aclosing(outputs):
+        async for _, out in outputs:
+            pcm += _pcm(out)
+            rate = out.new_audio.rate if out.new_audio is not None else rate
+    if not rate:  # the client went away before the finish (a finished request carries a rate)
+        return Response(status_code=CLIENT_GONE)
+    body = wav(bytes(pcm), rate) if req.response_format == "wav" else bytes(pcm)
+    return Response(body, media_type=MEDIA_TYPES[req.response_format], headers=headers)
+
+
+async def _job(state: Any, req: SpeechRequest) -> Job:
+    """The greedy request: the turn's ids, at most ``max_frames`` frames (fewer when the model's
+    length leaves less and ``max_frames`` was not given)."""
+    (prompt,) = await state.generation.given_prompts([csm_turn(req.input, req.speaker())],
+                                                     "input")
+    max_len = state.model.max_model_len
+    frames = req.max_frames
+    if "max_frames" not in req.model_fields_set:
+        frames = max(1, min(frames, max_len - prompt.num_tokens))
+    try:
+        check_request_fits(prompt.num_tokens, frames, max_len, "input")
+    except RequestRejected as exc:
+        param = "input" if exc.param == "input" else "max_frames"
+        raise APIError(400, str(exc).replace("max_tokens", "max_frames"), param) from exc
+    return prompt, SamplingParams(max_tokens=frames, temperature=0.0)
+
+
+def _pcm(out: TextOutput) -> bytes:
+    return b"" if out.new_audio is None else pcm16(out.new_audio.samples)
+
+
+async def _pcm_stream(first: tuple[int, TextOutput], rest: AsyncIterator) -> AsyncIterator[bytes]:
+    """The pcm bytes of each output as it arrives (a failure midway ends the stream short)."""
+    async for _, out in replay_one(first, rest):
+        if chunk := _pcm(out):
+            yield chunk
+
+
+async def _events(first: tuple[int, TextOutput], rest: AsyncIterator,
+                  prompt_tokens: int) -> AsyncIterator[bytes]:
+    """OpenAI's speech events: ``speech.audio.delta`` (base64 pcm) as each chunk decodes, then
+    ``speech.audio.done`` with the usage (output tokens: frames); a failure midway is a last
+    error event."""
+    frames = 0
+    try:
+        async for _, out in replay_one(first, rest):
+            frames = out.num_output_tokens
+            if chunk := _pcm(out):
+                yield framing.sse({"type": "speech.audio.delta",
+                                   "audio": base64.b64encode(chunk).decode("ascii")})
+    except APIError as exc:
+        yield framing.sse(error_body(exc.status, exc.message, exc.param, exc.code, exc.kind))
+        return
+    yield framing.sse({"type": "speech.audio.done", "usage": {
+        "input_tokens": prompt_tokens, "output_tokens": frames,
+        "total_tokens": prompt_tokens + frames}})
+

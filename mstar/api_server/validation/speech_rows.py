@@ -1,0 +1,40 @@
+"""The rows of the request-field table (see ``field_table``) for POST /v1/audio/speech (a JSON
+body). Fragments are merged into a minimal request (``input`` and a short ``max_frames``), sent
+to a served CSM (``test/api/test_speech_serve.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mstar.api_server.validation.field_rows import _rejected, _row
+
+SPEECH = ("speech",)
+
+ROWS: list[dict[str, Any]] = [
+    _row("model", SPEECH, "supported", "The served speech model's name or an alias; may be "
+         "omitted. A model whose graph emits no audio is a 400 naming ``model``; another name "
+         "a 404.", accepted={}, refused={"model": "no-such-model"}, refused_status=404),
+    _row("input", SPEECH, "supported", "The text to say, as CSM's turn ``[voice]input``, under "
+         "the prompt bounds of every route (MSTAR_MAX_PROMPT_CHARS: 413; it must leave room "
+         "in max_model_len). Empty is a 400.", accepted={"input": "Hi."},
+         refused={"input": ""}),
+    _row("voice", SPEECH, "supported", "A speaker id, ``\"0\"`` .. ``\"9\"`` (default "
+         "``\"0\"``); OpenAI's voice names are a 400.", accepted={"voice": "1"},
+         refused={"voice": "alloy"}),
+    _row("response_format", SPEECH, "supported", "``wav`` (the default: 16-bit mono at the "
+         "codec's rate, 24 kHz for CSM; OpenAI's default mp3 has no encoder here) or ``pcm`` "
+         "(the same samples raw, little-endian); mp3, opus, aac and flac are a 400.",
+         accepted={"response_format": "pcm"}, refused={"response_format": "mp3"}),
+    _row("speed", SPEECH, "supported", "1.0 only: the audio is not time-stretched; another "
+         "value is a 400.", accepted={"speed": 1.0}, refused={"speed": 1.5}),
+    _rejected("instructions", SPEECH, "this model takes no style prompt.", "Cheerfully.",
+              allowed=(None, "")),
+    _row("stream_format", SPEECH, "supported", "With ``pcm``: ``audio`` (the bytes as each "
+         "codec window decodes, every 320 ms of audio) or ``sse`` (``speech.audio.delta`` "
+         "events of base64 pcm, then ``speech.audio.done`` with the usage). Streamed wav is a "
+         "400.", accepted={"stream_format": "sse", "response_format": "pcm"},
+         refused={"stream_format": "audio"}),
+    _row("max_frames", SPEECH, "extra", "The most codec frames (12.5 a second), 1 .. 375; "
+         "unset: 375 (30 s), cut to what max_model_len leaves after the prompt; given, it must "
+         "fit.", accepted={"max_frames": 3}, refused={"max_frames": 0}),
+]
