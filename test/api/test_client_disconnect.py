@@ -1,7 +1,7 @@
 """A client that goes away mid-request (streamed or not) has its sub-requests aborted in the
 worker, which frees their KV blocks at once, instead of running them to the end.
 
-Served, on a random Llama with a long context built here, so that the request the client abandons
+Served, on a random Llama with a long context (``long_model_dir``), so that the request the client abandons
 (4 x 16000 tokens: at least 16000 engine steps) could not end by itself within the test's
 patience on any machine. The shared tiny model's 512 positions allow at most ~500 steps, which a
 fast machine runs before its worker's next statistics report.
@@ -17,27 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 from serve_helpers import Server, hard_timeout, wait_idle, wait_running  # noqa: F401
 
-POSITIONS = 16384
-MAX_TOKENS = 16000
+MAX_TOKENS = 16000  # the long model (conftest.long_model_dir) has 16384 positions
 ABORT_PATIENCE_S = 5.0  # from the disconnect to an idle worker (an abort takes ~0.2 s)
-
-
-@pytest.fixture(scope="module")
-def long_model_dir(tmp_path_factory, tiny_tokenizer):
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    config = LlamaConfig(
-        vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=POSITIONS, rms_norm_eps=1e-6, rope_theta=10000.0,
-        eos_token_id=tiny_tokenizer.eos_token_id, bos_token_id=tiny_tokenizer.bos_token_id,
-        pad_token_id=tiny_tokenizer.bos_token_id, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("long-llama")
-    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -70,14 +70,16 @@ def test_output_within_the_unread_bound_is_all_streamed(tiny_tokenizer):
 
 
 TIMEOUT_S = 4.0  # long enough for the output to fill every buffer on the way
-CHOICES = 32  # sequences of 480 tokens each: work that outlasts the timeout
+# Sequences of 16000 tokens on the long-context model: work that outlasts the timeout on any
+# machine (32 x 480 tokens of the tiny model ended within 4 s on a quiet one).
+CHOICES, MAX_TOKENS = 32, 16000
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
+def server(long_model_dir, tmp_path_factory):
     from serve_helpers import running_server
 
-    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("slow") / "s.log",
+    yield from running_server(long_model_dir, tmp_path_factory.mktemp("slow") / "s.log",
                               {"MSTAR_REQUEST_TIMEOUT_S": str(TIMEOUT_S),
                                "MSTAR_MAX_UNREAD_OUTPUT_KB": "65536"})  # the timeout cuts
 
@@ -95,7 +97,7 @@ def _slow_read(sock: socket.socket, received: bytearray, stop: threading.Event) 
 def test_a_slow_reader_is_ended_at_the_request_timeout_and_its_blocks_freed(server):
     # ~3 KiB of logprobs per token: the output fills the kernel's and the server's buffers well
     # before the deadline, so that the server waits on the reader.
-    body = json.dumps({"messages": MESSAGES, "max_tokens": 480, "n": CHOICES, "stream": True,
+    body = json.dumps({"messages": MESSAGES, "max_tokens": MAX_TOKENS, "n": CHOICES, "stream": True,
                        "ignore_eos": True, "logprobs": True, "top_logprobs": 20}).encode()
     generated = server.metric("mstar_generation_tokens_total")
     sock = socket.socket()
@@ -114,7 +116,7 @@ def test_a_slow_reader_is_ended_at_the_request_timeout_and_its_blocks_freed(serv
         assert server.metric("mstar_num_requests_running") == 0
         assert server.metric("mstar_kv_cache_usage_ratio") == 0
         cut = server.metric("mstar_generation_tokens_total") - generated
-        assert cut < 0.8 * CHOICES * 480, cut  # aborted, not run to its end
+        assert cut < 0.8 * CHOICES * MAX_TOKENS, cut  # aborted, not run to its end
     finally:
         stop.set()
         reader.join(5)
