@@ -20,7 +20,11 @@ import pytest
 from serve_helpers import hard_timeout, running_server  # noqa: F401 (hard_timeout: autouse)
 
 ENV_DIR = Path(__file__).parent / "env"
-SERVER_ENV = {"MSTAR_CONFIG_STRICTNESS": "strict", "MSTAR_MAX_MODEL_LEN": "512"}
+SERVER_ENV = {"MSTAR_CONFIG_STRICTNESS": "strict", "MSTAR_MAX_MODEL_LEN": "4096"}
+# Tokens per stream, on the long-context model: the 16 streams must all be running when the
+# worker's statistics are read and still be running at the reload, on a fast machine too (300
+# tokens of the tiny model could end before the 16 were ever seen running together).
+STREAM_TOKENS = 2000
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +35,9 @@ def env_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory, env_file):
+def server(long_model_dir, tmp_path_factory, env_file):
     log = tmp_path_factory.mktemp("reload-log") / "server.log"
-    yield from running_server(tiny_model_dir("llama"), log, SERVER_ENV,
+    yield from running_server(long_model_dir, log, SERVER_ENV,
                               ("--env-file", str(env_file)))
 
 
@@ -103,8 +107,8 @@ def test_show_and_diff_read_a_running_server(server, env_file):
 
 def _stream(server, times: list[float], errors: list[str]) -> None:
     try:
-        with httpx.stream("POST", server.url + "/v1/completions", timeout=60, json={
-                "prompt": "The quick brown fox", "max_tokens": 300,
+        with httpx.stream("POST", server.url + "/v1/completions", timeout=120, json={
+                "prompt": "The quick brown fox", "max_tokens": STREAM_TOKENS,
                 "temperature": 0, "ignore_eos": True, "stream": True}) as response:
             for line in response.iter_lines():
                 if line.startswith("data: {"):
@@ -132,9 +136,9 @@ def test_sighup_during_16_streams_loses_none_and_applies_reloadable_knobs(server
     reloaded_at = time.monotonic()
     assert value(server, "MSTAR_MAX_CONCURRENT_REQUESTS")["value"] == 20
     for t in threads:
-        t.join(60)
+        t.join(120)
     assert errors == []
-    assert all(len(t) == 300 for t in times), [len(t) for t in times]  # one chunk per token
+    assert all(len(t) == STREAM_TOKENS for t in times), [len(t) for t in times]  # one chunk per token
     assert all(t[-1] > reloaded_at for t in times)  # each stream was still running
     # The restart-only change waits; the worker loop took its knobs (the overlap is now off).
     seqs = value(server, "MSTAR_MAX_NUM_SEQS")
