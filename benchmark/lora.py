@@ -119,11 +119,11 @@ def kernel(threads: int) -> None:
         base = ms(lambda: [linear.base(x) for linear, x in linears])
         print(f"{threads} thread(s), base linears of a layer: {base:.3f} ms")
         for spread in (1, 4, 16):
-            step.set({s: [(t, t + 1) for t in range(s, IN_FLIGHT, spread)] for s in range(spread)},
-                     torch.device("cpu"), torch.float32)
             for path in ("torch", "native") if native else ("torch",):
                 for linear, _ in linears:
                     fused_ops.use_native_ops(linear, path == "native")
+                step.set({s: [(t, t + 1) for t in range(s, IN_FLIGHT, spread)]
+                          for s in range(spread)}, torch.device("cpu"), torch.float32)
                 delta = ms(lambda: [linear(x) for linear, x in linears]) - base
                 print(f"{spread:2d} adapters, {path}: +{delta:.3f} ms ({base / (base + delta):.2f}x)")
 

@@ -167,20 +167,11 @@ def long_model_dir(tmp_path_factory, tiny_tokenizer):
     """A random Llama as small as the tiny ones but with 16384 positions: served work that
     cannot end by itself within a test's patience on any machine (the tiny models' 512
     positions allow ~500 steps, which a fast machine runs in well under a second)."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from model_dirs import save_random_llama
 
-    config = LlamaConfig(
-        vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=LONG_POSITIONS, rms_norm_eps=1e-6, rope_theta=10000.0,
-        eos_token_id=tiny_tokenizer.eos_token_id, bos_token_id=tiny_tokenizer.bos_token_id,
-        pad_token_id=tiny_tokenizer.bos_token_id, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("long-llama")
-    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
-    return path
+    return save_random_llama(tmp_path_factory.mktemp("long-llama"), tiny_tokenizer,
+                             hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=LONG_POSITIONS)
 
 
 def transformers_greedy(model_dir: Path, prompts: list[list[int]], max_new: int) -> list[list[int]]:

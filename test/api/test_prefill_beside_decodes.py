@@ -37,20 +37,11 @@ CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 128,
 @pytest.fixture(scope="module")
 def wide_model_dir(tmp_path_factory, tiny_tokenizer):
     """A random Llama whose prefill at 8k context is slow beside its decode step."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from model_dirs import save_random_llama
 
-    config = LlamaConfig(
-        vocab_size=len(tiny_tokenizer), hidden_size=256, intermediate_size=256,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-        max_position_embeddings=LONG + 256, rms_norm_eps=1e-6, rope_theta=10000.0,
-        eos_token_id=tiny_tokenizer.eos_token_id, bos_token_id=tiny_tokenizer.bos_token_id,
-        pad_token_id=tiny_tokenizer.bos_token_id, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("wide-llama")
-    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
-    return path
+    return save_random_llama(tmp_path_factory.mktemp("wide-llama"), tiny_tokenizer,
+                             hidden_size=256, intermediate_size=256, num_attention_heads=4,
+                             num_key_value_heads=4, max_position_embeddings=LONG + 256)
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,17 @@ LORA_LINEARS = {"qkv_proj": 3, "o_proj": 1, "gate_up_proj": 2, "down_proj": 1}
 
 
 class LoraLinear(nn.Module):
-    # The native CPU op (``lora_delta``, one call for every adapter of the step) instead of the
-    # torch path; set by the loader with the other fused ops (``fused_ops.use_native_ops``).
-    native_ops = False
+    @property
+    def native_ops(self) -> bool:
+        """The native CPU op (``lora_delta``, one call for every adapter of the step) instead of
+        the torch path: a switch of the step the wrapped linears share (``LoraStep.native``), so
+        that a step builds only that path's rows; set by the loader with the other fused ops
+        (``fused_ops.use_native_ops``)."""
+        return self.step.native
+
+    @native_ops.setter
+    def native_ops(self, enabled: bool) -> None:
+        self.step.native = enabled
 
     def __init__(self, base: nn.Linear | RowParallelLinear, step: LoraStep, max_loras: int,
                  max_rank: int, shards: int) -> None:

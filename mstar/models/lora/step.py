@@ -16,9 +16,10 @@ A batched matmul with each token's own A and B (gathered per token) copies an A 
 token; this one reads the slots' A and B in place (``[:slots]`` is a view: the slot allocator
 hands out the lowest free slot, so a step's slots sit at the front).
 
-Both shapes are the torch path. With the native CPU ops (``LoraLinear.native_ops``), every
-adapter's tokens go to one ``lora_delta`` call per linear instead, as **groups**: the token rows
-of each slot in turn (``Groups``), built here once per step.
+Both shapes are the torch path. With the native CPU ops (``LoraStep.native``, switched through
+every wrapped linear's ``native_ops``), every adapter's tokens go to one ``lora_delta`` call per
+linear instead, as **groups**: the token rows of each slot in turn (``Groups``). A step builds
+only the shape its path reads.
 """
 
 from __future__ import annotations
@@ -63,13 +64,16 @@ class LoraStep:
     segments: list[tuple[int, Rows]] = field(default_factory=list)  # (slot, rows) each
     batched: Batched | None = None
     groups: Groups | None = None
+    native: bool = False  # the native op runs the delta (set at load, with the other fused ops)
 
     def set(self, spans: dict[int, Spans], device: torch.device, dtype: torch.dtype) -> None:
         """The rows of each slot's adapter (``spans``: slot -> its token ranges)."""
+        if self.native:
+            self.groups = groups(spans, device) if spans else None
+            return
         few = {slot: s for slot, s in spans.items() if count(s) <= BATCHED_MAX_TOKENS}
         self.segments = [(slot, rows(s, device)) for slot, s in spans.items() if slot not in few]
         self.batched = batched(few, device, dtype) if few else None
-        self.groups = groups(spans, device) if spans else None
 
     def clear(self) -> None:
         self.segments, self.batched, self.groups = [], None, None
