@@ -28,8 +28,11 @@ TP_ENV = {"MSTAR_TENSOR_PARALLEL_SIZE": "2", "MSTAR_TORCH_NUM_THREADS": "1",
 
 
 @pytest.fixture(scope="module")
-def tp_server(tiny_model_dir, tmp_path_factory):
-    server = Server(tiny_model_dir("llama"), tmp_path_factory.mktemp("tp") / "server.log", TP_ENV)
+def tp_server(long_model_dir, tmp_path_factory):
+    """On the long-context model (conftest.long_model_dir): a request runs until a rank is killed,
+    on a fast machine too."""
+    server = Server(long_model_dir, tmp_path_factory.mktemp("tp") / "server.log",
+                    {**TP_ENV, "MSTAR_CPU_KV_CACHE_GB": "0.05"})
     try:
         yield server.wait_ready()
     finally:
@@ -58,7 +61,7 @@ def test_killing_one_rank_fails_requests_with_503_naming_it(tp_server):
 
     def complete() -> None:
         resp = httpx.post(tp_server.url + "/v1/completions", timeout=60,
-                          json={"prompt": "x", "max_tokens": 400, "ignore_eos": True})
+                          json={"prompt": "x", "max_tokens": 8000, "ignore_eos": True})
         result["status"], result["body"] = resp.status_code, resp.json()
 
     client = threading.Thread(target=complete)

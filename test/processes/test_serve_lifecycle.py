@@ -35,13 +35,21 @@ def test_bad_model_path_fails_fast_without_traceback(tmp_path):
     assert "starting_workers" not in proc.stderr
 
 
+# Tokens of a request that must be in flight when the test acts: on the long-context model
+# (conftest.long_model_dir), so that it runs for seconds on a fast machine too (the tiny models'
+# ~500 tokens can end before the workers' statistics ever show them running).
+DRAINED_TOKENS = 2000
+ENDLESS_TOKENS = 8000  # never ends by itself within a test's patience
+
+
 @pytest.fixture(scope="module")
-def servers(tiny_model_dir, tmp_path_factory):
+def servers(long_model_dir, tmp_path_factory):
     """Two instances started side by side: one on ipc, one on tcp with two workers."""
-    model = tiny_model_dir("llama")
+    model, small_kv = long_model_dir, {"MSTAR_CPU_KV_CACHE_GB": "0.05"}
     root = tmp_path_factory.mktemp("lifecycle")
-    drain = Server(model, root / "drain.log", env={"MSTAR_SOCKET_DIR": str(root / "sockets")})
-    fault = Server(model, root / "fault.log", env={
+    drain = Server(model, root / "drain.log",
+                   env={**small_kv, "MSTAR_SOCKET_DIR": str(root / "sockets")})
+    fault = Server(model, root / "fault.log", env={**small_kv,
         "MSTAR_NUM_WORKERS": "2", "MSTAR_MAX_NUM_SEQS": "1", "MSTAR_ZMQ_TRANSPORT": "tcp",
         "MSTAR_REQUEST_TIMEOUT_S": "3",
         "MSTAR_ZMQ_TCP_BASE_PORT": str(free_port_block(4))})
@@ -75,7 +83,7 @@ def test_two_instances_serve_side_by_side(servers):
 def test_sigterm_drains_in_flight_then_exits_0(servers):
     server = servers["drain"]
     result: dict = {}
-    worker = threading.Thread(target=_complete, args=(server, result), kwargs={"max_tokens": 300})
+    worker = threading.Thread(target=_complete, args=(server, result), kwargs={"max_tokens": DRAINED_TOKENS})
     worker.start()
     wait_running(server)
     server.proc.send_signal(signal.SIGTERM)
@@ -84,7 +92,7 @@ def test_sigterm_drains_in_flight_then_exits_0(servers):
     assert refused.status_code == 503
     worker.join(60)
     assert result["status"] == 200
-    assert result["body"]["usage"]["completion_tokens"] == 300
+    assert result["body"]["usage"]["completion_tokens"] == DRAINED_TOKENS
     assert server.wait_exit(30) == 0
     time.sleep(0.5)
     assert not [pid for pid in server.children if alive(pid)]
@@ -96,7 +104,7 @@ def test_request_timeout_is_504_and_aborts_in_the_worker(servers):
     started = time.monotonic()
     result: dict = {}
     # 8 choices on 2 workers running one sequence each: far longer than the 3 s timeout.
-    _complete(server, result, max_tokens=480, n=8)
+    _complete(server, result, max_tokens=ENDLESS_TOKENS, n=8)
     assert result["status"] == 504
     assert "request_timeout_s=3" in result["body"]["error"]["message"]
     assert time.monotonic() - started < 6
@@ -112,7 +120,7 @@ def test_worker_sigkill_fails_pending_with_503_and_exits_nonzero(servers):
     assert len(pids) == 2
     result: dict = {}
     client = threading.Thread(target=_complete, args=(server, result),
-                              kwargs={"max_tokens": 400, "n": 4})
+                              kwargs={"max_tokens": ENDLESS_TOKENS, "n": 4})
     client.start()
     wait_running(server, 2)
     signal_sent = time.monotonic()

@@ -21,15 +21,19 @@ from serve_helpers import Server, free_port_block, hard_timeout, wait_running  #
 
 SECRET = "liveness-test-secret"
 INTERVAL_S = 2.0
-LONG = {"prompt": "x", "max_tokens": 480, "ignore_eos": True, "stream": True}
+# On the long-context model (conftest.long_model_dir): both streams run for seconds on a fast
+# machine too, so that both are seen running before the kill (the tiny models' ~500 tokens can
+# end first).
+LONG = {"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}
 
 
 @pytest.fixture(scope="module")
-def two_replicas(tiny_model_dir, tmp_path_factory):
+def two_replicas(long_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("liveness")
     base = free_port_block(4)
-    common = {"MSTAR_CLUSTER_SECRET": SECRET, "MSTAR_TORCH_NUM_THREADS": "1"}
-    server = Server(tiny_model_dir("llama"), root / "server.log", {
+    common = {"MSTAR_CLUSTER_SECRET": SECRET, "MSTAR_TORCH_NUM_THREADS": "1",
+              "MSTAR_CPU_KV_CACHE_GB": "0.05"}
+    server = Server(long_model_dir, root / "server.log", {
         **common, "MSTAR_ZMQ_TRANSPORT": "tcp", "MSTAR_ZMQ_TCP_BASE_PORT": str(base),
         "MSTAR_NUM_WORKERS": "2", "MSTAR_REMOTE_WORKERS": "1", "MSTAR_MAX_NUM_SEQS": "4",
         "MSTAR_LIVENESS_INTERVAL_S": str(INTERVAL_S), "MSTAR_REQUEST_TIMEOUT_S": "30"})

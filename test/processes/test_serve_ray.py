@@ -22,14 +22,16 @@ from serve_helpers import Server, alive, free_port, free_port_block
 
 RAY_MISSING = importlib.util.find_spec("ray") is None
 needs_ray = pytest.mark.skipif(RAY_MISSING, reason="ray is not installed: pip install 'mstar[ray]'")
-LONG = {"prompt": "x", "max_tokens": 480, "ignore_eos": True, "stream": True}
+# On the long-context model (conftest.long_model_dir): the lost node's stream is still running
+# when its node goes, on a fast machine too (the tiny models' ~500 tokens can end first).
+LONG = {"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}
 # Ray's node failure detection, made quick: the removed node is found dead within ~1 s.
 FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 250,
                       "health_check_failure_threshold": 4}
 
 
 @pytest.fixture(scope="module")
-def ray_serve(tiny_model_dir, tmp_path_factory):
+def ray_serve(long_model_dir, tmp_path_factory):
     """(server, the worker node): the head node and one worker node, one replica on each."""
     from ray.cluster_utils import Cluster
 
@@ -38,7 +40,8 @@ def ray_serve(tiny_model_dir, tmp_path_factory):
     try:
         node = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        server = Server(tiny_model_dir("llama"), tmp_path_factory.mktemp("ray") / "server.log", {
+        server = Server(long_model_dir, tmp_path_factory.mktemp("ray") / "server.log", {
+            "MSTAR_CPU_KV_CACHE_GB": "0.05",
             "MSTAR_DISTRIBUTED_EXECUTOR": "ray", "MSTAR_RAY_ADDRESS": cluster.address,
             "MSTAR_ZMQ_TRANSPORT": "tcp", "MSTAR_ZMQ_TCP_BASE_PORT": str(free_port_block(4)),
             "MSTAR_NUM_WORKERS": "2", "MSTAR_TORCH_NUM_THREADS": "1", "MSTAR_MAX_NUM_SEQS": "4",
