@@ -119,8 +119,11 @@ def keys_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory, keys_file, collector):
-    yield from running_server(tiny_model_dir("llama"), tmp_path_factory.mktemp("adm") / "s.log", {
+def server(long_model_dir, tmp_path_factory, keys_file, collector):
+    """On the long-context model (conftest.long_model_dir), so that the reload test's stream
+    outlasts a reload on a fast machine too."""
+    yield from running_server(long_model_dir, tmp_path_factory.mktemp("adm") / "s.log", {
+        "MSTAR_CPU_KV_CACHE_GB": "0.05",
         "MSTAR_API_KEYS_FILE": str(keys_file), "MSTAR_OTLP_ENDPOINT": collector.url,
         "MSTAR_MAX_NUM_SEQS": "2", "MSTAR_MAX_CONSECUTIVE_SPEC_STEPS": "0"})
 
@@ -246,7 +249,7 @@ def _count_429(server) -> float:
     return float(rows[0].split()[-1]) if rows else 0.0
 
 
-STREAM = 480  # tokens of the stream a reload happens under: long enough to outlast it when loaded
+STREAM = 2000  # tokens of the stream a reload happens under: it outlasts the reload on any machine
 
 
 def test_a_reload_that_lowers_a_limit_applies_next_and_drops_nothing(server, keys_file):
