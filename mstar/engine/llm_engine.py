@@ -113,7 +113,7 @@ class LLMEngine:
                                    OverlapPolicy(settings, self.device.type, serial_only=speculating),
                                    settings.max_encoder_tokens_per_step,
                                    self.speculation if speculating else NO_DRAFTS,
-                                   self.model_runner.bidirectional_images,
+                                   self.model_runner.attention.bidirectional_images,
                                    prefill_cap(settings.max_prefill_chunk_tokens,
                                                self.device.type,
                                                settings.max_num_batched_tokens),
@@ -167,7 +167,7 @@ class LLMEngine:
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
         nodes = part_nodes(self.graph, parts)
-        if self.model_runner.bidirectional_images:
+        if self.model_runner.attention.bidirectional_images:
             check_image_runs_fit(parts, self.scheduler.max_num_batched_tokens)  # images only
         if params.pooling is not None:  # prefill only: no output tokens
             check_pooled_prompt_fits(len(prompt_token_ids), self.max_model_len)

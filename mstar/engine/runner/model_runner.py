@@ -7,7 +7,6 @@ from collections.abc import Callable
 import torch
 
 from mstar.engine.attention import (
-    AttentionInputs,
     choose_attention_backend,
     get_backend,
     model_attention_features,
@@ -32,22 +31,21 @@ from mstar.engine.runner.cross_hooks import (
 from mstar.engine.runner.encoder_cache import EncoderCache
 from mstar.engine.runner.encoder_nodes import EncoderNodes
 from mstar.engine.runner.input_batch import InputBatch, StepTensors
+from mstar.engine.runner.placeholder_embeds import merged_embeds, placeholders_in_step
 from mstar.engine.runner.pooling import Pooler
 from mstar.engine.runner.rope_positions import RopePositions
+from mstar.engine.runner.step_attention import StepAttention, on_device
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
 from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
-from mstar.graph import EdgeKind
 from mstar.graph.placement import nodes_apart
 from mstar.models.families.parallel import TensorParallel
-from mstar.models.layers.state_layout import StateLayout
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
-from mstar.models.media_part import MediaPart
 from mstar.models.speech.frame_head import FrameHead
 from mstar.settings import WorkerSettings
 
@@ -106,8 +104,10 @@ class ModelRunner:
         # M-RoPE models: per-request position tables (else each token's index is its position).
         self.rope_positions = (RopePositions(self.model) if self.entry.rope_position_table
                                else None)
-        # Image tokens attending to each other both ways in prefill (Gemma 3).
-        self.bidirectional_images = self.entry.bidirectional_image_attention
+        # Each step's attention metadata (image tokens both ways in prefill: Gemma 3).
+        self.attention = StepAttention(self.attn_backend, self.batch, self.block_size, device,
+                                       dtype, bool(self.num_state_slots),
+                                       self.entry.bidirectional_image_attention)
         self.pooler = Pooler(classifier_head(self.model, model_dir, hf_config,
                                              settings.score_tokens))
         # Encoder-decoder (Whisper): the kept cross-attention states and the model's logits rules.
@@ -122,52 +122,6 @@ class ModelRunner:
         # rest, chosen here once: a text model's step never looks further.
         self.frames = (FrameHead(self.model, model_dir, hf_config, device, dtype)
                        if self.graph.codecs else None)
-
-    def _tensor(self, data, dtype=torch.int64) -> torch.Tensor:
-        return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
-
-    def _attention(self, step: StepTensors, seq_nos: list[int], image_spans=None):
-        """The backend's metadata for the step (built on the thread that runs it)."""
-        inputs = AttentionInputs(
-            slot_mapping=step.slot_mapping.to(self.device, non_blocking=True),
-            block_tables=step.block_tables.to(self.device, non_blocking=True),
-            context_lens=self._tensor(step.context_lens),
-            query_lens=step.query_lens,
-            context_lens_list=step.context_lens,
-            num_decodes=step.num_decodes,
-            block_size=self.block_size,
-            dtype=self.dtype,
-            seq_keys=seq_nos,
-            state_layout=self._state_layout(step, seq_nos) if self.num_state_slots else None,
-            bidirectional_spans=image_spans,
-        )
-        return self.attn_backend.build(inputs)
-
-    def _image_spans(self, out: SchedulerOutput) -> list[tuple[tuple[int, int], ...]]:
-        """Per row: the placeholder runs [start, end) of its images that the row touches."""
-        spans = []
-        for row in out.rows:
-            req = self.batch.requests[self.batch.slot_of[row.seq_no]]
-            spans.append(tuple((im.offset, im.end) for im in req.images
-                               if im.offset < row.end and im.end > row.start))
-        return spans
-
-    def _state_layout(self, step: StepTensors, seq_nos: list[int]) -> StateLayout:
-        """Each row's state slot; a span starting at token 0 starts from a zero state."""
-        batch = self.batch
-        slots = [batch.requests[batch.slot_of[k]].state_slot for k in seq_nos]
-        nd = step.num_decodes
-        starts = [c - q for c, q in zip(step.context_lens, step.query_lens, strict=True)]
-        spans, row = [], nd
-        for i in range(nd, len(seq_nos)):
-            n = step.query_lens[i]
-            spans.append((row, n, slots[i], starts[i] == 0))
-            row += n
-        starts_fresh = [start == 0 for start in starts[:nd]]
-        keep = None
-        if any(starts_fresh):  # one-token prompts: their slot still holds a previous owner's state
-            keep = self._tensor([[[0.0 if f else 1.0]] for f in starts_fresh], self.dtype)
-        return StateLayout(nd, self._tensor(slots[:nd]), keep, spans)
 
     def _sampling_step(self, out: SchedulerOutput, removed: list[int],
                        step: StepTensors) -> SamplingStep:
@@ -186,55 +140,16 @@ class ModelRunner:
         slots = [batch.requests[batch.slot_of[row.seq_no]].state_slot for row in out.rows]
         return StateSnapshot(state_layers(self.model), out.rows, slots)
 
-    def _placeholders_in_step(self, out: SchedulerOutput) -> list[tuple[MediaPart, str,
-                                                                        list[int], list[int]]]:
-        """(part, its encoder node, its rows used, the step's token rows taking them) for each
-        part whose placeholders the step's rows cover (a chunk may take part of a run)."""
-        found, first = [], 0
-        for row in out.rows:
-            req = self.batch.requests[self.batch.slot_of[row.seq_no]]
-            for image, node in zip(req.parts, req.part_nodes, strict=True):
-                if (image.offset < row.end and image.end > row.start
-                        and self.encoders.feeds[node] is EdgeKind.PLACEHOLDER_EMBEDDINGS):
-                    picked = [j for j, p in enumerate(image.positions) if row.start <= p < row.end]
-                    found.append((image, node, picked,
-                                  [first + image.positions[j] - row.start for j in picked]))
-            first += row.num_tokens
-        return found
-
-    def _merged_embeds(self, input_ids: torch.Tensor, images,
-                       counts: EncoderCounts) -> torch.Tensor:
-        """The step's token embeddings with each part's encoder rows at its placeholders."""
-        parts, rows = [], []
-        for image, node, picked, token_rows in images:
-            encoded = self.encoders.output(image, node, counts)
-            parts.append(encoded[self._tensor(picked)])
-            rows += token_rows
-        return self.model.merge(self.model.embed(input_ids), self._tensor(rows), torch.cat(parts))
-
     @torch.inference_mode()
     def warmup(self) -> None:
         """A tiny prefill then decode in block 0 (still free) so lazy kernel set-up happens now."""
         n = self.block_size
         ctx = n
         for q in sorted({n, 1}, reverse=True):  # prefill of block 0, then a decode in it
-            inputs = AttentionInputs(
-                slot_mapping=self._tensor(list(range(ctx - q, ctx))),
-                block_tables=self._tensor([[0]]),
-                context_lens=self._tensor([ctx]),
-                query_lens=[q],
-                context_lens_list=[ctx],
-                num_decodes=int(q == 1),
-                block_size=n,
-                dtype=self.dtype,
-                seq_keys=[-1],
-                # Slot 0 is still free; the prefill starts from a zero state, the decode continues.
-                state_layout=StateLayout(int(q == 1), self._tensor([0] * int(q == 1)), None,
-                                         [] if q == 1 else [(0, q, 0, True)]),
-            )
-            attn_metadata = self.attn_backend.build(inputs)
+            attn_metadata = self.attention.warmup(q, ctx)
             attn_metadata.begin_forward()
-            hidden = self.model(self._tensor([0] * q), self._tensor(list(range(ctx - q, ctx))),
+            hidden = self.model(on_device([0] * q, self.device),
+                                on_device(list(range(ctx - q, ctx)), self.device),
                                 attn_metadata, **warmup_cross(self.cross, self.model.config,
                                                               self.device, self.dtype, q))
             self.model.compute_logits(hidden[-1:]).argmax(-1).tolist()
@@ -251,8 +166,7 @@ class ModelRunner:
             self.rope_positions.apply(out)
         step = self.batch.tensors(out)
         started = self.sampler.begin(self._sampling_step(out, removed, step))  # masks fill now
-        attn_metadata = self._attention(step, [row.seq_no for row in out.rows],
-                                        self._image_spans(out) if self.bidirectional_images else None)
+        attn_metadata = self.attention.build(out, step)
         snapshot = self._state_snapshot(out)
         attn_metadata.begin_forward()
         input_ids = step.input_ids.to(self.device, non_blocking=True)
@@ -260,7 +174,7 @@ class ModelRunner:
         if self.rope_positions is not None:
             positions = self.rope_positions.step(out, positions)
         positions = positions.to(self.device, non_blocking=True)
-        images = self._placeholders_in_step(out) if self.graph.encoders else None
+        images = placeholders_in_step(self.batch, out, self.encoders) if self.graph.encoders else None
         encoder = None
         if self.lora is not None:
             self.lora.begin(self._row_adapters(out), step.query_lens, self.device)
@@ -270,7 +184,7 @@ class ModelRunner:
                                 cross=self.cross.step(out, encoder))
         elif images:
             encoder = EncoderCounts()
-            embeds = self._merged_embeds(input_ids, images, encoder)
+            embeds = merged_embeds(self.model, self.encoders, images, input_ids, encoder)
             hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
         elif self.frames is not None:  # speech: text and frame embeddings, per position
             self.frames.apply(out)
