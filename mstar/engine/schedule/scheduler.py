@@ -32,6 +32,7 @@ from mstar.engine.schedule.prefill_chunk import chunk
 from mstar.engine.schedule.prefill_share import PrefillShare, protected_rows
 from mstar.engine.schedule.priority import NORMAL, Priorities
 from mstar.engine.schedule.scheduler_output import NewRequest, RunnerOutput, ScheduledRow, SchedulerOutput
+from mstar.engine.schedule.step_budget import StepBudget
 from mstar.engine.speculative.drafting import NO_DRAFTS, Drafting
 from mstar.models.lora.slots import fits_lora_slots
 
@@ -160,26 +161,31 @@ class Scheduler:
         return drafts
 
     def _fresh(self) -> tuple[list[ScheduledRow], list[NewRequest], int]:
-        """A fresh step's rows, its new requests and its number of draft tokens."""
+        """A fresh step's rows, its new requests and its number of draft tokens: the running
+        requests first (oldest first, preempting the newest when the KV cache is full), then,
+        if none was preempted, waiting ones while the budget and the sequence cap allow."""
         assert not self.in_flight, "a fresh step (which may preempt) needs no step in flight"
-        bm = self.block_manager
         planned = self.speculation.plan(self.running, self.max_num_batched_tokens, self._chunk)
-        rows: list[ScheduledRow] = []
-        budget = self.max_num_batched_tokens
-        encoder: dict[str, int] = {}  # encoder node -> rows left this step (absent: all)
-        cap = self.prefill_cap
+        budget = StepBudget(self.max_num_batched_tokens)
         shared = self.share.share > 0 and self.share.begin(protected_rows(
             self.running, self._next_admissible() if len(self.running) < self.max_num_seqs
-            else None, cap))
-        preempted = False
-        num_drafts = 0
+            else None, self.prefill_cap))
         self._preempt_for_priority()
+        preempted = self._continue_running(budget, planned, shared)
+        new = [] if preempted else self._admit_waiting(budget)
+        return budget.rows, new, budget.drafts
+
+    def _continue_running(self, budget: StepBudget, planned: dict[int, tuple[int, ...]],
+                          shared: bool) -> bool:
+        """The running requests' rows, into ``budget``; whether any request was preempted."""
+        bm, cap = self.block_manager, self.prefill_cap
+        preempted = False
         i = 0
-        while i < len(self.running) and budget > 0:
+        while i < len(self.running) and budget.tokens > 0:
             seq = self.running[i]
             n = len(seq) - seq.num_computed_tokens  # a decode: 1 (the common case, no call)
-            if n > budget or n > cap:  # a prompt, or a preempted request's recomputation
-                n = self._chunk(seq, seq.num_computed_tokens, budget)
+            if n > budget.tokens or n > cap:  # a prompt, or a preempted request's recomputation
+                n = self._chunk(seq, seq.num_computed_tokens, budget.tokens)
             long_prompt = n > 1 and seq.num_prompt_tokens > cap  # only a prompt of several
             # chunks shares its steps: a short one runs whole at once, as without the rule
             if shared and long_prompt:
@@ -188,7 +194,7 @@ class Scheduler:
                     i += 1
                     continue
             if seq.parts:
-                n = self._part_cut(seq, seq.num_computed_tokens, n, encoder)
+                n = self._part_cut(seq, seq.num_computed_tokens, n, budget.encoder)
                 if n == 0:  # its next part waits for a step with encoder budget left
                     i += 1
                     continue
@@ -198,27 +204,25 @@ class Scheduler:
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
-                    break
-            else:
-                drafts = self._drafts(seq, n, budget, planned)
-                rows.append(self._row(seq, n, bm.grow_to(seq.seq_no, total + len(drafts)),
-                                      drafts))
-                budget -= n + len(drafts)
-                num_drafts += len(drafts)
-                i += 1
-                continue
-            break
+                    return preempted
+            drafts = self._drafts(seq, n, budget.tokens, planned)
+            budget.take(self._row(seq, n, bm.grow_to(seq.seq_no, total + len(drafts)), drafts))
+            i += 1
+        return preempted
+
+    def _admit_waiting(self, budget: StepBudget) -> list[NewRequest]:
+        """Waiting requests started into ``budget`` (FCFS among the ready ones, highest class
+        first), each with its prompt's cached prefix counted as computed."""
+        bm = self.block_manager
         new: list[NewRequest] = []
-        while not preempted and self.waiting and budget > 0:
-            if len(self.running) >= self.max_num_seqs:
-                break
+        while self.waiting and budget.tokens > 0 and len(self.running) < self.max_num_seqs:
             seq = self._next_admissible()
-            num_cached = None if seq is None else bm.allocate_prompt(seq, budget)
+            num_cached = None if seq is None else bm.allocate_prompt(seq, budget.tokens)
             if num_cached is None:
                 break
-            n = self._chunk(seq, num_cached, budget)
+            n = self._chunk(seq, num_cached, budget.tokens)
             if seq.parts:
-                n = self._part_cut(seq, num_cached, n, encoder)
+                n = self._part_cut(seq, num_cached, n, budget.encoder)
                 if n == 0:  # its first part waits for a step with encoder budget left
                     bm.free_request(seq.seq_no)
                     break
@@ -231,9 +235,8 @@ class Scheduler:
                                   seq.params, seq.generator, seq.sampling_state, seq.parts,
                                   seq.part_nodes, tuple(seq.frames)))
             self.known.add(seq.seq_no)
-            rows.append(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
-            budget -= n
-        return rows, new, num_drafts
+            budget.take(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
+        return new
 
     def _preempt_for_priority(self) -> None:
         """A full batch: the first waiting request may take a lower class's slot (``priority``)."""
