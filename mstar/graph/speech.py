@@ -7,6 +7,11 @@ number of steps, is the backbone node's per-frame head, not a node: it holds no 
 frame to the next (its short cache starts empty every frame), so it needs no KV budget, no
 scheduling of its own and no edge (docs/speech.rst says more). Frames go to Mimi's decoder in
 windows of ``CSM_CHUNK_FRAMES`` after ``CSM_LEFT_CONTEXT`` frames of context.
+
+Qwen3-Omni (``qwen3_omni_moe``): ``thinker -> talker -> code2wav``; the talker's codes go to
+code2wav in windows of ``OMNI_CHUNK_FRAMES`` after ``OMNI_LEFT_CONTEXT`` frames of context, the
+numbers of transformers' ``Qwen3OmniMoeCode2Wav.chunked_decode`` as its ``generate`` calls it
+(``mstar.models.speech.omni_code2wav``; test/models/test_omni_code2wav.py).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ from mstar.graph.walk_graph import Edge, Emit, Node, Walk, WalkGraph
 CSM_CHUNK_FRAMES = 4
 CSM_LEFT_CONTEXT = 8
 BACKBONE, CODEC, SPEAK = "backbone", "codec", "speak"
+# transformers' Qwen3-Omni decodes the talker's codes with ``chunked_decode(codes,
+# chunk_size=300, left_context_size=25)``: 300 frames (24 s at code2wav's 12.5 frames a second)
+# per chunk, each after the 25 before it (2 s). The same windows make the same samples, so the
+# codec node's chunks, joined, are transformers' waveform. A shorter chunk (a sooner first audio)
+# is a serving choice for later; docs/speech.rst says more.
+OMNI_CHUNK_FRAMES = 300
+OMNI_LEFT_CONTEXT = 25
+THINKER, TALKER, CODE2WAV = "thinker", "talker", "code2wav"
 
 
 def codec_after(lm: str = BACKBONE, codec: str = CODEC,
@@ -35,19 +48,20 @@ def codec_after(lm: str = BACKBONE, codec: str = CODEC,
         (Emit(codec, "audio"),))
 
 
-def thinker_talker(chunk: ChunkPolicy = frame_windows(CSM_CHUNK_FRAMES, CSM_LEFT_CONTEXT)
+def thinker_talker(chunk: ChunkPolicy = frame_windows(OMNI_CHUNK_FRAMES, OMNI_LEFT_CONTEXT)
                    ) -> WalkGraph:
     """Qwen3-Omni's shape: the thinker's tokens (with hidden states) stream to the talker, whose
     codes stream to code2wav. Text alone walks the thinker; speech walks all three, and ends
     at the talker's finish signal (it goes on after the thinker's last token)."""
     return WalkGraph(
-        (Node("thinker", NodeKind.LANGUAGE_MODEL), Node("talker", NodeKind.LANGUAGE_MODEL),
-         Node("code2wav", NodeKind.CODEC)),
-        (Edge("hidden", "thinker", "talker", EdgeKind.STREAM, every_token(with_hidden=True)),
-         Edge("codes", "talker", "code2wav", EdgeKind.STREAM, chunk)),
-        (Walk("text", ("thinker",)),
-         Walk(SPEAK, ("thinker", "talker", "code2wav"), finish="talker")),
-        (Emit("thinker", "text"), Emit("code2wav", "audio")))
+        (Node(THINKER, NodeKind.LANGUAGE_MODEL), Node(TALKER, NodeKind.LANGUAGE_MODEL),
+         Node(CODE2WAV, NodeKind.CODEC)),
+        (Edge("hidden", THINKER, TALKER, EdgeKind.STREAM, every_token(with_hidden=True)),
+         Edge("codes", TALKER, CODE2WAV, EdgeKind.STREAM, chunk)),
+        (Walk("text", (THINKER,)),
+         Walk(SPEAK, (THINKER, TALKER, CODE2WAV), finish=TALKER)),
+        (Emit(THINKER, "text"), Emit(CODE2WAV, "audio")))
 
 
 CSM = codec_after()
+QWEN3_OMNI = thinker_talker()

@@ -1,0 +1,123 @@
+"""The tiny random Qwen3-Omni the speech tests share (float32, built in code, no hub): every part
+of ``Qwen3OmniMoeForConditionalGeneration`` at toy size (the thinker with its audio and vision
+encoders, the talker with its code predictor, code2wav), saved with ``save_pretrained``.
+
+Sizes are the smallest each part's code accepts: the MoE layers keep 4 experts (2 picked), the
+talker's shared expert is declared (its config has no default for it), the mrope sections sum to
+half of each head (text 8 -> [1, 1, 2], talker 6 -> [1, 1, 1]), and code2wav upsamples 2 x 2 x 2,
+so a frame is ``SAMPLES_PER_FRAME`` samples. The build and save take well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+CODE_GROUPS = 4  # codebooks per frame (the talker's first code, the code predictor's K-1 others)
+CODEBOOK = 32  # codes per codebook
+SAMPLES_PER_FRAME = 8  # code2wav's upsampling: upsample_rates 2 x 2, upsampling_ratios 2
+EXTRA_IDS = 16  # special text ids placed after the tokenizer's vocabulary
+# code2wav's weights are drawn again at this gain over sqrt(fan-in): transformers' own init
+# gives a near-silent decoder (peak 4e-5 here) whose samples barely depend on the codes; at 0.5
+# the peak is about 0.08 (no sample reaches the +-1 clamp), and a window with one frame less of
+# left context moves the samples by 4-5% of the peak, so a wrong window cannot pass as rounding.
+CODE2WAV_GAIN = 0.5
+ROPE = dict(rope_type="default", rope_theta=10000.0, interleaved=True)
+
+
+def _specials(text_vocab: int) -> dict[str, int]:
+    names = ("im_start", "im_end", "tts_pad", "tts_bos", "tts_eos", "system", "user",
+             "assistant", "audio", "image", "video", "audio_start", "vision_start",
+             "talker_audio_start")
+    return {name: text_vocab + i for i, name in enumerate(names)}
+
+
+def _thinker(vocab: int, ids: dict[str, int]) -> dict:
+    text = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+                max_position_embeddings=512, rope_parameters=dict(ROPE, mrope_section=[1, 1, 2]))
+    audio = dict(num_mel_bins=16, encoder_layers=1, encoder_attention_heads=2,
+                 encoder_ffn_dim=32, d_model=16, output_dim=32, max_source_positions=64,
+                 n_window=4, n_window_infer=8, conv_chunksize=16, downsample_hidden_size=8)
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                  out_hidden_size=32, patch_size=4, spatial_merge_size=2,
+                  temporal_patch_size=2, num_position_embeddings=16,
+                  deepstack_visual_indexes=[0])
+    return dict(text_config=text, audio_config=audio, vision_config=vision,
+                audio_token_id=ids["audio"], image_token_id=ids["image"],
+                video_token_id=ids["video"], audio_start_token_id=ids["audio_start"],
+                user_token_id=ids["user"])
+
+
+def _talker(ids: dict[str, int]) -> dict:
+    codec = {name: CODEBOOK + i for i, name in enumerate(
+        ("eos", "pad", "bos", "nothink", "think_bos", "think_eos", "speaker"))}
+    text = dict(vocab_size=CODEBOOK + EXTRA_IDS, hidden_size=24, intermediate_size=48,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=6,
+                moe_intermediate_size=12, shared_expert_intermediate_size=12, num_experts=4,
+                num_experts_per_tok=2, max_position_embeddings=512,
+                rope_parameters=dict(ROPE, mrope_section=[1, 1, 1]))
+    predictor = dict(vocab_size=CODEBOOK, hidden_size=24, intermediate_size=48,
+                     num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=6, num_code_groups=CODE_GROUPS, max_position_embeddings=64)
+    return dict(text_config=text, code_predictor_config=predictor, num_code_groups=CODE_GROUPS,
+                thinker_hidden_size=32, accept_hidden_layer=1, spatial_merge_size=2,
+                codec_eos_token_id=codec["eos"], codec_pad_id=codec["pad"],
+                codec_bos_id=codec["bos"], codec_nothink_id=codec["nothink"],
+                codec_think_bos_id=codec["think_bos"], codec_think_eos_id=codec["think_eos"],
+                speaker_id={"ethan": codec["speaker"]}, audio_token_id=ids["audio"],
+                image_token_id=ids["image"], video_token_id=ids["video"],
+                vision_start_token_id=ids["vision_start"],
+                audio_start_token_id=ids["talker_audio_start"])
+
+
+def _code2wav() -> dict:
+    return dict(codebook_size=CODEBOOK, hidden_size=16, num_attention_heads=2,
+                num_key_value_heads=2, sliding_window=8, intermediate_size=32,
+                num_hidden_layers=2, num_quantizers=CODE_GROUPS, upsample_rates=[2, 2],
+                upsampling_ratios=[2], decoder_dim=16, max_position_embeddings=1024)
+
+
+def omni_config(text_vocab: int):
+    """A tiny ``Qwen3OmniMoeConfig``; its special text ids follow ``text_vocab``."""
+    from transformers import Qwen3OmniMoeConfig
+
+    ids = _specials(text_vocab)
+    return Qwen3OmniMoeConfig(
+        thinker_config=_thinker(text_vocab + EXTRA_IDS, ids), talker_config=_talker(ids),
+        code2wav_config=_code2wav(), im_start_token_id=ids["im_start"],
+        im_end_token_id=ids["im_end"], tts_pad_token_id=ids["tts_pad"],
+        tts_bos_token_id=ids["tts_bos"], tts_eos_token_id=ids["tts_eos"],
+        system_token_id=ids["system"], user_token_id=ids["user"],
+        assistant_token_id=ids["assistant"])
+
+
+def _redraw(module: torch.nn.Module, gain: float) -> None:
+    """Every weight matrix (not the code embedding) drawn at ``gain / sqrt(fan_in)``; the
+    layer scales set to 1 so the transformer layers add more than a trace."""
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if param.dim() > 1 and "embedding" not in name:
+                param.normal_(0.0, gain / math.sqrt(param[0].numel()))
+            elif name.endswith("layer_scale.scale"):
+                param.fill_(1.0)
+
+
+def save_tiny_omni(path, tokenizer, seed: int = 0):
+    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path."""
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = Qwen3OmniMoeForConditionalGeneration(omni_config(len(tokenizer))).eval()
+    _redraw(model.code2wav, CODE2WAV_GAIN)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def random_codes(frames: int, seed: int = 0) -> torch.Tensor:
+    """``[frames, CODE_GROUPS]`` random codes, as the talker makes them (one frame a step)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, CODEBOOK, (frames, CODE_GROUPS), generator=generator)
