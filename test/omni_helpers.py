@@ -20,9 +20,13 @@ SAMPLES_PER_FRAME = 8  # code2wav's upsampling: upsample_rates 2 x 2, upsampling
 EXTRA_IDS = 16  # special text ids placed after the tokenizer's vocabulary
 # code2wav's weights are drawn again at this gain over sqrt(fan-in): transformers' own init
 # gives a near-silent decoder (peak 4e-5 here) whose samples barely depend on the codes; at 0.5
-# the peak is about 0.08 (no sample reaches the +-1 clamp), and a window with one frame less of
-# left context moves the samples by 4-5% of the peak, so a wrong window cannot pass as rounding.
+# the peak is about 0.1 (no sample reaches the +-1 clamp), and a window with one frame less of
+# left context moves the samples by 2-3% of the peak, so a wrong window cannot pass as rounding.
 CODE2WAV_GAIN = 0.5
+# The talker's expert weights and router are drawn at this gain over sqrt(fan-in) (see
+# _draw_talker_moe): at transformers' 0.02 the experts add so little that the greedy codes do not
+# change when they are shuffled, so a talker test could not see a wrong expert.
+TALKER_MOE_GAIN = 1.0
 ROPE = dict(rope_type="default", rope_theta=10000.0, interleaved=True)
 
 
@@ -105,12 +109,25 @@ def _redraw(module: torch.nn.Module, gain: float) -> None:
                 param.fill_(1.0)
 
 
+def _draw_talker_moe(talker, gain: float) -> None:
+    """The talker's expert weights and router, drawn at ``gain / sqrt(fan_in)``. transformers'
+    ``_init_weights`` covers the thinker's MoE blocks but not the talker's: its experts keep
+    ``torch.empty``'s memory (so two builds differ, and after other allocations they can hold
+    large garbage) and its router stays zero (every token routed to the first experts)."""
+    with torch.no_grad():
+        for layer in talker.model.layers:
+            moe = layer.mlp
+            for param in (moe.experts.gate_up_proj, moe.experts.down_proj, moe.gate.weight):
+                param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
+
+
 def save_tiny_omni(path, tokenizer, seed: int = 0):
     """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
     model = Qwen3OmniMoeForConditionalGeneration(omni_config(len(tokenizer))).eval()
+    _draw_talker_moe(model.talker, TALKER_MOE_GAIN)
     _redraw(model.code2wav, CODE2WAV_GAIN)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -121,3 +138,33 @@ def random_codes(frames: int, seed: int = 0) -> torch.Tensor:
     """``[frames, CODE_GROUPS]`` random codes, as the talker makes them (one frame a step)."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, CODEBOOK, (frames, CODE_GROUPS), generator=generator)
+
+
+def talker_inputs(talker_config, seed: int, prompt_len: int = 9, text_len: int = 12):
+    """Random talker inputs in its hidden size: ``prompt`` [T, H] (the prefill embeddings),
+    ``text`` [S, H] (one row per step) and ``pad`` [H], as ``TalkerFrames.frames`` takes them
+    (the thinker's part, already projected: docs/speech.rst)."""
+    hidden = talker_config.text_config.hidden_size
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(prompt_len, hidden, generator=generator),
+            torch.randn(text_len, hidden, generator=generator),
+            torch.randn(hidden, generator=generator))
+
+
+def talker_reference(talker, prompt, text, pad, max_frames: int) -> torch.Tensor:
+    """transformers' greedy talker frames [frames, K] for the same inputs: its ``generate`` with
+    the kwargs Qwen3-Omni's ``generate`` passes (end id, barred codec ids), greedy and without
+    the repetition penalty (a sampling choice). It makes ``max_frames + 1`` codes 0 for
+    ``max_frames`` frames: a frame's other codes are made at the next step's input."""
+    from mstar.models.speech.omni_talker import barred_codes
+
+    config = talker.config
+    out = talker.generate(
+        inputs_embeds=prompt[None], trailing_text_hidden=text[None], tts_pad_embed=pad[None, None],
+        talker_input_ids=torch.zeros(1, len(prompt), dtype=torch.int64),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.int64),
+        max_new_tokens=max_frames + 1, do_sample=False, eos_token_id=config.codec_eos_token_id,
+        suppress_tokens=barred_codes(config), output_hidden_states=True,
+        return_dict_in_generate=True)
+    frames = [step[-1][0] for step in out.hidden_states if step[-1] is not None]
+    return torch.stack(frames) if frames else torch.zeros(0, CODE_GROUPS, dtype=torch.int64)
