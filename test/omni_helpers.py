@@ -27,6 +27,10 @@ CODE2WAV_GAIN = 0.5
 # _draw_talker_moe): at transformers' 0.02 the experts add so little that the greedy codes do not
 # change when they are shuffled, so a talker test could not see a wrong expert.
 TALKER_MOE_GAIN = 1.0
+# The talker's text_projection and hidden_projection (thinker width -> talker width), drawn at
+# this gain: at transformers' 0.02 they shrink the thinker's rows to about 1e-5, so the talker's
+# codes would not depend on what the thinker said.
+PROJECTION_GAIN = 1.0
 ROPE = dict(rope_type="default", rope_theta=10000.0, interleaved=True)
 
 
@@ -52,7 +56,7 @@ def _thinker(vocab: int, ids: dict[str, int]) -> dict:
     return dict(text_config=text, audio_config=audio, vision_config=vision,
                 audio_token_id=ids["audio"], image_token_id=ids["image"],
                 video_token_id=ids["video"], audio_start_token_id=ids["audio_start"],
-                user_token_id=ids["user"])
+                user_token_id=ids["user"], vision_start_token_id=ids["vision_start"])
 
 
 def _talker(ids: dict[str, int]) -> dict:
@@ -129,6 +133,8 @@ def save_tiny_omni(path, tokenizer, seed: int = 0):
     model = Qwen3OmniMoeForConditionalGeneration(omni_config(len(tokenizer))).eval()
     _draw_talker_moe(model.talker, TALKER_MOE_GAIN)
     _redraw(model.code2wav, CODE2WAV_GAIN)
+    for projection in (model.talker.text_projection, model.talker.hidden_projection):
+        _redraw(projection, PROJECTION_GAIN)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
