@@ -2,19 +2,20 @@
 (transformers' module: mstar's thinker is not built yet) answers a chat prompt; its embeddings
 become the talker's inputs (``omni_talker_inputs``), mstar's talker loop makes the frames
 (``TalkerFrames``, the code predictor as its frame head) and the codec node sounds them in the
-graph's windows (``Code2Wav``). The text and the waveform are transformers'
-``Qwen3OmniMoeForConditionalGeneration.generate``'s for the same prompt and speaker."""
+graph's windows (``Code2Wav``), all in ``OmniSpeaker``. The text and the waveform are
+transformers' ``Qwen3OmniMoeForConditionalGeneration.generate``'s for the same prompt and
+speaker."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from omni_helpers import SAMPLES_PER_FRAME, save_tiny_omni
+from omni_helpers import CODE_GROUPS, SAMPLES_PER_FRAME, save_tiny_omni
 
 from mstar.models.speech.omni_code2wav import Code2Wav
+from mstar.models.speech.omni_speaker import OmniSpeaker
 from mstar.models.speech.omni_talker import TalkerFrames, barred_codes, load_talker
-from mstar.models.speech.omni_talker_inputs import talker_inputs
 
 REPLY, FRAMES = 10, 40  # the thinker's most tokens, the talker's most frames
 WAVE_TOLERANCE = 1e-6  # of the peak: the same frames through the same windows (measured: 0)
@@ -52,35 +53,28 @@ def _reference(model, ids):
         talker_max_new_tokens=FRAMES + 1)
 
 
-def _ours(model, talker, codec, ids):
-    config, thinker = model.config, model.thinker
-    out = thinker.generate(input_ids=torch.tensor([ids]), max_new_tokens=REPLY,
-                           eos_token_id=config.im_end_token_id, do_sample=False,
-                           output_hidden_states=True, return_dict_in_generate=True)
-    layer = config.talker_config.accept_hidden_layer
-    embeds = torch.cat([h[0] for h in out.hidden_states], dim=1)[0]
-    hidden = torch.cat([h[layer] for h in out.hidden_states], dim=1)[0]
-    with torch.no_grad():
-        tts = thinker.get_input_embeddings()(torch.tensor(
-            [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
-        said = out.sequences[0].tolist()
-        inputs = talker_inputs(talker.talker, config, said, len(ids), embeds, hidden, tts,
-                               config.talker_config.speaker_id[SPEAKER])
-    frames = list(talker.frames(inputs.prompt, inputs.text, inputs.pad, FRAMES))
-    stream = codec.stream()
-    chunks = [c for frame in frames for c in stream.push(frame)] + stream.finish()
-    return said, frames, np.concatenate(chunks)
-
-
 @pytest.mark.parametrize("words", [[11, 12, 13, 14], [40, 41, 42, 43, 44, 45, 46, 47, 48]])
-def test_speech_is_transformers_generate(tiny_omni, model, words):
+def test_speech_is_transformers_generate(model, words):
     ids = _chat(model.config, words)
-    talker, codec = TalkerFrames(load_talker(tiny_omni)), Code2Wav.load(tiny_omni)
-    said, frames, audio = _ours(model, talker, codec, ids)
+    said, speech = OmniSpeaker(model).speak(ids, REPLY, FRAMES, SPEAKER)
     sequences, wave = _reference(model, ids)
     assert said == sequences[0].tolist() and len(said) > len(ids) + 4
-    wave = wave[0, 0].numpy()
-    assert len(frames) > 4
+    wave, audio = wave[0, 0].numpy(), speech.audio
+    assert speech.codes.shape == (FRAMES, CODE_GROUPS) and speech.sample_rate == 24_000
     # one window: the frames' samples less the few the decoder's last convolutions cut
-    assert audio.shape == wave.shape and len(frames) * SAMPLES_PER_FRAME - len(audio) < 8
+    assert audio.shape == wave.shape and FRAMES * SAMPLES_PER_FRAME - len(audio) < 8
     assert np.abs(audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
+
+
+def test_the_parts_read_from_the_directory_speak_the_same(tiny_omni, model):
+    """The talker and code2wav read from their own tensors (``load_talker``,
+    ``Code2Wav.load``) make the same frames and samples as the loaded model's modules."""
+    speaker = OmniSpeaker(model)
+    _, inputs = speaker.answer(_chat(model.config, [11, 12, 13, 14]), REPLY)
+    frames = list(TalkerFrames(load_talker(tiny_omni)).frames(
+        inputs.prompt, inputs.text, inputs.pad, FRAMES))
+    stream = Code2Wav.load(tiny_omni).stream()
+    audio = np.concatenate([c for f in frames for c in stream.push(f)] + stream.finish())
+    streamed = [(frame, chunks) for frame, chunks in speaker.stream(inputs, FRAMES)]
+    assert torch.equal(torch.stack(frames), torch.stack([f for f, _ in streamed]))
+    assert np.array_equal(audio, np.concatenate([c for _, cs in streamed for c in cs]))
