@@ -17,7 +17,7 @@ from mstar.models.speech.omni_code2wav import Code2Wav
 from mstar.models.speech.omni_speaker import OmniSpeaker
 from mstar.models.speech.omni_talker import TalkerFrames, barred_codes, load_talker
 
-REPLY, FRAMES = 10, 40  # the thinker's most tokens, the talker's most frames
+REPLY, FRAMES = 10, 20  # the thinker's most tokens, the talker's most frames
 WAVE_TOLERANCE = 1e-6  # of the peak: the same frames through the same windows (measured: 0)
 SPEAKER = "ethan"
 
