@@ -3,8 +3,10 @@ worker's codec node decodes the engine's frames and the route frames the samples
 (``soundfile``, Python's ``wave``) at the codec's rate, and its samples are ``LLM.speak``'s for the
 same input and speaker within one 16-bit step (the same frames and windows; the route's only
 change is the 16-bit rounding, ``sound_formats``); pcm is the same samples raw, streamed or not;
-two concurrent requests each get their own; each refused field is a 400 naming it; the model's
-text routes refuse (it makes no text); a text model refuses speech, naming ``model``."""
+two concurrent requests each get their own; each refused field is a 400 naming it; the speech
+bounds (served with small ones) refuse by field and knob, and the seconds bound is an unset
+``max_frames``; the model's text routes refuse (it makes no text); a text model refuses speech,
+naming ``model``."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai_api.rst"
 ONE = {"input": "Hello there.", "voice": "0", "max_frames": FRAMES}
 TWO = {"input": "How are you today?", "voice": "1", "max_frames": FRAMES - 5}
 STEP = 1 / 32767  # one 16-bit step of full scale
+# The served speech bounds, small enough to reach: 2 s of CSM's 12.5 frames a second is 25 frames
+# (the tiny CSM never ends early: its 256 positions make ~240 frames); 40 characters of input.
+SECONDS, BOUND_FRAMES, INPUT_CHARS = 2.0, 25, 40
+BOUNDS = {"MSTAR_MAX_SPEECH_SECONDS": str(SECONDS),
+          "MSTAR_MAX_SPEECH_INPUT_CHARS": str(INPUT_CHARS)}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +51,7 @@ def served(tiny_csm, tmp_path_factory):
     from serve_helpers import running_server
 
     yield from running_server(tiny_csm, tmp_path_factory.mktemp("csm-serve") / "s.log",
-                              {"MSTAR_DTYPE": "float32"})
+                              {"MSTAR_DTYPE": "float32", **BOUNDS})
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +177,35 @@ def test_sse_events_carry_the_same_samples(served, spoken):
     assert done["usage"]["output_tokens"] == len(spoken["one"].codes)
     assert done["usage"]["total_tokens"] == sum(
         done["usage"][k] for k in ("input_tokens", "output_tokens"))
+
+
+def _sse_frames(resp: httpx.Response) -> int:
+    """The frames a ``stream_format: sse`` answer's done event counts."""
+    assert resp.status_code == 200, resp.text
+    done = json.loads(resp.text.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert done["type"] == "speech.audio.done"
+    return done["usage"]["output_tokens"]
+
+
+def test_unset_max_frames_is_the_seconds_bound(served):
+    body = {"input": ONE["input"], "response_format": "pcm", "stream_format": "sse"}
+    assert _sse_frames(_speech(served, body)) == BOUND_FRAMES
+    assert _sse_frames(_speech(served, {**body, "max_frames": BOUND_FRAMES})) == BOUND_FRAMES
+
+
+def test_max_frames_over_the_seconds_bound_names_the_field_and_the_knob(served):
+    resp = _speech(served, {**ONE, "max_frames": BOUND_FRAMES + 1})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "max_frames"
+    assert "MSTAR_MAX_SPEECH_SECONDS" in resp.json()["error"]["message"]
+
+
+def test_input_over_the_character_bound_names_the_field_and_the_knob(served):
+    assert _speech(served, {**BASE, "input": "a" * INPUT_CHARS}).status_code == 200
+    resp = _speech(served, {**BASE, "input": "a" * (INPUT_CHARS + 1)})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "input"
+    assert "MSTAR_MAX_SPEECH_INPUT_CHARS" in resp.json()["error"]["message"]
 
 
 def test_a_speech_model_refuses_the_text_routes(served):

@@ -4,7 +4,8 @@ aac or flac is a dependency), ``speed`` 1.0 only (a knob that does nothing says 
 ``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" or "sse" with
 pcm only.
 ``voice`` is a CSM speaker id, "0" .. "9" (``utterance.CSM_SPEAKERS``); ``max_frames`` (an
-extra) bounds the audio: Mimi makes 12.5 frames a second."""
+extra) bounds the audio: Mimi makes 12.5 frames a second. The bounds (input characters, seconds
+of audio) are ``speak_bounds``'s."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pydantic import Field
 from mstar.api_server.audio.sound_formats import FORMATS
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import StrictModel
-from mstar.models.speech.utterance import CSM_SPEAKERS, DEFAULT_MAX_FRAMES
+from mstar.models.speech.utterance import CSM_SPEAKERS
 
 STREAM_FORMATS = ("audio", "sse")
 
@@ -21,7 +22,8 @@ STREAM_FORMATS = ("audio", "sse")
 class SpeechRequest(StrictModel):
     model: str | None = None
     input: str = Field(min_length=1, description="The text to say (at most "
-                       "MSTAR_MAX_PROMPT_CHARS characters, and it must fit max_model_len).")
+                       "MSTAR_MAX_SPEECH_INPUT_CHARS characters, and its tokens must fit "
+                       "max_model_len).")
     voice: str = Field("0", description="A speaker id of the model: \"0\" .. \"9\".")
     instructions: str | None = Field(None, description="Not supported: a 400 unless empty "
                                      "(the field table's rejection).")
@@ -32,8 +34,9 @@ class SpeechRequest(StrictModel):
                                       "chunk decodes; \"sse\": speech.audio.delta events "
                                       "(base64 pcm), then speech.audio.done (response_format "
                                       "pcm).")
-    max_frames: int = Field(DEFAULT_MAX_FRAMES, ge=1, le=DEFAULT_MAX_FRAMES,
-                            description="Most codec frames (12.5 a second; default 30 s).")
+    max_frames: int | None = Field(None, ge=1, description="Most codec frames (12.5 a "
+                                   "second), within MSTAR_MAX_SPEECH_SECONDS; unset: that "
+                                   "bound, cut to what max_model_len leaves.")
 
     def speaker(self) -> int:
         """The speaker id ``voice`` names (a 400 naming ``voice`` for any other)."""
