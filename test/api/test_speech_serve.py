@@ -158,10 +158,34 @@ def test_a_bad_field_is_refused_by_name(served, field, value):
     assert resp.json()["error"]["param"] == field
 
 
-@pytest.mark.parametrize("stream_format", ["audio", "sse"])
-def test_streamed_wav_is_refused_naming_stream_format(served, stream_format):
-    resp = _speech(served, {**ONE, "stream_format": stream_format})
+def test_wav_events_are_refused_naming_stream_format(served):
+    resp = _speech(served, {**ONE, "stream_format": "sse"})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "stream_format"
+
+
+def test_a_streamed_wav_parses_and_is_the_whole_wavs_samples(served, spoken):
+    """The openai client's streaming response reads a WAV that starts before its length is
+    known (header first, sizes 0xFFFFFFFF), then pcm as each window decodes; Python's ``wave``
+    parses it and its samples are the non-streamed WAV's, byte for byte."""
+    import openai
+
+    client = openai.OpenAI(api_key="x", base_url=served.url + "/v1", max_retries=0, timeout=60)
+    name = httpx.get(served.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    body = dict(model=name, input=ONE["input"], voice="0",
+                extra_body={"max_frames": ONE["max_frames"]})
+    with wave.open(io.BytesIO(client.audio.speech.create(**body).content)) as w:
+        whole = w.readframes(w.getnframes())
+    with client.audio.speech.with_streaming_response.create(
+            **body, response_format="wav", stream_format="audio") as resp:
+        assert resp.headers["content-type"] == "audio/wav"
+        chunks = list(resp.iter_bytes())
+    streamed = b"".join(chunks)
+    assert streamed[4:8] == streamed[40:44] == b"\xff" * 4  # RIFF and data sizes unknown
+    with wave.open(io.BytesIO(streamed)) as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24_000)
+        samples = w.readframes(w.getnframes())
+    assert samples == whole and len(whole) > 0
+    _same_samples(np.frombuffer(samples, "<i2"), spoken["one"])
 
 
 def test_sse_events_carry_the_same_samples(served, spoken):

@@ -22,7 +22,12 @@ from fastapi.responses import Response, StreamingResponse
 
 from mstar.api_server.audio.refusal import model_refusal
 from mstar.api_server.audio.routes import replay_one
-from mstar.api_server.audio.sound_formats import MEDIA_TYPES, pcm16, wav
+from mstar.api_server.audio.sound_formats import (
+    MEDIA_TYPES,
+    pcm16,
+    streamed_wav_header,
+    wav,
+)
 from mstar.api_server.audio.speak_bounds import check_speech_input, speech_frames
 from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
 from mstar.api_server.generation.run import Job, first_output, new_request_id
@@ -36,8 +41,9 @@ from mstar.output.processor import TextOutput
 router = APIRouter()
 CLIENT_GONE = 499  # answered to no one: the client closed the request (nginx's code)
 DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian PCM (mono, "
-             "at the model's codec rate; CSM: 24 kHz); stream_format sse: speech.audio.delta "
-             "events (base64 pcm), then speech.audio.done.",
+             "at the model's codec rate; CSM: 24 kHz); stream_format audio: the same bytes as "
+             "they decode (a streamed WAV's header, first, has sizes 0xFFFFFFFF); stream_format "
+             "sse: speech.audio.delta events (base64 pcm), then speech.audio.done.",
              "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}},
                          "audio/pcm": {"schema": {"type": "string", "format": "binary"}},
                          "text/event-stream": {"schema": {"type": "string"}}}},
@@ -61,8 +67,8 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
                                  media_type="text/event-stream", headers=headers)
     if req.stream_format == "audio":
         first = await first_output(outputs)
-        return StreamingResponse(_pcm_stream(first, outputs), media_type=MEDIA_TYPES["pcm"],
-                                 headers=headers)
+        return StreamingResponse(_audio_stream(first, outputs, req.response_format == "wav"),
+                                 media_type=MEDIA_TYPES[req.response_format], headers=headers)
     pcm, rate = bytearray(), 0
     async with aclosing(outputs):
         async for _, out in outputs:
@@ -89,9 +95,16 @@ def _pcm(out: TextOutput) -> bytes:
     return b"" if out.new_audio is None else pcm16(out.new_audio.samples)
 
 
-async def _pcm_stream(first: tuple[int, TextOutput], rest: AsyncIterator) -> AsyncIterator[bytes]:
-    """The pcm bytes of each output as it arrives (a failure midway ends the stream short)."""
+async def _audio_stream(first: tuple[int, TextOutput], rest: AsyncIterator,
+                        wav_header: bool) -> AsyncIterator[bytes]:
+    """The pcm bytes of each output as it arrives (a failure midway ends the stream short),
+    after a streamed WAV's header (``wav_header``) when the first audio brings its rate."""
     async for _, out in replay_one(first, rest):
+        if out.new_audio is None:
+            continue
+        if wav_header:
+            yield streamed_wav_header(out.new_audio.rate)
+            wav_header = False
         if chunk := _pcm(out):
             yield chunk
 

@@ -30,11 +30,13 @@ ROWS: list[dict[str, Any]] = [
          "value is a 400.", accepted={"speed": 1.0}, refused={"speed": 1.5}),
     _rejected("instructions", SPEECH, "this model takes no style prompt.", "Cheerfully.",
               allowed=(None, "")),
-    _row("stream_format", SPEECH, "supported", "With ``pcm``: ``audio`` (the bytes as each "
-         "codec window decodes, every 320 ms of audio) or ``sse`` (``speech.audio.delta`` "
-         "events of base64 pcm, then ``speech.audio.done`` with the usage). Streamed wav is a "
-         "400.", accepted={"stream_format": "sse", "response_format": "pcm"},
-         refused={"stream_format": "audio"}),
+    _row("stream_format", SPEECH, "supported", "``audio``: the bytes as each codec window "
+         "decodes (every 320 ms of audio); with ``wav``, a header whose RIFF and data sizes are "
+         "0xFFFFFFFF (the streaming convention) comes first. ``sse`` (with ``pcm``): "
+         "``speech.audio.delta`` events of base64 pcm, then ``speech.audio.done`` with the "
+         "usage; ``sse`` with wav is a 400.",
+         accepted={"stream_format": "sse", "response_format": "pcm"},
+         refused={"stream_format": "sse"}),
     _row("max_frames", SPEECH, "extra", "The most codec frames (12.5 a second), from 1 to "
          "MSTAR_MAX_SPEECH_SECONDS' frames (30 s, 375 frames by default; more is a 400); "
          "unset: that bound, cut to what max_model_len leaves after the prompt; given, it must "
