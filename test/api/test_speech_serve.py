@@ -232,6 +232,16 @@ def test_input_over_the_character_bound_names_the_field_and_the_knob(served):
     assert "MSTAR_MAX_SPEECH_INPUT_CHARS" in resp.json()["error"]["message"]
 
 
+def test_llm_speak_without_max_frames_makes_the_seconds_bound(tiny_csm):
+    """Offline too, an unset bound is MSTAR_MAX_SPEECH_SECONDS' frames (0.4 s: 5 frames)."""
+    from mstar import LLM
+
+    llm = LLM(model=str(tiny_csm), device="cpu", dtype="float32", kv_block_size=4,
+              num_kv_blocks=64, max_speech_seconds=0.4)
+    (speech,) = llm.speak("Hello there.")
+    assert len(speech.codes) == 5
+
+
 def test_a_speech_model_refuses_the_text_routes(served):
     for path, body in (("/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
                        ("/v1/chat/completions", {"messages": [{"role": "user",
