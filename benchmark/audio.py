@@ -9,6 +9,12 @@ greedily without timestamps; mstar through ``mstar.LLM.transcribe`` (a list of f
 concurrently in the engine's batch), faster-whisper through ``WhisperModel.transcribe`` from N
 threads (``num_workers=N``). Both get the same CPU threads. Then each one's word error rate on
 the same files (jiwer; lower case, punctuation dropped; numbers as digits count as errors).
+
+    PYTHONPATH=. .venv/bin/python -m benchmark.audio --speech-out [--frames 100] [--passes 2]
+
+Speech out instead (``benchmark.speech_out``): time to the first audio chunk and seconds of
+audio per wall second at 1 and 8 concurrent ``/v1/audio/speech`` streams, against ``mstar
+serve`` on a tiny random CSM the script saves.
 """
 
 from __future__ import annotations
@@ -90,7 +96,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's)")
     parser.add_argument("--passes", type=int, default=2, help="best of this many passes")
+    parser.add_argument("--speech-out", action="store_true",
+                        help="speech out (benchmark.speech_out) instead of transcription")
+    parser.add_argument("--frames", type=int, default=100, help="--speech-out: frames a request")
+    parser.add_argument("--serve-env", nargs="*", default=[], metavar="MSTAR_X=V",
+                        help="--speech-out: knobs of the served CSM")
     args = parser.parse_args()
+    if args.speech_out:
+        from benchmark import speech_out
+
+        speech_out.report(speech_out.run(args.frames, args.passes, args.serve_env), args.frames)
+        return
     import torch
     from faster_whisper import WhisperModel
 

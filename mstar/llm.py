@@ -151,18 +151,20 @@ class LLM:
 
     def speak(self, prompts, speaker: int = 0, max_frames: int | None = None) -> list:
         """Speech out (a model whose graph ends in a codec, CSM): each prompt (text, as the
-        model's turn ``[speaker]text``, or ``{"prompt_token_ids": [...]}``) spoken greedily.
+        model's turn ``[speaker]text``, or ``{"prompt_token_ids": [...]}``) spoken greedily,
+        at most ``max_frames`` frames (unset: MSTAR_MAX_SPEECH_SECONDS of them).
         The frames come from the engine (its paged KV cache, batched, preemptible) and are
         sounded by the codec node in the graph's windows; returns one
         ``mstar.models.speech.voice.Speech`` (audio, sample rate, codes) per prompt. Mimi and
         the tokenizer are loaded at the first call (``Voice.load``)."""
         import torch
 
-        from mstar.models.speech.utterance import DEFAULT_MAX_FRAMES, check_max_frames
+        from mstar.models.speech.utterance import check_max_frames, frames_in
         from mstar.models.speech.voice import Voice
 
         self.engine.graph.walk_emitting("audio")  # a ValueError for a model without audio out
-        max_frames = DEFAULT_MAX_FRAMES if max_frames is None else max_frames
+        if max_frames is None:  # the seconds bound's frames (MSTAR_MAX_SPEECH_SECONDS)
+            max_frames = frames_in(self.settings.max_speech_seconds)
         check_max_frames(max_frames)
         if self._voice is None:
             self._voice = Voice.load(self.engine.model_dir)

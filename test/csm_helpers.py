@@ -15,7 +15,7 @@ PROMPT = [5, 17, 42, 99, 7, 250]
 WAVE_TOLERANCE = 1e-4
 
 
-def csm_config(text_vocab: int):
+def csm_config(text_vocab: int, positions: int = 256):
     from transformers import CsmConfig
 
     depth = dict(num_codebooks=CODEBOOKS, backbone_hidden_size=32, vocab_size=CODES,
@@ -29,18 +29,19 @@ def csm_config(text_vocab: int):
                 num_key_value_heads=2, sliding_window=16)
     return CsmConfig(num_codebooks=CODEBOOKS, vocab_size=CODES, text_vocab_size=text_vocab,
                      hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
                      pad_token_id=1, bos_token_id=0, audio_token_id=2, audio_eos_token_id=3,
                      codebook_pad_token_id=CODES - 1, codebook_eos_token_id=0,
                      depth_decoder_config=depth, codec_config=mimi)
 
 
-def save_tiny_csm(path, tokenizer, seed: int = 0):
-    """A tiny random CSM saved with ``tokenizer`` under ``path``; returns the path."""
+def save_tiny_csm(path, tokenizer, seed: int = 0, positions: int = 256):
+    """A tiny random CSM saved with ``tokenizer`` under ``path``; returns the path. ``positions``:
+    the backbone's (its prompt and frames), for a served request that must run long."""
     from transformers import CsmForConditionalGeneration
 
     torch.manual_seed(seed)
-    model = CsmForConditionalGeneration(csm_config(len(tokenizer))).eval()
+    model = CsmForConditionalGeneration(csm_config(len(tokenizer), positions)).eval()
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -210,6 +210,27 @@ def wait_idle(server: Server, timeout_s: float = 10) -> None:
         time.sleep(0.05)
 
 
+def abandon_and_require_idle(server: Server, socks: list, running: int,
+                             patience_s: float) -> None:
+    """Close the raw connections ``socks`` (the clients go away) once ``running`` requests run
+    and hold KV blocks; then every block must be free and nothing running or in flight within
+    ``patience_s`` (``/metrics``): their requests were aborted, not run to the end."""
+    try:
+        wait_running(server, at_least=running)
+        deadline = time.monotonic() + 30  # a usage ratio is rounded: a few blocks may read 0
+        while server.metric("mstar_kv_cache_usage_ratio") == 0:
+            assert time.monotonic() < deadline, "the requests never held a KV block"
+            time.sleep(0.02)
+    finally:
+        for sock in socks:
+            sock.close()
+    started = time.monotonic()
+    wait_idle(server, timeout_s=patience_s)
+    assert time.monotonic() - started < patience_s
+    assert server.metric("mstar_num_requests_running") == 0
+    assert server.metric("mstar_kv_cache_usage_ratio") == 0
+
+
 def wait_running(server: Server, at_least: int = 1, timeout_s: float = 60) -> None:
     """Until the workers report at least this many requests running (a loaded machine may take
     a while to admit one)."""

@@ -6,7 +6,6 @@ The engine deals in token ids only: text, stop strings and logprob formatting ar
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -18,6 +17,7 @@ from transformers import AutoConfig, AutoTokenizer
 from mstar.engine.engine_stats import EngineStats
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.kv.state_cache import StateSlots
+from mstar.engine.model_facts import eos_token_ids, model_max_len
 from mstar.engine.placement import resolve_device_dtype
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import (
@@ -76,16 +76,8 @@ class LLMEngine:
         self.device, self.dtype = resolve_device_dtype(settings)
         hf_config = AutoConfig.from_pretrained(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        text_config = hf_config.get_text_config()
-        # Whisper's decoder names its limit max_target_positions
-        limit = getattr(text_config, "max_target_positions", None) or text_config.max_position_embeddings
-        self.max_model_len = settings.max_model_len or limit
-        if self.max_model_len > limit:
-            raise ValueError(
-                f"max_model_len={self.max_model_len} exceeds the model's "
-                f"max_position_embeddings={limit}"
-            )
-        self.eos_token_ids = self._eos_ids(model_dir)
+        self.max_model_len = model_max_len(hf_config, settings.max_model_len)
+        self.eos_token_ids = eos_token_ids(self.tokenizer, model_dir)
         self.pooling = model_pooling(model_dir, settings.embedding_pooling)  # for "auto" requests
         self.vocab_size = hf_config.get_text_config().vocab_size  # the width of the logits
         self.grammars = GrammarCompilePool(self.tokenizer, self.vocab_size,
@@ -143,16 +135,6 @@ class LLMEngine:
                      "layers; a cached KV prefix does not restore their state")
             return False
         return enabled
-
-    def _eos_ids(self, model_dir) -> set[int]:
-        ids = set()
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        gen_config = model_dir / "generation_config.json"
-        if gen_config.is_file():
-            eos = json.loads(gen_config.read_text()).get("eos_token_id")
-            ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        return ids
 
     # ---- request lifecycle -------------------------------------------------------------
 
@@ -303,30 +285,11 @@ class LLMEngine:
         for seq_no, prob in result.no_speech.items():  # kept until the request's first token
             if seq_no in self.scheduler.live:
                 self.scheduler.live[seq_no].no_speech_prob = prob
-        outputs: list[RequestOutput] = []
-        for emitted in self.scheduler.update(out, result, self.stop_rule):
-            seq = emitted.seq
-            if emitted.finish_reason is not None:
-                del self.seqs[seq.request_id]
-            if seq.params.pooling is not None:  # its prompt ended: its vector, no tokens
-                outputs.append(RequestOutput(
-                    request_id=seq.request_id, finished=True, finish_reason="stop",
-                    num_prompt_tokens=seq.num_prompt_tokens,
-                    num_cached_tokens=seq.num_cached_tokens, embedding=result.pooled[seq.seq_no]))
-                continue
-            outputs.append(RequestOutput(
-                request_id=seq.request_id,
-                new_token_ids=emitted.token_ids,
-                finished=emitted.finish_reason is not None,
-                finish_reason=emitted.finish_reason,
-                num_prompt_tokens=seq.num_prompt_tokens,
-                num_output_tokens=seq.num_output_tokens,
-                num_cached_tokens=seq.num_cached_tokens,
-                logprobs=emitted.logprobs,
-                no_speech_prob=(seq.no_speech_prob if seq.num_output_tokens == len(
-                    emitted.token_ids) else None),  # with the request's first tokens only
-            ))
-        return outputs
+        emitted = self.scheduler.update(out, result, self.stop_rule)
+        for e in emitted:
+            if e.finish_reason is not None:
+                del self.seqs[e.seq.request_id]
+        return [e.output(result.pooled) for e in emitted]
 
     def _postprocess_frames(self, out: SchedulerOutput, result: RunnerOutput
                             ) -> list[RequestOutput]:

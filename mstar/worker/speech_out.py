@@ -7,7 +7,9 @@ The worker makes one at load when the model's graph emits audio (``speech_out``)
 routes its outputs through ``sound``: a text model's publish path is unchanged. A request's codec
 state lives from its first frame to its finish (end frame, ``max_tokens`` frames, a failure's
 abort output) or its abort by the API server (``forget``: the engine emits nothing then); it is
-at most the edge's window (``L + N`` frames).
+at most the edge's window (``L + N`` frames), whose bytes are checked against
+MSTAR_MAX_SPEECH_CODEC_BYTES once, at load (``check_codec_memory``): a request's state cannot
+grow past it, so admission has nothing more to check.
 The decode runs on the worker's thread between steps: a chunk every ``N`` frames per request.
 """
 
@@ -68,8 +70,20 @@ class SpeechOut:
 
 
 def speech_out(engine) -> SpeechOut | None:
-    """The worker's codec node for ``engine``'s model: None unless its graph emits audio."""
+    """The worker's codec node for ``engine``'s model: None unless its graph emits audio; a
+    ValueError (the worker does not start) when its codec state is over its bound."""
     if "audio" not in engine.graph.output_modalities():
         return None
     voice = Voice.load(engine.model_dir)
+    check_codec_memory(voice, engine.settings.max_speech_codec_bytes)
     return SpeechOut(voice, voice.text_vocab_size)
+
+
+def check_codec_memory(voice: Voice, bound: int) -> None:
+    """MSTAR_MAX_SPEECH_CODEC_BYTES against the codec's state per request (fixed by the model:
+    ``Voice.codec_state_bytes``)."""
+    need = voice.codec_state_bytes()
+    if need > bound:
+        raise ValueError(f"this speech model's codec holds {need} bytes per request (its "
+                         f"window of {voice.chunk.held_frames} frames and their samples), more "
+                         f"than MSTAR_MAX_SPEECH_CODEC_BYTES ({bound}): raise it to serve it")

@@ -3,8 +3,10 @@ worker's codec node decodes the engine's frames and the route frames the samples
 (``soundfile``, Python's ``wave``) at the codec's rate, and its samples are ``LLM.speak``'s for the
 same input and speaker within one 16-bit step (the same frames and windows; the route's only
 change is the 16-bit rounding, ``sound_formats``); pcm is the same samples raw, streamed or not;
-two concurrent requests each get their own; each refused field is a 400 naming it; the model's
-text routes refuse (it makes no text); a text model refuses speech, naming ``model``."""
+two concurrent requests each get their own; each refused field is a 400 naming it; the speech
+bounds (served with small ones) refuse by field and knob, and the seconds bound is an unset
+``max_frames``; the model's text routes refuse (it makes no text); a text model refuses speech,
+naming ``model``."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai_api.rst"
 ONE = {"input": "Hello there.", "voice": "0", "max_frames": FRAMES}
 TWO = {"input": "How are you today?", "voice": "1", "max_frames": FRAMES - 5}
 STEP = 1 / 32767  # one 16-bit step of full scale
+# The served speech bounds, small enough to reach: 2 s of CSM's 12.5 frames a second is 25 frames
+# (the tiny CSM never ends early: its 256 positions make ~240 frames); 40 characters of input.
+SECONDS, BOUND_FRAMES, INPUT_CHARS = 2.0, 25, 40
+BOUNDS = {"MSTAR_MAX_SPEECH_SECONDS": str(SECONDS),
+          "MSTAR_MAX_SPEECH_INPUT_CHARS": str(INPUT_CHARS)}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +51,7 @@ def served(tiny_csm, tmp_path_factory):
     from serve_helpers import running_server
 
     yield from running_server(tiny_csm, tmp_path_factory.mktemp("csm-serve") / "s.log",
-                              {"MSTAR_DTYPE": "float32"})
+                              {"MSTAR_DTYPE": "float32", **BOUNDS})
 
 
 @pytest.fixture(scope="module")
@@ -151,10 +158,34 @@ def test_a_bad_field_is_refused_by_name(served, field, value):
     assert resp.json()["error"]["param"] == field
 
 
-@pytest.mark.parametrize("stream_format", ["audio", "sse"])
-def test_streamed_wav_is_refused_naming_stream_format(served, stream_format):
-    resp = _speech(served, {**ONE, "stream_format": stream_format})
+def test_wav_events_are_refused_naming_stream_format(served):
+    resp = _speech(served, {**ONE, "stream_format": "sse"})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "stream_format"
+
+
+def test_a_streamed_wav_parses_and_is_the_whole_wavs_samples(served, spoken):
+    """The openai client's streaming response reads a WAV that starts before its length is
+    known (header first, sizes 0xFFFFFFFF), then pcm as each window decodes; Python's ``wave``
+    parses it and its samples are the non-streamed WAV's, byte for byte."""
+    import openai
+
+    client = openai.OpenAI(api_key="x", base_url=served.url + "/v1", max_retries=0, timeout=60)
+    name = httpx.get(served.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    body = dict(model=name, input=ONE["input"], voice="0",
+                extra_body={"max_frames": ONE["max_frames"]})
+    with wave.open(io.BytesIO(client.audio.speech.create(**body).content)) as w:
+        whole = w.readframes(w.getnframes())
+    with client.audio.speech.with_streaming_response.create(
+            **body, response_format="wav", stream_format="audio") as resp:
+        assert resp.headers["content-type"] == "audio/wav"
+        chunks = list(resp.iter_bytes())
+    streamed = b"".join(chunks)
+    assert streamed[4:8] == streamed[40:44] == b"\xff" * 4  # RIFF and data sizes unknown
+    with wave.open(io.BytesIO(streamed)) as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24_000)
+        samples = w.readframes(w.getnframes())
+    assert samples == whole and len(whole) > 0
+    _same_samples(np.frombuffer(samples, "<i2"), spoken["one"])
 
 
 def test_sse_events_carry_the_same_samples(served, spoken):
@@ -170,6 +201,45 @@ def test_sse_events_carry_the_same_samples(served, spoken):
     assert done["usage"]["output_tokens"] == len(spoken["one"].codes)
     assert done["usage"]["total_tokens"] == sum(
         done["usage"][k] for k in ("input_tokens", "output_tokens"))
+
+
+def _sse_frames(resp: httpx.Response) -> int:
+    """The frames a ``stream_format: sse`` answer's done event counts."""
+    assert resp.status_code == 200, resp.text
+    done = json.loads(resp.text.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert done["type"] == "speech.audio.done"
+    return done["usage"]["output_tokens"]
+
+
+def test_unset_max_frames_is_the_seconds_bound(served):
+    body = {"input": ONE["input"], "response_format": "pcm", "stream_format": "sse"}
+    assert _sse_frames(_speech(served, body)) == BOUND_FRAMES
+    assert _sse_frames(_speech(served, {**body, "max_frames": BOUND_FRAMES})) == BOUND_FRAMES
+
+
+def test_max_frames_over_the_seconds_bound_names_the_field_and_the_knob(served):
+    resp = _speech(served, {**ONE, "max_frames": BOUND_FRAMES + 1})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "max_frames"
+    assert "MSTAR_MAX_SPEECH_SECONDS" in resp.json()["error"]["message"]
+
+
+def test_input_over_the_character_bound_names_the_field_and_the_knob(served):
+    assert _speech(served, {**BASE, "input": "a" * INPUT_CHARS}).status_code == 200
+    resp = _speech(served, {**BASE, "input": "a" * (INPUT_CHARS + 1)})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "input"
+    assert "MSTAR_MAX_SPEECH_INPUT_CHARS" in resp.json()["error"]["message"]
+
+
+def test_llm_speak_without_max_frames_makes_the_seconds_bound(tiny_csm):
+    """Offline too, an unset bound is MSTAR_MAX_SPEECH_SECONDS' frames (0.4 s: 5 frames)."""
+    from mstar import LLM
+
+    llm = LLM(model=str(tiny_csm), device="cpu", dtype="float32", kv_block_size=4,
+              num_kv_blocks=64, max_speech_seconds=0.4)
+    (speech,) = llm.speak("Hello there.")
+    assert len(speech.codes) == 5
 
 
 def test_a_speech_model_refuses_the_text_routes(served):

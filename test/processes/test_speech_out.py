@@ -73,3 +73,21 @@ def test_an_abort_drops_the_codec_state(speech_out):
     aborted = RequestOutput("d", finished=True, finish_reason="abort")
     assert speech_out.sound([aborted]) == [aborted]  # no decode of its leftover
     assert speech_out.codecs == {}
+
+
+def test_codec_state_is_within_its_bytes_and_the_bound_is_checked(speech_out):
+    """``Voice.codec_state_bytes`` bounds what a request's codec holds (its codes, and the samples
+    of a chunk); ``check_codec_memory`` (MSTAR_MAX_SPEECH_CODEC_BYTES at load) refuses a bound
+    below it, naming the knob."""
+    from mstar.worker.speech_out import check_codec_memory
+
+    voice, need = speech_out.voice, speech_out.voice.codec_state_bytes()
+    for step in _outputs("c", _frames(3, 30), [1] * 30):
+        (out,) = speech_out.sound([step])
+        codec = speech_out.codecs.get("c")
+        held = 0 if codec is None else sum(frame.nbytes for frame in codec.held)
+        audio = 0 if out.new_audio is None else len(out.new_audio.samples)
+        assert 0 < held + audio <= need
+    check_codec_memory(voice, need)
+    with pytest.raises(ValueError, match="MSTAR_MAX_SPEECH_CODEC_BYTES"):
+        check_codec_memory(voice, need - 1)

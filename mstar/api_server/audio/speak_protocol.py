@@ -1,10 +1,11 @@
 """The body of POST /v1/audio/speech (OpenAI's shape) and its own rules. Every OpenAI field is
 served or refused by name: ``response_format`` wav or pcm (no well-kept encoder for mp3, opus,
 aac or flac is a dependency), ``speed`` 1.0 only (a knob that does nothing says so),
-``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" or "sse" with
-pcm only.
+``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" (wav or pcm)
+or "sse" (pcm only: OpenAI's events carry raw samples).
 ``voice`` is a CSM speaker id, "0" .. "9" (``utterance.CSM_SPEAKERS``); ``max_frames`` (an
-extra) bounds the audio: Mimi makes 12.5 frames a second."""
+extra) bounds the audio: Mimi makes 12.5 frames a second. The bounds (input characters, seconds
+of audio) are ``speak_bounds``'s."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pydantic import Field
 from mstar.api_server.audio.sound_formats import FORMATS
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import StrictModel
-from mstar.models.speech.utterance import CSM_SPEAKERS, DEFAULT_MAX_FRAMES
+from mstar.models.speech.utterance import CSM_SPEAKERS
 
 STREAM_FORMATS = ("audio", "sse")
 
@@ -21,19 +22,21 @@ STREAM_FORMATS = ("audio", "sse")
 class SpeechRequest(StrictModel):
     model: str | None = None
     input: str = Field(min_length=1, description="The text to say (at most "
-                       "MSTAR_MAX_PROMPT_CHARS characters, and it must fit max_model_len).")
+                       "MSTAR_MAX_SPEECH_INPUT_CHARS characters, and its tokens must fit "
+                       "max_model_len).")
     voice: str = Field("0", description="A speaker id of the model: \"0\" .. \"9\".")
     instructions: str | None = Field(None, description="Not supported: a 400 unless empty "
                                      "(the field table's rejection).")
     response_format: str = Field("wav", description="wav (16-bit mono; the default: OpenAI's "
                                  "mp3 has no encoder here) or pcm (16-bit little-endian, raw).")
     speed: float = Field(1.0, description="1.0 only: other speeds are a 400.")
-    stream_format: str | None = Field(None, description="\"audio\": the pcm bytes as each "
-                                      "chunk decodes; \"sse\": speech.audio.delta events "
-                                      "(base64 pcm), then speech.audio.done (response_format "
-                                      "pcm).")
-    max_frames: int = Field(DEFAULT_MAX_FRAMES, ge=1, le=DEFAULT_MAX_FRAMES,
-                            description="Most codec frames (12.5 a second; default 30 s).")
+    stream_format: str | None = Field(None, description="\"audio\": the bytes as each "
+                                      "chunk decodes (wav: a header with sizes 0xFFFFFFFF "
+                                      "first); \"sse\": speech.audio.delta events (base64 "
+                                      "pcm), then speech.audio.done (response_format pcm).")
+    max_frames: int | None = Field(None, ge=1, description="Most codec frames (12.5 a "
+                                   "second), within MSTAR_MAX_SPEECH_SECONDS; unset: that "
+                                   "bound, cut to what max_model_len leaves.")
 
     def speaker(self) -> int:
         """The speaker id ``voice`` names (a 400 naming ``voice`` for any other)."""
@@ -52,8 +55,9 @@ def check_speech_fields(req: SpeechRequest) -> None:
         raise APIError(400, f"`speed`: only 1.0 is supported (the audio is not time-stretched), "
                        f"not {req.speed}", "speed")
     if req.stream_format is not None and (req.stream_format not in STREAM_FORMATS
-                                          or req.response_format != "pcm"):
-        raise APIError(400, f"`stream_format`: \"audio\" or \"sse\" with response_format pcm "
-                       f"is supported, not {req.stream_format!r} with {req.response_format}",
+                                          or (req.stream_format, req.response_format)
+                                          == ("sse", "wav")):
+        raise APIError(400, f"`stream_format`: \"audio\" (wav or pcm) or \"sse\" (pcm) is "
+                       f"supported, not {req.stream_format!r} with {req.response_format}",
                        "stream_format")
     req.speaker()

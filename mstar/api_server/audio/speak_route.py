@@ -1,11 +1,12 @@
 """POST /v1/audio/speech: text in, speech out, from a model whose walk graph emits audio (CSM).
 
-The prompt is CSM's turn (``utterance.csm_turn``) tokenized here under the prompt bounds of
-every route (``given_prompts``: MSTAR_MAX_PROMPT_CHARS, max_model_len); it runs in a worker as a
-greedy request of at most ``max_frames`` frames. That worker's codec node decodes the frames in
-the graph's windows and sends each ready window's samples with the request's output
-(``RequestOutput.new_audio``, ``mstar.worker.speech_out``); this route only joins and
-frames them (``sound_formats``): no torch here. A model whose graph emits no audio answers a 400
+The prompt is CSM's turn (``utterance.csm_turn``) tokenized here under the speech bounds
+(``speak_bounds``: MSTAR_MAX_SPEECH_INPUT_CHARS) and the prompt bounds of every route
+(``given_prompts``: MSTAR_MAX_PROMPT_CHARS, max_model_len); it runs in a worker as a greedy
+request of at most ``max_frames`` frames (``speak_bounds.speech_frames``). That worker's codec
+node decodes the frames in the graph's windows and sends each ready window's samples with the
+request's output (``RequestOutput.new_audio``, ``mstar.worker.speech_out``); this route only
+joins and frames them (``sound_formats``): no torch here. A model whose graph emits no audio answers a 400
 naming ``model`` (``refusal``, the transcription routes' rule).
 """
 
@@ -21,14 +22,18 @@ from fastapi.responses import Response, StreamingResponse
 
 from mstar.api_server.audio.refusal import model_refusal
 from mstar.api_server.audio.routes import replay_one
-from mstar.api_server.audio.sound_formats import MEDIA_TYPES, pcm16, wav
+from mstar.api_server.audio.sound_formats import (
+    MEDIA_TYPES,
+    pcm16,
+    streamed_wav_header,
+    wav,
+)
+from mstar.api_server.audio.speak_bounds import check_speech_input, speech_frames
 from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
 from mstar.api_server.generation.run import Job, first_output, new_request_id
 from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError, error_body
 from mstar.api_server.http.openapi import GENERATION_ERRORS, error_responses
-from mstar.engine.request.errors import RequestRejected
-from mstar.engine.request.limits import check_request_fits
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.speech.utterance import csm_turn
 from mstar.output.processor import TextOutput
@@ -36,8 +41,9 @@ from mstar.output.processor import TextOutput
 router = APIRouter()
 CLIENT_GONE = 499  # answered to no one: the client closed the request (nginx's code)
 DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian PCM (mono, "
-             "at the model's codec rate; CSM: 24 kHz); stream_format sse: speech.audio.delta "
-             "events (base64 pcm), then speech.audio.done.",
+             "at the model's codec rate; CSM: 24 kHz); stream_format audio: the same bytes as "
+             "they decode (a streamed WAV's header, first, has sizes 0xFFFFFFFF); stream_format "
+             "sse: speech.audio.delta events (base64 pcm), then speech.audio.done.",
              "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}},
                          "audio/pcm": {"schema": {"type": "string", "format": "binary"}},
                          "text/event-stream": {"schema": {"type": "string"}}}},
@@ -61,8 +67,8 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
                                  media_type="text/event-stream", headers=headers)
     if req.stream_format == "audio":
         first = await first_output(outputs)
-        return StreamingResponse(_pcm_stream(first, outputs), media_type=MEDIA_TYPES["pcm"],
-                                 headers=headers)
+        return StreamingResponse(_audio_stream(first, outputs, req.response_format == "wav"),
+                                 media_type=MEDIA_TYPES[req.response_format], headers=headers)
     pcm, rate = bytearray(), 0
     async with aclosing(outputs):
         async for _, out in outputs:
@@ -75,19 +81,13 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
 
 
 async def _job(state: Any, req: SpeechRequest) -> Job:
-    """The greedy request: the turn's ids, at most ``max_frames`` frames (fewer when the model's
-    length leaves less and ``max_frames`` was not given)."""
+    """The greedy request: the turn's ids, and its frames within the speech bounds."""
+    settings = state.running.settings
+    check_speech_input(req.input, settings)
     (prompt,) = await state.generation.given_prompts([csm_turn(req.input, req.speaker())],
                                                      "input")
-    max_len = state.model.max_model_len
-    frames = req.max_frames
-    if "max_frames" not in req.model_fields_set:
-        frames = max(1, min(frames, max_len - prompt.num_tokens))
-    try:
-        check_request_fits(prompt.num_tokens, frames, max_len, "input")
-    except RequestRejected as exc:
-        param = "input" if exc.param == "input" else "max_frames"
-        raise APIError(400, str(exc).replace("max_tokens", "max_frames"), param) from exc
+    frames = speech_frames(req.max_frames, prompt.num_tokens, state.model.max_model_len,
+                           settings)
     return prompt, SamplingParams(max_tokens=frames, temperature=0.0)
 
 
@@ -95,9 +95,16 @@ def _pcm(out: TextOutput) -> bytes:
     return b"" if out.new_audio is None else pcm16(out.new_audio.samples)
 
 
-async def _pcm_stream(first: tuple[int, TextOutput], rest: AsyncIterator) -> AsyncIterator[bytes]:
-    """The pcm bytes of each output as it arrives (a failure midway ends the stream short)."""
+async def _audio_stream(first: tuple[int, TextOutput], rest: AsyncIterator,
+                        wav_header: bool) -> AsyncIterator[bytes]:
+    """The pcm bytes of each output as it arrives (a failure midway ends the stream short),
+    after a streamed WAV's header (``wav_header``) when the first audio brings its rate."""
     async for _, out in replay_one(first, rest):
+        if out.new_audio is None:
+            continue
+        if wav_header:
+            yield streamed_wav_header(out.new_audio.rate)
+            wav_header = False
         if chunk := _pcm(out):
             yield chunk
 

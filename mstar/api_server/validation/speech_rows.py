@@ -14,9 +14,10 @@ ROWS: list[dict[str, Any]] = [
     _row("model", SPEECH, "supported", "The served speech model's name or an alias; may be "
          "omitted. A model whose graph emits no audio is a 400 naming ``model``; another name "
          "a 404.", accepted={}, refused={"model": "no-such-model"}, refused_status=404),
-    _row("input", SPEECH, "supported", "The text to say, as CSM's turn ``[voice]input``, under "
-         "the prompt bounds of every route (MSTAR_MAX_PROMPT_CHARS: 413; it must leave room "
-         "in max_model_len). Empty is a 400.", accepted={"input": "Hi."},
+    _row("input", SPEECH, "supported", "The text to say, as CSM's turn ``[voice]input``: at "
+         "most MSTAR_MAX_SPEECH_INPUT_CHARS characters (longer is a 400), and under the prompt "
+         "bounds of every route (MSTAR_MAX_PROMPT_CHARS: 413; it must leave room in "
+         "max_model_len). Empty is a 400.", accepted={"input": "Hi."},
          refused={"input": ""}),
     _row("voice", SPEECH, "supported", "A speaker id, ``\"0\"`` .. ``\"9\"`` (default "
          "``\"0\"``); OpenAI's voice names are a 400.", accepted={"voice": "1"},
@@ -29,12 +30,15 @@ ROWS: list[dict[str, Any]] = [
          "value is a 400.", accepted={"speed": 1.0}, refused={"speed": 1.5}),
     _rejected("instructions", SPEECH, "this model takes no style prompt.", "Cheerfully.",
               allowed=(None, "")),
-    _row("stream_format", SPEECH, "supported", "With ``pcm``: ``audio`` (the bytes as each "
-         "codec window decodes, every 320 ms of audio) or ``sse`` (``speech.audio.delta`` "
-         "events of base64 pcm, then ``speech.audio.done`` with the usage). Streamed wav is a "
-         "400.", accepted={"stream_format": "sse", "response_format": "pcm"},
-         refused={"stream_format": "audio"}),
-    _row("max_frames", SPEECH, "extra", "The most codec frames (12.5 a second), 1 .. 375; "
-         "unset: 375 (30 s), cut to what max_model_len leaves after the prompt; given, it must "
+    _row("stream_format", SPEECH, "supported", "``audio``: the bytes as each codec window "
+         "decodes (every 320 ms of audio); with ``wav``, a header whose RIFF and data sizes are "
+         "0xFFFFFFFF (the streaming convention) comes first. ``sse`` (with ``pcm``): "
+         "``speech.audio.delta`` events of base64 pcm, then ``speech.audio.done`` with the "
+         "usage; ``sse`` with wav is a 400.",
+         accepted={"stream_format": "sse", "response_format": "pcm"},
+         refused={"stream_format": "sse"}),
+    _row("max_frames", SPEECH, "extra", "The most codec frames (12.5 a second), from 1 to "
+         "MSTAR_MAX_SPEECH_SECONDS' frames (30 s, 375 frames by default; more is a 400); "
+         "unset: that bound, cut to what max_model_len leaves after the prompt; given, it must "
          "fit.", accepted={"max_frames": 3}, refused={"max_frames": 0}),
 ]

@@ -44,6 +44,7 @@ class Voice:
         codec = config.codec_config
         self.sample_rate = codec.sampling_rate
         self.samples_per_frame = codec.frame_size
+        self.codebooks = config.num_codebooks
         self.end_code = config.codebook_eos_token_id
         self.text_vocab_size = config.text_vocab_size  # the prompt's tokens
         self.chunk = CSM.edge_from(BACKBONE).chunk
@@ -69,6 +70,13 @@ class Voice:
     def codec(self) -> CodecStream:
         """A request's codec node state: Mimi's decoder over the graph's windows."""
         return CodecStream(mimi_decoder(self.codec_model), self.chunk, self.samples_per_frame)
+
+    def codec_state_bytes(self) -> int:
+        """The most memory one request's codec state holds between chunks: its window's frames
+        (``ChunkPolicy.held_frames`` of int64 codes, as ``CodecStream`` keeps them) and one
+        window's decoded float32 samples. Fixed by the model and the graph's window."""
+        frames = self.chunk.held_frames
+        return frames * self.codebooks * 8 + frames * self.samples_per_frame * 4
 
     def take(self, codec: CodecStream, frame: torch.Tensor, last: bool) -> list[np.ndarray]:
         """The audio chunks one frame makes ready (``last``: the request's last frame, which

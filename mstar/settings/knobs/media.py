@@ -1,8 +1,10 @@
 """Media in requests. Images: counts, sizes, allowed domains, and the bounds on fetching and
-decoding them. Audio (category "Audio"): bytes, seconds and parts.
+decoding them. Audio (category "Audio"): bytes, seconds and parts. Speech out (category
+"Speech"): the text a speech request may say, the audio it may make, and its codec's memory.
 
 None of these is reloadable (``settings/reloadable.py``): the fetch slots and the pixel budget
-are built once when the API server starts, and the audio bounds are read then too.
+are built once when the API server starts, and the audio bounds are read then too; the
+codec-memory bound is checked once when a worker loads a speech model.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from pydantic import BaseModel
 from mstar.settings.knobs.field import MAX_COUNT, MAX_WAIT_S, _media, knob
 
 _audio = functools.partial(knob, category="Audio")
+_speech = functools.partial(knob, category="Speech")
+# The seconds of speech a request makes when it names no bound (OpenAI's speech route has none;
+# 30 s is 375 frames of CSM's Mimi). Offline ``Speaker`` (transformers' reference) defaults to it.
+DEFAULT_SPEECH_SECONDS = 30.0
 
 
 class MediaKnobs(BaseModel):
@@ -83,3 +89,21 @@ class MediaKnobs(BaseModel):
     max_audio_parts_per_request: int = _audio(
         8, "input_audio parts one chat or Responses request may carry; more are a 400 naming the "
         "first part over it.", unit="parts", ge=0, le=1024)
+    # -- speech out (POST /v1/audio/speech): each bound is one function
+    # (``api_server.audio.speak_bounds``, ``worker.speech_out``); docs/speech.rst says more.
+    max_speech_input_chars: int = _speech(
+        4096, "Longest text one speech request may say (its ``input``, OpenAI's limit): longer "
+        "is a 400 naming ``input``. MSTAR_MAX_PROMPT_CHARS and max_model_len bound its tokens "
+        "too.", unit="characters", ge=1, le=2**24)
+    max_speech_seconds: float = _speech(
+        DEFAULT_SPEECH_SECONDS, "Most audio one speech request may make, in seconds of the "
+        "codec's frames (CSM: 12.5 a second, so 30 s is 375 frames). A ``max_frames`` over it is "
+        "a 400 naming ``max_frames``; unset, a request makes at most this much (less when "
+        "max_model_len leaves less room after the prompt).", unit="s", gt=0.0, le=86_400.0)
+    max_speech_codec_bytes: int = _speech(
+        4_194_304, "Most memory a speech model's codec node may hold for one request between "
+        "chunks: its window of frames' codes and one window's decoded samples (float32). Fixed "
+        "by the model (its graph's window, codebooks and samples per frame), so it is checked "
+        "once, when a worker loads the model: a model whose window needs more does not start, "
+        "and every request it admits stays within it (CSM: 12 frames, about 92 KiB).",
+        unit="bytes", ge=1, le=2**34)
