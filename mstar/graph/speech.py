@@ -52,7 +52,10 @@ def thinker_talker(chunk: ChunkPolicy = frame_windows(OMNI_CHUNK_FRAMES, OMNI_LE
                    ) -> WalkGraph:
     """Qwen3-Omni's shape: the thinker's tokens (with hidden states) stream to the talker, whose
     codes stream to code2wav. Text alone walks the thinker; speech walks all three, and ends
-    at the talker's finish signal (it goes on after the thinker's last token)."""
+    at the talker's finish signal (it goes on after the thinker's last token). What the talker
+    reads of each token, as transformers builds it: the token's input embedding; hidden states
+    (of the config's ``accept_hidden_layer``) only at the prompt's audio, image and video
+    positions (``mstar.models.speech.omni_talker_inputs``; docs/speech.rst)."""
     return WalkGraph(
         (Node(THINKER, NodeKind.LANGUAGE_MODEL), Node(TALKER, NodeKind.LANGUAGE_MODEL),
          Node(CODE2WAV, NodeKind.CODEC)),
