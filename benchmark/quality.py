@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from mstar.engine.attention import AttentionInputs
+from mstar.engine.runner.step_attention import on_device
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -48,12 +49,12 @@ def score_text(engine, token_ids: list[int], window: int) -> TextScore:
 
 
 def _prefill_logits(runner, ids: list[int]) -> torch.Tensor:
-    n, bs = len(ids), runner.block_size
+    n, bs, device = len(ids), runner.block_size, runner.device
     positions = list(range(n))
     inputs = AttentionInputs(
-        slot_mapping=runner._tensor(positions),
-        block_tables=runner._tensor([list(range(-(-n // bs)))]),
-        context_lens=runner._tensor([n]),
+        slot_mapping=on_device(positions, device),
+        block_tables=on_device([list(range(-(-n // bs)))], device),
+        context_lens=on_device([n], device),
         query_lens=[n],
         context_lens_list=[n],
         num_decodes=0,
@@ -63,7 +64,7 @@ def _prefill_logits(runner, ids: list[int]) -> torch.Tensor:
     )
     metadata = runner.attn_backend.build(inputs)
     metadata.begin_forward()
-    hidden = runner.model(runner._tensor(ids), runner._tensor(positions), metadata)
+    hidden = runner.model(on_device(ids, device), on_device(positions, device), metadata)
     return runner.model.compute_logits(hidden)
 
 
