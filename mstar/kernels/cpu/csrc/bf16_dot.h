@@ -22,7 +22,7 @@ struct Bf16DotProblem {
   const uint16_t* x;
   const uint16_t* w;
   const float* bias;
-  float* out;  // [M, N]
+  at::BFloat16* out;  // [M, N]: each float32 sum rounded once (to nearest even, as Tensor.to)
   int64_t M, N, K;
 };
 
@@ -79,7 +79,8 @@ void tile(const Bf16DotProblem& p, int64_t m0, int64_t n0) {
   for (int i = 0; i < MT; ++i)
     MSTAR_UNROLL
     for (int j = 0; j < NT; ++j)
-      p.out[(m0 + i) * p.N + n0 + j] = _mm512_reduce_add_ps(acc[i * NT + j]) + (p.bias ? p.bias[n0 + j] : 0.f);
+      p.out[(m0 + i) * p.N + n0 + j] =
+          at::BFloat16(_mm512_reduce_add_ps(acc[i * NT + j]) + (p.bias ? p.bias[n0 + j] : 0.f));
 }
 
 // Rows of W per tile for MT rows of x: up to 16 accumulators, with the weight registers and
@@ -120,16 +121,16 @@ MSTAR_TARGET_POP
 
 // y = x @ W^T (+ bias) at a level that uses avx512_bf16 (bf16_linear checks the level and the
 // operands): x bfloat16 [M, K], weight bfloat16 [N, K] contiguous, bias float32 [N] or undefined;
-// float32 [M, N]. Work items of `block_rows` rows of W.
+// bfloat16 [M, N]. Work items of `block_rows` rows of W.
 at::Tensor bf16_dot_linear(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& bias,
                            int64_t block_rows) {
   const at::Tensor x = x_in.contiguous();
   const int64_t M = x.size(0), N = weight.size(0), K = weight.size(1);
-  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kFloat));
+  at::Tensor out = at::empty({M, N}, x.options());
 #ifdef MSTAR_X86
   const Bf16DotProblem p{reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()),
                          reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>()),
-                         bias.defined() ? bias.data_ptr<float>() : nullptr, out.data_ptr<float>(), M, N, K};
+                         bias.defined() ? bias.data_ptr<float>() : nullptr, out.data_ptr<at::BFloat16>(), M, N, K};
   at::parallel_for(0, (N + block_rows - 1) / block_rows, 1, [&](int64_t begin, int64_t end) {
     bf16_dot_avx512::rows(p, begin * block_rows, std::min(end * block_rows, N));
   });

@@ -199,7 +199,7 @@ at::Tensor bf16_linear(const at::Tensor& x_in, const at::Tensor& weight, const c
   }
   const int64_t block = bf16_block_rows(N, at::get_num_threads());
   if (x_in.scalar_type() == at::kBFloat16 && level_uses(resolved, kFeatAvx512Bf16))
-    return bf16_dot_linear(x_in, weight, b, block).to(at::kBFloat16);
+    return bf16_dot_linear(x_in, weight, b, block);
   const Bf16Rows rows = bf16_level(resolved);
   const at::Tensor x = x_in.contiguous();
   at::Tensor xp = at::empty({M, K}, x.options().dtype(at::kFloat));
