@@ -39,6 +39,7 @@ FILES=(
     test/models/test_cpu_qdot.py
     test/models/test_cpu_quant_wide.py
     test/models/test_cpu_bf16_linear.py
+    test/models/test_cpu_bf16_dot.py
     test/models/test_fused_ops.py
     test/models/test_decode_attention.py
     test/models/test_lora_step.py

@@ -1,6 +1,7 @@
 """The bf16-weight CPU linear (bf16 weights, float32 arithmetic): every SIMD level this CPU runs
 against torch's float32 product with the same bf16 weights, and a model in this mode against the
-same model whose linears torch computes that way."""
+same model whose linears torch computes that way. (The avx512_bf16 kernel that bf16 activations
+run at level avx512_bf16 has its own tests: test_cpu_bf16_dot.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from quant_weights import kernel_levels
 
-from mstar.models.layers.cpu_bf16_linear import Bf16Linear, native_bf16
+from mstar.models.layers.cpu_bf16_linear import Bf16Linear, native_bf16, runs_bf16_kernel
 from mstar.models.layers.cpu_linear import PackedLinear
 
 # (M, N, K): one row (the streaming path), the tiles of 5 rows and their tails, K not a multiple
@@ -20,7 +21,8 @@ SHAPES = [(1, 19, 64), (1, 7, 5), (2, 8, 96), (3, 9, 17), (5, 16, 32), (7, 33, 1
           (13, 40, 576), (32, 131, 576), (40, 3, 1536)]
 
 
-level = kernel_levels([0, 1, 2, 3])  # every level with AVX2 runs the AVX2 kernel
+# every level with AVX2 runs the AVX2 kernel (avx512_bf16's on float32 activations)
+level = kernel_levels([0, 1, 2, 3, 4])
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -101,13 +103,15 @@ def _bf16_weight(linear: torch.nn.Module) -> torch.Tensor:
 
 def _cpu_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's linears as the loader left them, after checking that every one runs the bf16
-    path of this CPU: oneDNN-packed where bf16 is native, else the bf16-weight kernel."""
-    kind = PackedLinear if native_bf16() else Bf16Linear
+    path of this CPU: the bf16-weight kernel (with oneDNN's packed copy for wide batches where
+    bf16 is native), oneDNN-packed alone where bf16 is native without avx512_bf16."""
+    kind = Bf16Linear if runs_bf16_kernel(torch.device("cpu"), torch.bfloat16) else PackedLinear
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
     layers = [m for m in model.modules() if isinstance(m, kind)]
     assert model.lm_head in layers and _bf16_weight(model.lm_head).dtype == torch.bfloat16
-    if kind is Bf16Linear:  # the kernel reads the tied embedding's rows; oneDNN packs a copy
+    if kind is Bf16Linear and model.tie_word_embeddings:  # the kernel reads the embedding's rows
         assert model.lm_head.weight is model.model.embed_tokens.weight
+        assert all((layer.wide is not None) == native_bf16() for layer in layers)
     return layers
 
 
@@ -118,14 +122,19 @@ def _use_torch_math(model: torch.nn.Module) -> None:
                 setattr(parent, child_name, _TorchBf16Linear(_bf16_weight(child), child.bias))
 
 
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
 def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
-        tiny_model_dir, make_engine, greedy, best_level):
-    """A bf16 model runs every linear, the tied LM head included, on this CPU's bf16 path: oneDNN's
-    packed bf16 where bf16 is native (avx512_bf16 or AMX), else the bf16-weight kernel at the best
-    level and the scalar one. Each decodes what torch does in float32 with the same weights."""
-    model_dir = tiny_model_dir("qwen2")  # tied embeddings, q/k/v biases
+        family, tiny_model_dir, make_engine, greedy, best_level):
+    """A bf16 model runs every linear, the tied LM head included, on this CPU's bf16 path: the
+    bf16-weight kernel at the best level (avx512_bf16's vdpbf16ps on the decode rows and oneDNN's
+    packed bf16 on prefill where the CPU has it) and the scalar one; oneDNN alone where bf16 is
+    native without avx512_bf16. Each decodes what torch does in float32 with the same weights.
+    qwen2: tied embeddings, q/k/v biases (layer by layer); llama: no biases, so the decode steps
+    run the one-call decode stack."""
+    model_dir = tiny_model_dir(family)
     prompts = [[1, 5, 9, 13, 2], [3, 4], list(range(20, 60))]
-    runs = ["onednn"] if native_bf16() else ["best", "scalar"]
+    kernel = runs_bf16_kernel(torch.device("cpu"), torch.bfloat16)
+    runs = ["best", "scalar"] if kernel else ["onednn"]
     tokens = {}
     for name in ["torch", *runs]:
         engine = make_engine(model_dir, dtype="bfloat16", enable_prefix_caching=False)

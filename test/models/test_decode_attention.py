@@ -155,7 +155,7 @@ def test_decode_stack_and_layer_in_one_call_equal_the_layer_by_layer_path(
                          **setting)
     stack_model = engine.model_runner.model.model
     layers = stack_model.layers
-    if layers[0].native_linears() is None:  # bf16 on a CPU with native bf16: oneDNN linears
+    if layers[0].native_linears() is None:  # bf16 on a CPU with AMX but no avx512_bf16: oneDNN
         pytest.skip("the linears run no native kernel of decode_layer's on this CPU")
     calls = {"stack": 0, "layer": 0}
 

@@ -18,7 +18,7 @@ class Feature(enum.IntFlag):
     AVX2 = 1          # AVX2 + FMA + F16C: every SIMD kernel's base
     AVX_VNNI = 2      # VEX vpdpwssd on 256-bit registers
     AVX512_VNNI = 4   # AVX-512 F + BW + VL + VNNI
-    AVX512_BF16 = 8   # oneDNN's native bf16 (no mstar kernel needs it yet)
+    AVX512_BF16 = 8   # vdpbf16ps: the bf16 decode linear (csrc/bf16_dot.h)
     AMX = 16          # AMX tiles, bf16 and int8 (no mstar kernel needs it yet)
 
 
@@ -38,6 +38,8 @@ LEVELS = {
     1: Level("avx2", Feature.AVX2),
     2: Level("avx_vnni", Feature.AVX2 | Feature.AVX_VNNI),
     3: Level("avx512_vnni", Feature.AVX2 | Feature.AVX512_VNNI),
+    # every CPU with avx512_bf16 has AVX-512 VNNI: the integer-dot kernels run at avx512_vnni here
+    4: Level("avx512_bf16", Feature.AVX2 | Feature.AVX512_VNNI | Feature.AVX512_BF16),
 }
 
 

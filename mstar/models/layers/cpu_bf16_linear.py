@@ -1,11 +1,18 @@
-"""bf16 linear layers for CPUs without native bf16 (AVX2): bf16 weights, float32 arithmetic.
+"""mstar's bf16 linear layers: every row on CPUs without native bf16 (AVX2), the decode rows on
+CPUs with avx512_bf16.
 
+Without native bf16 (AVX2):
 On such a CPU torch emulates bf16 matmuls, several times slower than float32 at batch, and oneDNN
 cannot prepack bf16. The native kernel (``torch.ops.mstar_cpu.bf16_linear``,
 kernels/cpu/csrc/bf16_linear.h) reads the bf16 weights (half the bytes of float32: decode streams them
 from memory), widens them to float32 in registers and runs float32 FMAs, so a bf16 model there
 reads half the memory of a float32 one and computes like one. Activations between the layers stay
 bf16, as on a CPU with native bf16; each layer's sums are float32, rounded to bf16 once.
+
+With avx512_bf16 (and oneDNN), bf16 activations run the same op on vdpbf16ps (csrc/bf16_dot.h):
+up to DOT_ROWS rows (decode) it streams the weights faster than oneDNN's packed linear, which
+keeps the wider batches (prefill, many streams) on its own packed copy of the weight. So such a
+model holds its linears' weights twice (the tied LM head reads the embedding, plus oneDNN's copy).
 """
 
 from __future__ import annotations
@@ -16,14 +23,20 @@ import torch
 from torch import nn
 
 from mstar.kernels.cpu.build import native_kernels
-from mstar.models.layers.cpu_linear import native_bf16, replace_linears
+from mstar.models.layers.cpu_linear import native_bf16, pack_weight, packed_linear, replace_linears
+
+# Rows of x up to which a bf16 linear runs mstar's kernel on a CPU with avx512_bf16; more rows run
+# oneDNN's packed linear. Measured per linear of the built-in model against oneDNN, best of
+# rounds, 2 threads (docs/engine.rst, "The bf16 decode kernel").
+DOT_ROWS = 8
 
 
 class Bf16Linear(nn.Module):
     """``nn.Linear`` with a bf16 weight run by the native kernel; shares the layer's parameters
-    (a tied LM head keeps reading the embedding's rows). ``level`` forces a SIMD level (tests)."""
+    (a tied LM head keeps reading the embedding's rows). ``level`` forces a SIMD level (tests).
+    ``wide``: rows beyond DOT_ROWS run oneDNN's packed copy of the weight (native bf16)."""
 
-    def __init__(self, linear: nn.Linear, level: int = -1) -> None:
+    def __init__(self, linear: nn.Linear, level: int = -1, wide: bool = False) -> None:
         super().__init__()
         if linear.weight.dtype != torch.bfloat16 or not linear.weight.is_contiguous():
             raise ValueError("Bf16Linear needs a contiguous bfloat16 weight")
@@ -31,24 +44,40 @@ class Bf16Linear(nn.Module):
         self.weight = linear.weight
         self.bias = linear.bias
         self.level = level
+        # A plain attribute, not a buffer: a decode step streams ``weight``, a wide batch this
+        # copy, never both (benchmark/roofline_weights.py counts what a decode step streams).
+        self.wide = pack_weight(linear.weight) if wide else None
+        # The most rows the kernel takes (None: any), what the one-call decode stack may pass.
+        self.kernel_rows = DOT_ROWS if wide else None
+
+    def on_kernel(self, rows: int) -> bool:
+        """``rows`` rows of x run mstar's kernel, not oneDNN's packed copy."""
+        return self.kernel_rows is None or rows <= self.kernel_rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        out = torch.ops.mstar_cpu.bf16_linear(flat, self.weight, self.bias, self.level)
+        if self.on_kernel(flat.shape[0]):
+            out = torch.ops.mstar_cpu.bf16_linear(flat, self.weight, self.bias, self.level)
+        else:
+            out = packed_linear(flat, self.wide, self.bias)
         return out.view(*x.shape[:-1], self.out_features)
 
 
 def use_bf16_kernel(model: nn.Module, level: int = -1) -> int:
-    """Swap every bf16 nn.Linear for a Bf16Linear; returns how many were swapped."""
-    return replace_linears(model, lambda linear: Bf16Linear(linear, level),
+    """Swap every bf16 nn.Linear for a Bf16Linear (with oneDNN's copy for wide batches where
+    bf16 is native); returns how many were swapped."""
+    wide = native_bf16()
+    return replace_linears(model, lambda linear: Bf16Linear(linear, level, wide),
                            keep=lambda linear: linear.weight.dtype != torch.bfloat16)
 
 
 def runs_bf16_kernel(device: torch.device, dtype: torch.dtype) -> bool:
-    """A bf16 model on this CPU runs its linears on the bf16-weight kernel: AVX2 and FMA, no
-    native bf16 (which oneDNN runs faster)."""
+    """A bf16 model on this CPU runs its linears on mstar's bf16 kernel: every row with AVX2 and
+    FMA and no native bf16 (float32 FMA), the decode rows with avx512_bf16 (vdpbf16ps; oneDNN
+    the wider batches). AMX without avx512_bf16 would keep oneDNN alone (no such CPU is sold)."""
     avx2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-    return device.type == "cpu" and dtype == torch.bfloat16 and avx2 and not native_bf16()
+    dot = torch.cpu._is_avx512_bf16_supported()
+    return device.type == "cpu" and dtype == torch.bfloat16 and avx2 and (dot or not native_bf16())
 
 
 def cpu_auto_dtype(cache_dir: Path, quantized: bool = False) -> torch.dtype:

@@ -4,7 +4,9 @@ Prepacked weights let oneDNN skip per-call reordering; on small decode batches t
 runs the projections and the LM head 1.4-2.5x faster than the default BLAS path.
 
 oneDNN packs bf16 only with native bf16 instructions (avx512_bf16 or AMX); on an AVX2-only CPU
-a bf16 model runs mstar's bf16-weight kernel instead (cpu_bf16_linear.py). MSTAR_DTYPE=auto picks
+a bf16 model runs mstar's bf16-weight kernel instead (cpu_bf16_linear.py), and on a CPU with
+avx512_bf16 the decode rows run mstar's vdpbf16ps kernel, the wider batches this module's packed
+weight (``Bf16Linear``). MSTAR_DTYPE=auto picks
 bf16 where it is native and where that kernel runs (AVX2 + FMA), float32 with quantized weights
 (``cpu_bf16_linear.cpu_auto_dtype`` is the one rule); bf16's perplexity is within the quality
 gate either way.
@@ -21,20 +23,26 @@ from torch import nn
 _PACK_BATCH_HINT = 32
 
 
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """oneDNN's packed copy of a linear's weight [N, K] (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_BATCH_HINT)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ W^T (+ bias) with ``packed`` = pack_weight(W)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
 class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.out_features = linear.out_features
-        self.register_buffer(
-            "packed_weight",
-            torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_BATCH_HINT),
-            persistent=False,
-        )
+        self.register_buffer("packed_weight", pack_weight(linear.weight), persistent=False)
         bias = None if linear.bias is None else linear.bias.detach()
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        return packed_linear(x, self.packed_weight, self.bias)
 
 
 def native_bf16() -> bool:

@@ -104,13 +104,14 @@ class LayerLinears:
     and the activation dtype they need (float32 for q4 and int8, bfloat16 for bf16)."""
 
     def __init__(self, kinds: list[int], weights: list[torch.Tensor], in_features: list[int],
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, max_rows: int) -> None:
         self.kinds, self.weights, self.in_features, self.dtype = kinds, weights, in_features, dtype
+        self.max_rows = max_rows  # the most decode rows every linear's kernel takes
 
     @staticmethod
     def of(linears: list[nn.Module]) -> LayerLinears | None:
         """None unless every linear runs a native kernel without bias, all on one activation dtype."""
-        kinds, weights, dtypes = [], [], set()
+        kinds, weights, dtypes, max_rows = [], [], set(), WIDE_BATCH - 1
         for linear in linears:
             if getattr(linear, "bias", None) is not None:
                 return None
@@ -124,15 +125,16 @@ class LayerLinears:
                 kinds.append(2)
                 weights += [linear.weight, torch.empty(0)]
                 dtypes.add(torch.bfloat16)
+                max_rows = min(max_rows, linear.kernel_rows or max_rows)  # oneDNN's rows above
             else:
                 return None
         if len(dtypes) != 1:
             return None
-        return LayerLinears(kinds, weights, [m.in_features for m in linears], dtypes.pop())
+        return LayerLinears(kinds, weights, [m.in_features for m in linears], dtypes.pop(), max_rows)
 
     def run(self, hidden: torch.Tensor) -> bool:
         """The layer can run on these decode rows."""
-        return hidden.dtype == self.dtype and hidden.shape[0] < WIDE_BATCH
+        return hidden.dtype == self.dtype and hidden.shape[0] <= self.max_rows
 
 
 def decode_layer(hidden: torch.Tensor, residual: torch.Tensor, normed: bool, input_norm: nn.Module,

@@ -35,8 +35,9 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
                lora_slots: tuple[int, int] | None = None):
     """Instantiate without initialising weights (meta device), then fill from the checkpoint.
 
-    ``prepack`` repacks linear weights for oneDNN on CPU, or, for bf16 on a CPU without native
-    bf16, runs them on the native bf16-weight kernel; torch.compile cannot lower either.
+    ``prepack`` repacks linear weights for oneDNN on CPU, or, for bf16, runs them on the native
+    bf16-weight kernel (every row without native bf16; the decode rows with avx512_bf16, oneDNN's
+    packed copy the wider batches); torch.compile cannot lower either.
     ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
     keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build and a GGUF's
     tensors after their first read.
@@ -77,10 +78,10 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     model.eval().requires_grad_(False)
     if quantized:
         install_quantized(model, quantized, device.type == "cpu" and native_kernels(cache_dir))
-    if prepack and can_pack(device, dtype):
-        pack_linears(model)
-    elif prepack and runs_bf16_kernel(device, dtype) and native_kernels(cache_dir):
+    if prepack and runs_bf16_kernel(device, dtype) and native_kernels(cache_dir):
         use_bf16_kernel(model)
+    elif prepack and can_pack(device, dtype):
+        pack_linears(model)
     if device.type == "cpu" and native_kernels(cache_dir) and native_ops_usable(device):
         use_native_ops(model)
     log.info("model_loaded", path=str(model_dir), arch=cls.__name__,

@@ -10,7 +10,12 @@
 // Tiles of 5 rows of x times 2 rows of W share every weight and activation load; output rows
 // are split over the threads in blocks of kBfRowBlock rows of W, which stay in L2 while every tile
 // of x passes over them. A single row of x streams 8 rows of W per tile instead.
+//
+// At a level with avx512_bf16, bf16 activations run vdpbf16ps instead (bf16_dot.h): the same
+// products, exact in float32, and float32 sums. float32 activations keep this kernel there too, so
+// that they are never rounded to bf16.
 #pragma once
+#include "bf16_dot.h"
 #include "cpu_level.h"
 #include "simd.h"
 
@@ -186,22 +191,25 @@ at::Tensor bf16_linear(const at::Tensor& x_in, const at::Tensor& weight, const c
               "x must be a 2-d float32 or bfloat16 CPU tensor");
   const int64_t M = x_in.size(0), N = weight.size(0), K = weight.size(1);
   TORCH_CHECK(x_in.size(1) == K, "x has ", x_in.size(1), " features, the weight ", K);
-  const Bf16Rows rows = bf16_level(resolve_level(level));
+  const int64_t resolved = resolve_level(level);
+  at::Tensor b;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, "bias must have ", N, " elements");
+    b = bias->to(at::kFloat).contiguous();
+  }
+  const int64_t block = bf16_block_rows(N, at::get_num_threads());
+  if (x_in.scalar_type() == at::kBFloat16 && level_uses(resolved, kFeatAvx512Bf16))
+    return bf16_dot_linear(x_in, weight, b, block);
+  const Bf16Rows rows = bf16_level(resolved);
   const at::Tensor x = x_in.contiguous();
   at::Tensor xp = at::empty({M, K}, x.options().dtype(at::kFloat));
   if (x.scalar_type() == at::kFloat)
     reorder_activations(x.data_ptr<float>(), M, K, xp.data_ptr<float>());
   else
     reorder_activations(x.data_ptr<at::BFloat16>(), M, K, xp.data_ptr<float>());
-  at::Tensor b;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, "bias must have ", N, " elements");
-    b = bias->to(at::kFloat).contiguous();
-  }
   at::Tensor out = at::empty({M, N}, xp.options());
   const Bf16Problem p{xp.data_ptr<float>(), reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>()),
                       b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>(), M, N, K};
-  const int64_t block = bf16_block_rows(N, at::get_num_threads());
   at::parallel_for(0, (N + block - 1) / block, 1, [&](int64_t begin, int64_t end) {
     rows(p, begin * block, std::min(end * block, N));
   });

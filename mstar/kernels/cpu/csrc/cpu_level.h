@@ -20,19 +20,22 @@ enum Feature : int64_t {
   kFeatAvx2 = 1,         // AVX2 + FMA + F16C: every SIMD kernel's base
   kFeatAvxVnni = 2,      // AVX-VNNI (VEX vpdpwssd on 256-bit registers)
   kFeatAvx512Vnni = 4,   // AVX-512 F + BW + VL + VNNI (EVEX vpdpwssd)
-  kFeatAvx512Bf16 = 8,   // AVX-512 BF16 (oneDNN's native bf16; no mstar kernel needs it yet)
+  kFeatAvx512Bf16 = 8,   // AVX-512 BF16 (vdpbf16ps: the bf16 decode linear, bf16_dot.h)
   kFeatAmx = 16,         // AMX tiles with bf16 and int8 (no mstar kernel needs it yet)
 };
 constexpr const char* kFeatureNames[] = {"avx2+fma+f16c", "avx_vnni", "avx512_vnni+bw+vl", "avx512_bf16", "amx"};
 constexpr int kFeatureCount = sizeof(kFeatureNames) / sizeof(kFeatureNames[0]);
 
 // The kernel levels a test can force, and what each needs.
-enum Level : int64_t { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3 };
-constexpr const char* kLevelNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni"};
-constexpr int64_t kLevelFeatures[] = {0, kFeatAvx2, kFeatAvx2 | kFeatAvxVnni, kFeatAvx2 | kFeatAvx512Vnni};
+// avx512_bf16 comes with AVX-512 VNNI on every CPU that has it (Cooper Lake, Sapphire Rapids, Zen 4):
+// its level runs the integer-dot kernels at avx512_vnni and the bf16 linear on vdpbf16ps.
+enum Level : int64_t { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4 };
+constexpr const char* kLevelNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni", "avx512_bf16"};
+constexpr int64_t kLevelFeatures[] = {0, kFeatAvx2, kFeatAvx2 | kFeatAvxVnni, kFeatAvx2 | kFeatAvx512Vnni,
+                                      kFeatAvx2 | kFeatAvx512Vnni | kFeatAvx512Bf16};
 constexpr int64_t kLevelCount = sizeof(kLevelFeatures) / sizeof(kLevelFeatures[0]);
 // The level a call runs at when none is forced: the first of these that the CPU has.
-constexpr int64_t kPreferred[] = {kAvx512Vnni, kAvxVnni, kAvx2, kScalar};
+constexpr int64_t kPreferred[] = {kAvx512Bf16, kAvx512Vnni, kAvxVnni, kAvx2, kScalar};
 
 #if defined(MSTAR_X86)
 // The XCR0 bits the OS sets when it saves a register state (xgetbv needs OSXSAVE, checked first).
