@@ -86,13 +86,15 @@ def cpu_auto_dtype(cache_dir: Path, quantized: bool = False) -> torch.dtype:
     float32. Served side by side on an AVX2 CPU, bf16 through the kernel gave 1.63x float32's
     tok/s at c=1, 1.15x at c=8 and 1.00x at c=32 (docs/engine.rst).
 
-    With quantized weights (int8, q4) the kernel is not used, and without native bf16 the bf16
-    activations only add conversions around the norms, rope and attention: float32 then (the q4
-    built-in model offline at one stream, AVX2: 51 tok/s against 37 with bf16 activations)."""
-    if native_bf16():
-        return torch.bfloat16
+    With quantized weights (int8, q4) float32, on every CPU: their kernels take float32
+    activations, so bf16 ones only add conversions around every linear and keep the one-call
+    decode stack from running. The built-in model offline, bf16 activations against float32: on
+    AVX2, q4 at one stream 37 against 51 tok/s; on avx512_bf16, q4 0.66x at c=1 and 0.93x at
+    c=32, int8 0.70x and 0.92x (``benchmark.quant_activations``, docs/engine.rst)."""
     if quantized:
         return torch.float32
+    if native_bf16():
+        return torch.bfloat16
     if runs_bf16_kernel(torch.device("cpu"), torch.bfloat16) and native_kernels(cache_dir):
         return torch.bfloat16
     return torch.float32

@@ -31,8 +31,8 @@ class EngineKnobs(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = _engine(
         "auto", "Weight and activation dtype. auto = bfloat16 on CUDA, on CPUs with native bf16 "
         "(avx512_bf16 or AMX), and on AVX2 CPUs where mstar's bf16-weight kernel builds (bf16 "
-        "weights, float32 arithmetic; see docs/engine.rst), unless MSTAR_QUANTIZATION is set there "
-        "(int8/q4 weights run float32 activations on CPUs without native bf16); else float32.")
+        "weights, float32 arithmetic; see docs/engine.rst); float32 on every CPU with "
+        "MSTAR_QUANTIZATION=int8 or q4 (their kernels take float32 activations); else float32.")
     device: Literal["auto", "cpu", "cuda"] = _engine(
         "auto", "Device to run on. auto = cuda when available, else cpu.")
     max_model_len: int | None = _engine(
