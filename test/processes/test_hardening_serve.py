@@ -32,6 +32,11 @@ from serve_helpers import (  # noqa: F401 - hard_timeout is an autouse fixture
 API_KEY = "hardening-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 LONG = {"prompt": "x", "max_tokens": 300, "ignore_eos": True}  # fits the 384-token KV cache
+# Choices of LONG that one request runs one after another, long enough on any machine for what a
+# test needs of it: the tiny model's decode steps take 0.35 ms here (the bf16 decode kernel), so
+# 1200 steps could end inside the 0.5 s drain and 9600 come close to the 2 s request timeout.
+OUTLASTS_DRAIN = 32  # 9,600 steps: still running 0.5 s after SIGTERM
+OUTLASTS_TIMEOUT = 128  # 38,400 steps: far over the 2 s request timeout
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +154,7 @@ def _disconnect_mid_stream(server: Server) -> None:
 
 
 def _timeout_504(server: Server) -> None:
-    resp = _post(server, {**LONG, "n": 32})  # 9,600 tokens one sequence at a time: far over 2 s
+    resp = _post(server, {**LONG, "n": OUTLASTS_TIMEOUT})  # one sequence at a time
     assert resp.status_code == 504
     assert "request_timeout_s=2" in _error(resp)["message"]
 
@@ -249,9 +254,10 @@ def test_a_second_server_on_a_used_port_fails_fast(server, tmp_path):
 def test_drain_timeout_ends_every_request_with_an_error(server):
     """Last: it stops the shared server."""
     blocking: dict = {}
-    waiter = threading.Thread(target=lambda: blocking.update(resp=_post(server, {**LONG, "n": 4})))
+    body = {**LONG, "n": OUTLASTS_DRAIN}
+    waiter = threading.Thread(target=lambda: blocking.update(resp=_post(server, body)))
     with httpx.stream("POST", server.url + "/v1/completions", headers=AUTH, timeout=30,
-                      json={**LONG, "n": 4, "stream": True}) as resp:
+                      json={**body, "stream": True}) as resp:
         lines = resp.iter_lines()
         assert next(lines).startswith("data: ")
         waiter.start()

@@ -61,7 +61,7 @@ def test_killing_one_rank_fails_requests_with_503_naming_it(tp_server):
 
     def complete() -> None:
         resp = httpx.post(tp_server.url + "/v1/completions", timeout=60,
-                          json={"prompt": "x", "max_tokens": 8000, "ignore_eos": True})
+                          json={"prompt": "x", "max_tokens": 16000, "ignore_eos": True})
         result["status"], result["body"] = resp.status_code, resp.json()
 
     client = threading.Thread(target=complete)

@@ -24,7 +24,7 @@ INTERVAL_S = 2.0
 # On the long-context model (conftest.long_model_dir): both streams run for seconds on a fast
 # machine too, so that both are seen running before the kill (the tiny models' ~500 tokens can
 # end first).
-LONG = {"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+LONG = {"prompt": "x", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ RAY_MISSING = importlib.util.find_spec("ray") is None
 needs_ray = pytest.mark.skipif(RAY_MISSING, reason="ray is not installed: pip install 'mstar[ray]'")
 # On the long-context model (conftest.long_model_dir): the lost node's stream is still running
 # when its node goes, on a fast machine too (the tiny models' ~500 tokens can end first).
-LONG = {"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+LONG = {"prompt": "x", "max_tokens": 3000, "ignore_eos": True, "stream": True}
 # Ray's node failure detection, made quick: the removed node is found dead within ~1 s.
 FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 250,
                       "health_check_failure_threshold": 4}
