@@ -3,7 +3,8 @@ real `mstar serve` on a tiny random model, now gives the fixed behaviour.
 
 One module-scoped server carries every knob at once: an API key, one sequence at a time and a KV
 cache of 24 blocks (384 tokens) so that a 450-token request is refused by the worker, a 2 s
-request timeout and a 0.5 s drain timeout. The drain test stops it, so it comes last.
+request timeout and a 0.5 s drain timeout. The drain-timeout test starts a server of its own,
+the same without the request timeout, so that only the drain's cut can end its requests.
 The catch-all 500 handler is checked in process (no real request can reach it on purpose).
 """
 
@@ -35,7 +36,7 @@ LONG = {"prompt": "x", "max_tokens": 300, "ignore_eos": True}  # fits the 384-to
 # Choices of LONG that one request runs one after another, long enough on any machine for what a
 # test needs of it: the tiny model's decode steps take 0.35 ms here (the bf16 decode kernel), so
 # 1200 steps could end inside the 0.5 s drain and 9600 come close to the 2 s request timeout.
-OUTLASTS_DRAIN = 32  # 9,600 steps: still running 0.5 s after SIGTERM
+OUTLASTS_DRAIN = 128  # 38,400 steps: still running 0.5 s after SIGTERM
 OUTLASTS_TIMEOUT = 128  # 38,400 steps: far over the 2 s request timeout
 
 
@@ -251,8 +252,18 @@ def test_a_second_server_on_a_used_port_fails_fast(server, tmp_path):
     assert httpx.get(server.url + "/health").status_code == 200  # the first one is unharmed
 
 
-def test_drain_timeout_ends_every_request_with_an_error(server):
-    """Last: it stops the shared server."""
+@pytest.fixture
+def draining(tiny_model_dir, tmp_path):
+    """A server of its own for the drain test, like the module's but with no request timeout of
+    2 s: the drain's 0.5 s cut must be what ends both requests, on a slow machine too."""
+    yield from running_server(tiny_model_dir("llama"), tmp_path / "server.log", {
+        "MSTAR_API_KEY": API_KEY, "MSTAR_MAX_NUM_SEQS": "1", "MSTAR_NUM_KV_BLOCKS": "24",
+        "MSTAR_SHUTDOWN_TIMEOUT_S": "0.5"})
+
+
+def test_drain_timeout_ends_every_request_with_an_error(draining):
+    """It stops its server (fixture ``draining``)."""
+    server = draining
     blocking: dict = {}
     body = {**LONG, "n": OUTLASTS_DRAIN}
     waiter = threading.Thread(target=lambda: blocking.update(resp=_post(server, body)))
