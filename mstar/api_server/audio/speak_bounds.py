@@ -34,8 +34,7 @@ def speech_frames(asked: int | None, prompt_tokens: int, max_len: int, settings:
                        "(MSTAR_MAX_SPEECH_SECONDS)", "max_frames")
     frames = max(1, min(bound, max_len - prompt_tokens)) if asked is None else asked
     try:
-        check_request_fits(prompt_tokens, frames, max_len, "input")
+        check_request_fits(prompt_tokens, frames, max_len, "input", "max_frames")
     except RequestRejected as exc:
-        param = "input" if exc.param == "input" else "max_frames"
-        raise APIError(400, str(exc).replace("max_tokens", "max_frames"), param) from exc
+        raise APIError(400, str(exc), exc.param) from exc
     return frames

@@ -11,14 +11,15 @@ SEED_LIMIT = 2**64
 
 
 def check_request_fits(prompt_len: int, max_tokens: int, max_model_len: int,
-                       prompt_field: str = "prompt") -> None:
-    """Raise RequestRejected (naming the field) unless prompt + max_tokens fits max_model_len."""
+                       prompt_field: str = "prompt", output_field: str = "max_tokens") -> None:
+    """Raise RequestRejected (naming the field) unless prompt + max_tokens fits max_model_len.
+    ``output_field``: the request's name for its output bound (speech: ``max_frames``)."""
     check_prompt_fits(prompt_len, max_model_len, prompt_field)
     total = prompt_len + max_tokens
     if total > max_model_len:
         raise RequestRejected(
-            f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) = {total} "
-            f"exceeds max_model_len={max_model_len}", "max_tokens")
+            f"prompt ({prompt_len} tokens) + {output_field} ({max_tokens}) = {total} "
+            f"exceeds max_model_len={max_model_len}", output_field)
 
 
 def check_prompt_fits(prompt_len: int, max_model_len: int, prompt_field: str = "prompt") -> None:

@@ -6,10 +6,9 @@ runs the projections and the LM head 1.4-2.5x faster than the default BLAS path.
 oneDNN packs bf16 only with native bf16 instructions (avx512_bf16 or AMX); on an AVX2-only CPU
 a bf16 model runs mstar's bf16-weight kernel instead (cpu_bf16_linear.py), and on a CPU with
 avx512_bf16 the decode rows run mstar's vdpbf16ps kernel, the wider batches this module's packed
-weight (``Bf16Linear``). MSTAR_DTYPE=auto picks
-bf16 where it is native and where that kernel runs (AVX2 + FMA), float32 with quantized weights
-(``cpu_bf16_linear.cpu_auto_dtype`` is the one rule); bf16's perplexity is within the quality
-gate either way.
+weight (``Bf16Linear``). MSTAR_DTYPE=auto picks bf16 where it is native and where that kernel
+runs (AVX2 + FMA), float32 with quantized weights (``cpu_bf16_linear.cpu_auto_dtype`` is the one
+rule); bf16's perplexity is within the quality gate either way.
 """
 
 from __future__ import annotations
