@@ -25,7 +25,7 @@ SERVER_ENV = {"MSTAR_CONFIG_STRICTNESS": "strict", "MSTAR_MAX_MODEL_LEN": "4096"
 # worker's statistics are read and still be running at the reload, on a fast machine too (300
 # tokens of the tiny model could end before the 16 were ever seen running together). A token's
 # attention grows with its position: 16 x 2000 could pass the 60 s limit on a loaded CI machine.
-STREAM_TOKENS = 1200
+STREAM_TOKENS = 1600
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,8 @@ def test_show_and_diff_read_a_running_server(server, env_file):
     assert mstar("config", "diff", "--url", server.url, "--url", server.url).returncode == 0
 
 
-def _stream(server, times: list[float], errors: list[str]) -> None:
+def _stream(server, times: list[float], errors: list[str], together: threading.Barrier) -> None:
+    together.wait()  # the 16 requests leave at once: none ends before the last has started
     try:
         with httpx.stream("POST", server.url + "/v1/completions", timeout=120, json={
                 "prompt": "The quick brown fox", "max_tokens": STREAM_TOKENS,
@@ -124,7 +125,8 @@ def test_sighup_during_16_streams_loses_none_and_applies_reloadable_knobs(server
     before = fingerprints(server)[0]
     times: list[list[float]] = [[] for _ in range(16)]
     errors: list[str] = []
-    threads = [threading.Thread(target=_stream, args=(server, t, errors)) for t in times]
+    together = threading.Barrier(len(times))
+    threads = [threading.Thread(target=_stream, args=(server, t, errors, together)) for t in times]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 30
