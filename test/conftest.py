@@ -266,13 +266,18 @@ def api_client(api_server):
 
 @pytest.fixture(scope="session")
 def make_engine(device):
-    """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, --device)."""
+    """Factory: ``make_engine(model_dir, **settings_overrides) -> LLMEngine`` (fp32, --device).
+
+    Its schedule is the same on every machine: the prefill share beside decodes (on by default
+    on CPU) pays a prompt's chunks from measured step times, so a test that counts preemptions
+    could see none on a faster or busier machine; a test of the share asks for it."""
     from mstar.engine.llm_engine import LLMEngine
     from mstar.settings import WorkerSettings
 
     def make(model_dir: Path, **overrides):
         overrides.setdefault("device", device)
         overrides.setdefault("dtype", "float32")
+        overrides.setdefault("prefill_share_beside_decodes", 0.0)
         return LLMEngine(WorkerSettings(model=str(model_dir), **overrides))
 
     return make

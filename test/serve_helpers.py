@@ -117,6 +117,11 @@ def running_server(model_dir: Path, log_path: Path, env: dict[str, str],
         srv.stop()
 
 
+def metric_in(text: str, name: str) -> float:
+    """An unlabelled metric's value in a ``/metrics`` page."""
+    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+
+
 class Server:
     """`python -m mstar serve MODEL` in a subprocess, log captured to a file."""
 
@@ -156,9 +161,8 @@ class Server:
         return httpx.get(self.url + "/metrics", headers=self.headers, timeout=5).text
 
     def metric(self, name: str, headers: dict | None = None) -> float:
-        text = httpx.get(self.url + "/metrics", headers=headers or self.headers, timeout=5).text
-        match = re.search(rf"^{name} (\S+)$", text, re.M)
-        return float(match.group(1))
+        return metric_in(httpx.get(self.url + "/metrics", headers=headers or self.headers,
+                                   timeout=5).text, name)
 
     def wait_exit(self, timeout_s: float = 30) -> int:
         code = self.proc.wait(timeout_s)
@@ -205,7 +209,7 @@ def wait_idle(server: Server, timeout_s: float = 10) -> None:
     """Until nothing is in flight in the API server, nor running, waiting or holding KV blocks in
     a worker."""
     deadline = time.monotonic() + timeout_s
-    while any(server.metric(name) for name in IDLE_GAUGES):
+    while any(metric_in(server.metrics_text(), name) for name in IDLE_GAUGES):  # one scrape
         assert time.monotonic() < deadline, "server never went idle"
         time.sleep(0.05)
 

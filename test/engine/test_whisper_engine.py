@@ -48,8 +48,9 @@ def cases(whisper_dir):
 
 
 def engine(model_dir, **overrides) -> LLMEngine:
+    """An fp32 engine whose schedule does not depend on step times (no prefill share)."""
     return LLMEngine(WorkerSettings(model=str(model_dir), device="cpu", dtype="float32",
-                                    **overrides))
+                                    prefill_share_beside_decodes=0.0, **overrides))
 
 
 def run(eng: LLMEngine, cases: dict, names: list[str]) -> dict[str, list[int]]:
