@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 # The fake OpenAI server's fixtures (server, fake) for the benchmark runner's tests; how
-# pytest-xdist shares the work out (scripts/test.sh runs two workers).
-pytest_plugins = ["fake_openai_server", "xdist_groups"]
+# pytest-xdist shares the work out (scripts/test.sh runs two workers); the served tiny CSM the
+# speech route's tests share (speech_server).
+pytest_plugins = ["fake_openai_server", "xdist_groups", "speech_server"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

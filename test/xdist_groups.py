@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED_SERVERS = ("builtin_server", "builtin_server_bf16", "api_server")
+SHARED_SERVERS = ("builtin_server", "builtin_server_bf16", "api_server", "speech_server")
 
 
 @functools.cache

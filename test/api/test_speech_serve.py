@@ -21,8 +21,8 @@ import httpx
 import numpy as np
 import pytest
 from api_stub import stub_app
-from csm_helpers import save_tiny_csm
 from field_checks import check_refused
+from speech_server import BOUND_FRAMES, INPUT_CHARS
 from starlette.testclient import TestClient
 
 from mstar.api_server.validation.field_table import TABLE, rst_table
@@ -34,32 +34,21 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai_api.rst"
 ONE = {"input": "Hello there.", "voice": "0", "max_frames": FRAMES}
 TWO = {"input": "How are you today?", "voice": "1", "max_frames": FRAMES - 5}
 STEP = 1 / 32767  # one 16-bit step of full scale
-# The served speech bounds, small enough to reach: 2 s of CSM's 12.5 frames a second is 25 frames
-# (the tiny CSM never ends early: its 256 positions make ~240 frames); 40 characters of input.
-SECONDS, BOUND_FRAMES, INPUT_CHARS = 2.0, 25, 40
-BOUNDS = {"MSTAR_MAX_SPEECH_SECONDS": str(SECONDS),
-          "MSTAR_MAX_SPEECH_INPUT_CHARS": str(INPUT_CHARS)}
+
+
+@pytest.fixture
+def served(speech_server):
+    """The session's served tiny CSM (test/speech_server.py: its bounds are BOUND_FRAMES frames
+    and INPUT_CHARS characters), shared with test_speech_formats.py."""
+    return speech_server
 
 
 @pytest.fixture(scope="module")
-def tiny_csm(tmp_path_factory, tiny_tokenizer):
-    return save_tiny_csm(tmp_path_factory.mktemp("csm"), tiny_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def served(tiny_csm, tmp_path_factory):
-    from serve_helpers import running_server
-
-    yield from running_server(tiny_csm, tmp_path_factory.mktemp("csm-serve") / "s.log",
-                              {"MSTAR_DTYPE": "float32", **BOUNDS})
-
-
-@pytest.fixture(scope="module")
-def spoken(tiny_csm):
+def spoken(speech_csm):
     """LLM.speak's speech of ONE and TWO (the offline path: engine frames, the codec node)."""
     from mstar import LLM
 
-    llm = LLM(model=str(tiny_csm), device="cpu", dtype="float32", kv_block_size=4,
+    llm = LLM(model=str(speech_csm), device="cpu", dtype="float32", kv_block_size=4,
               num_kv_blocks=64)
     return {key: llm.speak(body["input"], speaker=int(body["voice"]),
                            max_frames=body["max_frames"])[0]
@@ -149,7 +138,7 @@ def test_every_body_field_has_a_row_and_the_docs_table_is_the_code(served):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("response_format", "mp3"), ("speed", 1.5), ("voice", "alloy"), ("voice", "10"),
+    ("response_format", "aac"), ("speed", 1.5), ("voice", "alloy"), ("voice", "10"),
     ("instructions", "Cheerfully."), ("stream_format", "jsonl"), ("max_frames", 0),
     ("max_frames", 100_000), ("input", ""), ("model", "no-such-model")])
 def test_a_bad_field_is_refused_by_name(served, field, value):
@@ -232,11 +221,11 @@ def test_input_over_the_character_bound_names_the_field_and_the_knob(served):
     assert "MSTAR_MAX_SPEECH_INPUT_CHARS" in resp.json()["error"]["message"]
 
 
-def test_llm_speak_without_max_frames_makes_the_seconds_bound(tiny_csm):
+def test_llm_speak_without_max_frames_makes_the_seconds_bound(speech_csm):
     """Offline too, an unset bound is MSTAR_MAX_SPEECH_SECONDS' frames (0.4 s: 5 frames)."""
     from mstar import LLM
 
-    llm = LLM(model=str(tiny_csm), device="cpu", dtype="float32", kv_block_size=4,
+    llm = LLM(model=str(speech_csm), device="cpu", dtype="float32", kv_block_size=4,
               num_kv_blocks=64, max_speech_seconds=0.4)
     (speech,) = llm.speak("Hello there.")
     assert len(speech.codes) == 5

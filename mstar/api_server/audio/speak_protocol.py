@@ -1,8 +1,9 @@
 """The body of POST /v1/audio/speech (OpenAI's shape) and its own rules. Every OpenAI field is
-served or refused by name: ``response_format`` wav or pcm (no well-kept encoder for mp3, opus,
-aac or flac is a dependency), ``speed`` 1.0 only (a knob that does nothing says so),
-``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" (wav or pcm)
-or "sse" (pcm only: OpenAI's events carry raw samples).
+served or refused by name: ``response_format`` wav, pcm, flac, mp3 or opus
+(``sound_formats``; aac has no encoder here), ``speed`` 1.0 only (a knob that does nothing says
+so), ``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" (the
+formats whose encoders only append: wav, pcm, opus) or "sse" (pcm only: OpenAI's events carry
+raw samples).
 ``voice`` is a CSM speaker id, "0" .. "9" (``utterance.CSM_SPEAKERS``); ``max_frames`` (an
 extra) bounds the audio: Mimi makes 12.5 frames a second. The bounds (input characters, seconds
 of audio) are ``speak_bounds``'s."""
@@ -11,12 +12,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mstar.api_server.audio.sound_formats import FORMATS
+from mstar.api_server.audio.sound_formats import FORMATS, NO_ENCODER
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.openai.protocol import StrictModel
 from mstar.models.speech.utterance import CSM_SPEAKERS
-
-STREAM_FORMATS = ("audio", "sse")
 
 
 class SpeechRequest(StrictModel):
@@ -27,13 +26,15 @@ class SpeechRequest(StrictModel):
     voice: str = Field("0", description="A speaker id of the model: \"0\" .. \"9\".")
     instructions: str | None = Field(None, description="Not supported: a 400 unless empty "
                                      "(the field table's rejection).")
-    response_format: str = Field("wav", description="wav (16-bit mono; the default: OpenAI's "
-                                 "mp3 has no encoder here) or pcm (16-bit little-endian, raw).")
+    response_format: str = Field("wav", description="wav (16-bit mono; the default), pcm "
+                                 "(16-bit little-endian, raw), flac, mp3 or opus (Ogg Opus); "
+                                 "aac is a 400 (no encoder here).")
     speed: float = Field(1.0, description="1.0 only: other speeds are a 400.")
     stream_format: str | None = Field(None, description="\"audio\": the bytes as each "
-                                      "chunk decodes (wav: a header with sizes 0xFFFFFFFF "
-                                      "first); \"sse\": speech.audio.delta events (base64 "
-                                      "pcm), then speech.audio.done (response_format pcm).")
+                                      "chunk decodes (wav, pcm or opus; wav: a header with "
+                                      "sizes 0xFFFFFFFF first); \"sse\": speech.audio.delta "
+                                      "events (base64 pcm), then speech.audio.done "
+                                      "(response_format pcm).")
     max_frames: int | None = Field(None, ge=1, description="Most codec frames (12.5 a "
                                    "second), within MSTAR_MAX_SPEECH_SECONDS; unset: that "
                                    "bound, cut to what max_model_len leaves.")
@@ -49,15 +50,28 @@ class SpeechRequest(StrictModel):
 def check_speech_fields(req: SpeechRequest) -> None:
     """The fields served partly: each refusal a 400 naming its field."""
     if req.response_format not in FORMATS:
-        raise APIError(400, f"`response_format`: {req.response_format!r} is not supported; "
-                       f"use one of {', '.join(FORMATS)}", "response_format")
+        why = NO_ENCODER.get(req.response_format, "not a format of this route")
+        raise APIError(400, f"`response_format`: {req.response_format!r} is not supported "
+                       f"({why}); use one of {', '.join(FORMATS)}", "response_format")
     if req.speed != 1.0:
         raise APIError(400, f"`speed`: only 1.0 is supported (the audio is not time-stretched), "
                        f"not {req.speed}", "speed")
-    if req.stream_format is not None and (req.stream_format not in STREAM_FORMATS
-                                          or (req.stream_format, req.response_format)
-                                          == ("sse", "wav")):
-        raise APIError(400, f"`stream_format`: \"audio\" (wav or pcm) or \"sse\" (pcm) is "
-                       f"supported, not {req.stream_format!r} with {req.response_format}",
-                       "stream_format")
+    check_stream_format(req.stream_format, req.response_format)
     req.speaker()
+
+
+def check_stream_format(stream_format: str | None, response_format: str) -> None:
+    """The one rule for streaming: "audio" takes the formats whose encoders only append
+    (``SoundFormat.streams``), "sse" pcm (OpenAI's events carry raw samples); any other pair is a
+    400 naming both fields (its param ``stream_format``)."""
+    if stream_format is None:
+        return
+    streamed = tuple(name for name, fmt in FORMATS.items() if fmt.streams)
+    whole = ", ".join(name for name, fmt in FORMATS.items() if not fmt.streams)
+    served = {"audio": streamed, "sse": ("pcm",)}
+    if response_format not in served.get(stream_format, ()):
+        raise APIError(400, f"`stream_format` {stream_format!r} with `response_format` "
+                       f"{response_format!r} is not supported: \"audio\" streams "
+                       f"{', '.join(streamed)} ({whole}: whole files only, as their encoders go "
+                       f"back to fill in a header at the end), \"sse\" pcm",
+                       "stream_format")

@@ -6,7 +6,8 @@ The prompt is CSM's turn (``utterance.csm_turn``) tokenized here under the speec
 request of at most ``max_frames`` frames (``speak_bounds.speech_frames``). That worker's codec
 node decodes the frames in the graph's windows and sends each ready window's samples with the
 request's output (``RequestOutput.new_audio``, ``mstar.worker.speech_out``); this route only
-joins and frames them (``sound_formats``): no torch here. A model whose graph emits no audio answers a 400
+joins and encodes them (``sound_formats``: wav and pcm framed here, flac, mp3 and opus through
+libsndfile): no torch here. A model whose graph emits no audio answers a 400
 naming ``model`` (``refusal``, the transcription routes' rule).
 """
 
@@ -19,15 +20,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from mstar.api_server.audio.refusal import model_refusal
 from mstar.api_server.audio.routes import replay_one
-from mstar.api_server.audio.sound_formats import (
-    MEDIA_TYPES,
-    pcm16,
-    streamed_wav_header,
-    wav,
-)
+from mstar.api_server.audio.sound_formats import FORMATS, StreamedSound, encode, pcm16
 from mstar.api_server.audio.speak_bounds import check_speech_input, speech_frames
 from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
 from mstar.api_server.generation.run import Job, first_output, new_request_id
@@ -40,12 +37,14 @@ from mstar.output.processor import TextOutput
 
 router = APIRouter()
 CLIENT_GONE = 499  # answered to no one: the client closed the request (nginx's code)
-DOC = {200: {"description": "The audio: a WAV file, or raw 16-bit little-endian PCM (mono, "
-             "at the model's codec rate; CSM: 24 kHz); stream_format audio: the same bytes as "
-             "they decode (a streamed WAV's header, first, has sizes 0xFFFFFFFF); stream_format "
-             "sse: speech.audio.delta events (base64 pcm), then speech.audio.done.",
-             "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}},
-                         "audio/pcm": {"schema": {"type": "string", "format": "binary"}},
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+DOC = {200: {"description": "The audio, mono at the model's codec rate (CSM: 24 kHz; mp3 and "
+             "opus at the lowest rate their codec takes above it): a WAV file, raw 16-bit "
+             "little-endian PCM, FLAC, MP3 or Ogg Opus; stream_format audio (wav, pcm, opus): "
+             "the same bytes as they decode (a streamed WAV's header, first, has sizes "
+             "0xFFFFFFFF); stream_format sse: speech.audio.delta events (base64 pcm), then "
+             "speech.audio.done.",
+             "content": {**{fmt.media_type: BINARY for fmt in FORMATS.values()},
                          "text/event-stream": {"schema": {"type": "string"}}}},
        **error_responses(GENERATION_ERRORS)}
 
@@ -67,8 +66,9 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
                                  media_type="text/event-stream", headers=headers)
     if req.stream_format == "audio":
         first = await first_output(outputs)
-        return StreamingResponse(_audio_stream(first, outputs, req.response_format == "wav"),
-                                 media_type=MEDIA_TYPES[req.response_format], headers=headers)
+        return StreamingResponse(_audio_stream(first, outputs, req.response_format),
+                                 media_type=FORMATS[req.response_format].media_type,
+                                 headers=headers)
     pcm, rate = bytearray(), 0
     async with aclosing(outputs):
         async for _, out in outputs:
@@ -76,8 +76,8 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
             rate = out.new_audio.rate if out.new_audio is not None else rate
     if not rate:  # the client went away before the finish (a finished request carries a rate)
         return Response(status_code=CLIENT_GONE)
-    body = wav(bytes(pcm), rate) if req.response_format == "wav" else bytes(pcm)
-    return Response(body, media_type=MEDIA_TYPES[req.response_format], headers=headers)
+    body = await run_in_threadpool(encode, req.response_format, bytes(pcm), rate)  # LAME, Opus
+    return Response(body, media_type=FORMATS[req.response_format].media_type, headers=headers)
 
 
 async def _job(state: Any, req: SpeechRequest) -> Job:
@@ -96,17 +96,23 @@ def _pcm(out: TextOutput) -> bytes:
 
 
 async def _audio_stream(first: tuple[int, TextOutput], rest: AsyncIterator,
-                        wav_header: bool) -> AsyncIterator[bytes]:
-    """The pcm bytes of each output as it arrives (a failure midway ends the stream short),
-    after a streamed WAV's header (``wav_header``) when the first audio brings its rate."""
-    async for _, out in replay_one(first, rest):
-        if out.new_audio is None:
-            continue
-        if wav_header:
-            yield streamed_wav_header(out.new_audio.rate)
-            wav_header = False
-        if chunk := _pcm(out):
-            yield chunk
+                        response_format: str) -> AsyncIterator[bytes]:
+    """The bytes of each output's audio as it arrives, encoded (``StreamedSound``, made when the
+    first audio brings the rate; a WAV's header comes first); a failure midway ends the stream
+    short."""
+    sound = None
+    try:
+        async for _, out in replay_one(first, rest):
+            if out.new_audio is None:
+                continue
+            sound = sound or StreamedSound(response_format, out.new_audio.rate)
+            if chunk := sound.push(_pcm(out)):
+                yield chunk
+        if sound is not None and (tail := sound.finish()):
+            yield tail
+    finally:
+        if sound is not None:
+            sound.close()
 
 
 async def _events(first: tuple[int, TextOutput], rest: AsyncIterator,

@@ -23,18 +23,22 @@ ROWS: list[dict[str, Any]] = [
          "``\"0\"``); OpenAI's voice names are a 400.", accepted={"voice": "1"},
          refused={"voice": "alloy"}),
     _row("response_format", SPEECH, "supported", "``wav`` (the default: 16-bit mono at the "
-         "codec's rate, 24 kHz for CSM; OpenAI's default mp3 has no encoder here) or ``pcm`` "
-         "(the same samples raw, little-endian); mp3, opus, aac and flac are a 400.",
-         accepted={"response_format": "pcm"}, refused={"response_format": "mp3"}),
+         "codec's rate, 24 kHz for CSM), ``pcm`` (the same samples raw, little-endian), "
+         "``flac`` (the same samples, lossless), ``mp3`` or ``opus`` (Ogg Opus; both at the "
+         "lowest rate their codec takes from the codec's rate up), encoded by libsndfile; "
+         "``aac`` is a 400 (libsndfile has no AAC encoder).",
+         accepted={"response_format": "opus"}, refused={"response_format": "aac"}),
     _row("speed", SPEECH, "supported", "1.0 only: the audio is not time-stretched; another "
          "value is a 400.", accepted={"speed": 1.0}, refused={"speed": 1.5}),
     _rejected("instructions", SPEECH, "this model takes no style prompt.", "Cheerfully.",
               allowed=(None, "")),
     _row("stream_format", SPEECH, "supported", "``audio``: the bytes as each codec window "
-         "decodes (every 320 ms of audio); with ``wav``, a header whose RIFF and data sizes are "
-         "0xFFFFFFFF (the streaming convention) comes first. ``sse`` (with ``pcm``): "
-         "``speech.audio.delta`` events of base64 pcm, then ``speech.audio.done`` with the "
-         "usage; ``sse`` with wav is a 400.",
+         "decodes (every 320 ms of audio) for ``wav`` (a header whose RIFF and data sizes are "
+         "0xFFFFFFFF, the streaming convention, comes first), ``pcm`` and ``opus`` (in Ogg "
+         "pages of about 1 s); ``flac`` and ``mp3`` are whole files only (their encoders go back "
+         "to fill in a header). ``sse`` (with ``pcm``): ``speech.audio.delta`` events of base64 "
+         "pcm, then ``speech.audio.done`` with the usage. Any other pair is a 400 naming "
+         "both fields (its param ``stream_format``).",
          accepted={"stream_format": "sse", "response_format": "pcm"},
          refused={"stream_format": "sse"}),
     _row("max_frames", SPEECH, "extra", "The most codec frames (12.5 a second), from 1 to "
