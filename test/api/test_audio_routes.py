@@ -73,6 +73,18 @@ def test_text_srt_vtt_and_verbose_json(served, words):
     assert body["segments"][0]["avg_logprob"] == pytest.approx(LOGPROB)
 
 
+@pytest.mark.parametrize("fmt, subtype, name", [
+    ("MP3", None, "a.mp3"), ("OGG", "OPUS", "a.opus"), ("FLAC", None, "a.flac")])
+def test_mp3_opus_and_flac_uploads_transcribe(served, words, fmt, subtype, name):
+    """The compressed containers decode (soundfile) to the clip a WAV gives: 2 s at 16 kHz, to
+    the sample (libsndfile trims the lossy codecs' delay and padding)."""
+    client, _, clips = served
+    resp = post(client, encoded(fmt, 2.0, 48_000 if subtype else 16_000, subtype=subtype), name=name)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["text"] == (words[2] + words[3]).strip()
+    assert len(clips.seen[-1]) == 32_000
+
+
 def test_clock_formats():
     assert clock(3725.0456, ",") == "01:02:05,046" and clock(0.0, ".") == "00:00:00.000"
 
