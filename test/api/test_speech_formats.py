@@ -1,9 +1,10 @@
 """POST /v1/audio/speech's encoded formats (``api_server.audio.sound_formats``), through the
 served tiny CSM the speech tests share (test/speech_server.py; 24 kHz, so no format resamples):
 flac, mp3 and opus decode (``soundfile``) to the pcm answer's samples, count for count, mono, at
-24 kHz; opus streams (its bytes decode to the whole file's samples), flac and mp3 do not (a 400
-naming both fields), and neither does anything but pcm in events; aac is refused by name. Beside
-the server, a codec rate that MP3 or Opus does not take is resampled to the next rate they do.
+24 kHz (mp3 through the official openai client too); opus streams (its bytes decode to the whole
+file's samples), flac and mp3 do not (a 400 naming both fields), and neither does anything but
+pcm in events; aac is refused by name. Beside the server, a codec rate that MP3 or Opus does
+not take is resampled to the next rate they do.
 
 How close each decode must be to the pcm answer's 16-bit samples:
 
@@ -129,3 +130,18 @@ def test_a_rate_the_codec_does_not_take_is_resampled_to_the_next_it_does(name, r
         samples, decoded_rate = _decoded(data)
         assert decoded_rate == encoded_at and samples.shape[1] == 1
         assert abs(len(samples) - encoded_at) <= 0.01 * encoded_at  # one second of audio
+
+
+def test_the_openai_client_gets_mp3(speech_server, pcm):
+    """OpenAI's default format, through the official client (it sends what it is given)."""
+    import openai
+
+    client = openai.OpenAI(api_key="x", base_url=speech_server.url + "/v1", max_retries=0,
+                           timeout=60)
+    name = httpx.get(speech_server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    speech = client.audio.speech.create(model=name, input=BODY["input"], voice="0",
+                                        response_format="mp3",
+                                        extra_body={"max_frames": BODY["max_frames"]})
+    samples, rate = _decoded(speech.content)
+    assert rate == RATE and samples.shape == (len(pcm), 1)
+    assert _correlation(samples[:, 0], pcm, "mp3") >= MIN_CORRELATION
