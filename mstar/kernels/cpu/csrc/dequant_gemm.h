@@ -24,11 +24,12 @@ namespace {
 // - float32 tiles (every level without avx512_bf16): the integer-dot panels beat them at every
 //   shape from 64 to 512 rows on AVX2, so only long prefill chunks take them.
 constexpr int64_t kWideRowsF32 = 512;
-// - bf16 tiles (avx512_bf16; AMD EPYC, 1 thread), q4: at 16 rows the integer dot was 0.82-0.92x
-//   the tiles' time on every shape, at 24 mixed (0.86-1.02x), at 32 the tiles 0.90-0.98x the dot's.
+// - bf16 tiles (avx512_bf16; AMD EPYC with 2 cores, 1 thread, 4 MiB tiles), q4: at 16 rows the
+//   integer dot took 0.76-0.93x the tiles' time on every shape; at 24 it was mixed (the dot 0.92x
+//   to 1.11x); at 32 the tiles took 0.86-1.00x the dot's (gate_up 946 against 1064 us).
 constexpr int64_t kWideRowsBf16Q4 = 32;
-// - bf16 tiles, int8: at 4 rows a tie (0.73-1.07x), at 8 the tiles 0.70-0.93x the dot's time on
-//   every shape (the LM head: 6.6 against 9.4 ms).
+// - bf16 tiles, int8: at 4 rows mixed (the tiles 0.87-1.31x the dot's time); at 8 the tiles took
+//   0.66-0.91x on every shape (the LM head: 6.3 against 9.6 ms).
 constexpr int64_t kWideRowsBf16Int8 = 8;
 
 // The rows from which a q4 (else int8) linear takes the wide path at `level` (-1: the CPU's).
