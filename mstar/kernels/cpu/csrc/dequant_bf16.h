@@ -23,7 +23,6 @@ namespace {
 // 1039, 979, 924, 912 and 887 us and the LM head 17.8, 16.5, 15.6, 15.2, 14.5 and 19.2 ms; at
 // M = 128 they were within 5% from 512K weights on.
 constexpr int64_t kBf16TileWeights = 1 << 21;
-constexpr int64_t kBf16GroupGrain = 2;         // x8 groups (16 weight rows) per parallel work item
 
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")
@@ -104,26 +103,41 @@ void int8_rows(const int8_t* weight, const float* scales, int64_t K, int64_t gro
 MSTAR_TARGET_POP
 #endif
 
+// y [M, cols] bf16 into columns of out (row stride ld) as float32. Raw pointers, not a tensor copy:
+// the worker threads of a parallel region run outside the caller's InferenceMode, where an
+// in-place copy into its (inference) output is refused.
+inline void widen_columns(const at::BFloat16* y, int64_t M, int64_t cols, float* out, int64_t ld) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < cols; ++j) out[m * ld + j] = static_cast<float>(y[m * cols + j]);
+}
+
 // x [M, K] times the N weight rows that `dequant(begin, end, dst)` writes as bf16 (begin and end
-// multiples of `grain` rows, but for N): a tile at a time into a reused scratch, one bf16 GEMM
-// per tile into a bf16 tile of y, widened into the float32 result.
+// multiples of `grain` rows, but for N). The rows are split over the threads once, and each
+// thread runs its own rows a tile at a time: dequantize into its scratch, one single-threaded bf16
+// GEMM (a GEMM inside a parallel region runs on the calling thread), widen into y. So a call has
+// one parallel region, as the integer-dot kernels do: with a region per step (dequantize, GEMM,
+// widen) on each tile, a thread descheduled by another process stalled every region's barrier,
+// and offline c=32 ran at half speed on a 2-core machine with other work on it.
 template <typename Dequant>
 at::Tensor dequant_gemm_bf16(const at::Tensor& x_in, int64_t N, int64_t K, int64_t grain, Dequant dequant) {
   check_input(x_in, K);
   const at::Tensor x = x_in.to(at::kBFloat16).contiguous();
-  at::Tensor out = at::empty({x.size(0), N}, x_in.options());
-  const int64_t tile = std::min(N, std::max<int64_t>(1, kBf16TileWeights / K / grain) * grain);
-  thread_local std::vector<uint16_t> scratch;  // the caller's thread: one tile, reused across calls
-  scratch.resize(tile * K);
-  uint16_t* sp = scratch.data();
-  for (int64_t n0 = 0; n0 < N; n0 += tile) {
-    const int64_t rows = std::min(tile, N - n0);
-    at::parallel_for(0, (rows + grain - 1) / grain, kBf16GroupGrain, [&](int64_t begin, int64_t end) {
-      dequant(n0 + begin * grain, std::min(n0 + end * grain, N), sp + begin * grain * K);
-    });
-    at::Tensor w = at::from_blob(sp, {rows, K}, x.options());
-    out.narrow(1, n0, rows).copy_(at::mm(x, w.t()));
-  }
+  const int64_t M = x.size(0);
+  at::Tensor out = at::empty({M, N}, x_in.options());
+  const int64_t tile = std::max<int64_t>(1, kBf16TileWeights / K / grain) * grain;
+  at::parallel_for(0, (N + grain - 1) / grain, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<uint16_t> scratch;  // each thread's tile, reused across calls
+    const int64_t n_end = std::min(end * grain, N);
+    const int64_t rows_max = std::min(tile, n_end - begin * grain);
+    if (static_cast<int64_t>(scratch.size()) < rows_max * K) scratch.resize(rows_max * K);
+    for (int64_t n0 = begin * grain; n0 < n_end; n0 += tile) {
+      const int64_t rows = std::min(tile, n_end - n0);
+      dequant(n0, n0 + rows, scratch.data());
+      const at::Tensor w = at::from_blob(scratch.data(), {rows, K}, x.options());
+      const at::Tensor y = at::mm(x, w.t());  // [M, rows] bf16
+      widen_columns(y.data_ptr<at::BFloat16>(), M, rows, out.data_ptr<float>() + n0, N);
+    }
+  });
   return out;
 }
 
