@@ -17,8 +17,8 @@ from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
 level = kernel_levels([4])  # avx512_bf16
 
 # (M, N, K): M around the crossovers (8 for int8, 32 for q4); N with a tail of N % 8 q4 rows that
-# are not an x8 group; K = 4096 makes a tile hold 512 weight rows, so N = 1100 runs two full tiles
-# and a partial one that ends in a tail.
+# are not an x8 group; K = 4096 makes a tile hold 256 weight rows, so N = 1100 runs full tiles and
+# a partial one on each thread (the last ending in a tail).
 SHAPES = [(8, 1, 32), (7, 19, 64), (31, 40, 576), (32, 13, 96), (33, 1100, 4096)]
 
 

@@ -6,7 +6,7 @@
 // rounded to bf16 once (aten's bf16 GEMM returns bf16) and returned as float32. So the error
 // against float32 x times the float32-dequantized W is that of bf16-rounded activations, weights
 // and outputs: a relative 2^-8 of the terms' magnitudes, the arithmetic of a bf16 model's linears.
-// A bf16 tile of the float32 one's 2 MiB (dequant_gemm.h) would hold twice its weights; 4 MiB measured faster.
+// A bf16 tile holds twice the weights of the float32 one (dequant_gemm.h) in the same 2 MiB.
 //
 // q4 weights are read in their x8 groups (q4_layout.h) without putting them back to Q4_1 rows:
 // one vpermt2w gathers 4 rows' 16 nibble bytes of a block from the group's 8 chunks.
@@ -17,12 +17,13 @@
 
 namespace {
 
-// Weights per tile: 4 MiB of bf16 scratch. Each tile costs one GEMM call (about 15 us of overhead
-// at M = 1, one thread), so larger tiles won until the tile left the cache: measured (benchmark/
-// cpu_kernels.py --threads 1, best of 5) with 128K to 4M weights, at M = 32 gate_up took 1109,
-// 1039, 979, 924, 912 and 887 us and the LM head 17.8, 16.5, 15.6, 15.2, 14.5 and 19.2 ms; at
-// M = 128 they were within 5% from 512K weights on.
-constexpr int64_t kBf16TileWeights = 1 << 21;
+// Weights per tile of a thread: 2 MiB of bf16 scratch (the float32 tile's bytes, twice its
+// weights). Each tile costs one GEMM call (about 15 us of overhead at M = 1), so larger tiles won
+// until they left the cache. Measured at M = 32, best of 5 (benchmark/cpu_kernels.py), tiles of
+// 256K, 512K, 1M and 2M weights: 2 threads, q4 gate_up 530, 482, 457, 461 us, the int8 LM head
+// 7.5, 6.8, 6.6, 7.0 ms; 1 thread, gate_up 1039, 979, 924, 912 us, the LM head 16.5, 15.6, 15.2,
+// 14.5 ms (4M weights: 19.2 ms). Threads run the tiles, so 1M weights.
+constexpr int64_t kBf16TileWeights = 1 << 20;
 
 #ifdef MSTAR_X86
 MSTAR_TARGET_PUSH("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")

@@ -30,6 +30,9 @@ constexpr int64_t kWideRowsF32 = 512;
 constexpr int64_t kWideRowsBf16Q4 = 32;
 // - bf16 tiles, int8: at 4 rows mixed (the tiles 0.87-1.31x the dot's time); at 8 the tiles took
 //   0.66-0.91x on every shape (the LM head: 6.3 against 9.6 ms).
+// Rechecked with 2 threads and 2 MiB tiles, summed over a decode step of the built-in model: q4
+// at 24 rows a tie (958 against 954 us per layer), at 32 the tiles 0.93x; int8 at 4 rows the dot
+// ahead (14.9 against 17.3 ms), at 8 the tiles 0.87x (19.7 against 22.6 ms).
 constexpr int64_t kWideRowsBf16Int8 = 8;
 
 // The rows from which a q4 (else int8) linear takes the wide path at `level` (-1: the CPU's).
