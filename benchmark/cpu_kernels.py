@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from mstar.kernels.cpu.build import SOURCES, build_dir, native_kernels
+from mstar.kernels.cpu.levels import Feature
 from mstar.models.quant.formats import Q4Weight, dequantize_q4, interleave_q4, quantize_int8, quantize_q4
 from mstar.settings import WorkerSettings
 
@@ -94,10 +95,15 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
                              (q8.weight, q8.scales))
         out["mstar_bf16"] = (lambda x, s: torch.ops.mstar_cpu.bf16_linear(x, s, None, -1),
                              w.bfloat16())
-        # the wide-batch path: dequantize a cache-sized tile, then a float32 GEMM (dequant_gemm.h)
-        out["q4_wide"] = (lambda x, s: torch.ops.mstar_cpu.q4_linear_wide(x, s, x.shape[1]), x8)
-        out["int8_wide"] = (lambda x, s: torch.ops.mstar_cpu.int8_linear_wide(x, s[0], s[1]),
-                            (q8.weight, q8.scales))
+        # the wide-batch path: dequantize a cache-sized tile, then a GEMM (dequant_gemm.h): bf16
+        # tiles at the avx512_bf16 level (dequant_bf16.h), float32 ones elsewhere; *_f32 forces
+        # the float32 tiles (the AVX2 level) where the CPU's own level takes bf16 ones
+        for suffix, level in wide_levels():
+            out["q4_wide" + suffix] = (
+                lambda x, s, level=level: torch.ops.mstar_cpu.q4_linear_wide(x, s, x.shape[1], level), x8)
+            out["int8_wide" + suffix] = (
+                lambda x, s, level=level: torch.ops.mstar_cpu.int8_linear_wide(x, s[0], s[1], level),
+                (q8.weight, q8.scales))
     if hasattr(torch.ops, BASELINE) and hasattr(getattr(torch.ops, BASELINE), "q4_linear"):
         base = getattr(torch.ops, BASELINE)  # a revision before the x8 layout takes Q4_1 rows
         out["base_q4"] = (lambda x, s: base.q4_linear(x, s, x.shape[1]), q4.blocks)
@@ -108,6 +114,13 @@ def candidates(w: torch.Tensor, use_compile: bool) -> dict[str, tuple[Callable, 
                               dynamic=True)
         out["compiled_q4"] = (lambda x, s: fused(x, s), q4.blocks)
     return out
+
+
+def wide_levels() -> list[tuple[str, int]]:
+    """(name suffix, level) of the wide paths to time: the CPU's own level, and the AVX2 level's
+    float32 tiles too where the CPU's own takes bf16 tiles (avx512_bf16)."""
+    bf16_tiles = Feature.AVX512_BF16 in Feature(torch.ops.mstar_cpu.cpu_features())
+    return [("", -1), ("_f32", 1)] if bf16_tiles else [("", -1)]
 
 
 def _int4_state(w: torch.Tensor):

@@ -38,6 +38,7 @@ FILES=(
     test/models/test_cpu_levels.py
     test/models/test_cpu_qdot.py
     test/models/test_cpu_quant_wide.py
+    test/models/test_cpu_quant_bf16_tiles.py
     test/models/test_cpu_bf16_linear.py
     test/models/test_cpu_bf16_dot.py
     test/models/test_fused_ops.py

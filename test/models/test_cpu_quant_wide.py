@@ -1,5 +1,6 @@
 """The wide-batch path of the quantized linears: dequantize a tile of the weight, then a float32
-GEMM (csrc/dequant_gemm.h), used from WIDE_BATCH rows of activations."""
+GEMM (csrc/dequant_gemm.h), used from WIDE_BATCH rows of activations (the bf16 tiles of a level
+with avx512_bf16, from fewer rows: test_cpu_quant_bf16_tiles.py)."""
 
 from __future__ import annotations
 
@@ -31,19 +32,22 @@ def test_wide_kernel_equals_float32_times_the_dequantized_weight(level, kind, m,
 
 
 @pytest.mark.parametrize("kind", ["q4", "int8"])
-def test_the_layer_switches_to_float32_activations_at_the_wide_batch(best_level, kind):
-    """One block of x holds a large value and small ones: int16 rounding (under WIDE_BATCH rows)
-    zeroes the small ones, the float32 path (from WIDE_BATCH rows) keeps their sum."""
+def test_the_layer_switches_to_unrounded_activations_at_the_wide_batch(best_level, kind):
+    """One block of x holds a large value and small ones: int16 rounding (under the layer's
+    wide_rows) zeroes the small ones, the wide path keeps their sum: float32 from WIDE_BATCH rows,
+    bf16 (each output rounded to 8 bits of mantissa) from fewer on a level with avx512_bf16."""
     dense = torch.ones(3, 32)
     dense[:, 0] = 0  # the large activation meets a zero weight
     w = quantize_q4(dense) if kind == "q4" else quantize_int8(dense)
     row = torch.full((32,), 0.01)
     row[0] = 1e4  # 0.01 is below half an int16 step of this block (1e4 / 32767)
     layer = QuantLinear(w, None, "native")
-    narrow = layer(row.expand(WIDE_BATCH - 1, 32).contiguous())
-    wide = layer(row.expand(WIDE_BATCH, 32).contiguous())
-    assert torch.equal(narrow, torch.zeros(WIDE_BATCH - 1, 3))
-    torch.testing.assert_close(wide, torch.full((WIDE_BATCH, 3), 0.31), rtol=1e-3, atol=0)  # fp16 d
+    rows = layer.wide_rows
+    narrow = layer(row.expand(rows - 1, 32).contiguous())
+    wide = layer(row.expand(rows, 32).contiguous())
+    assert torch.equal(narrow, torch.zeros(rows - 1, 3))
+    rtol = 1e-3 if rows == WIDE_BATCH else 2**-8  # fp16 d; bf16 tiles: x, w and y rounded to bf16
+    torch.testing.assert_close(wide, torch.full((rows, 3), 0.31), rtol=rtol, atol=0)
 
 
 def test_wide_kernel_refuses_a_mismatched_input(best_level):

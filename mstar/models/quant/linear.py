@@ -21,15 +21,17 @@ from mstar.models.quant.formats import (
 # compare the weights with transformers' exactly).
 MODES = ("native", "reference", "exact")
 # Batch rows from which the weight is dequantized a cache-sized tile at a time and multiplied with
-# the float32 activations by a float32 GEMM (csrc/dequant_gemm.h; the reference mode then skips
-# the int16 rounding too). The integer-dot panels beat it at every shape measured from 64 to 512
-# rows on AVX2 (benchmark/cpu_kernels.py, docs/engine.rst), so only long prefill chunks take it.
+# the activations by a GEMM (csrc/dequant_gemm.h; the reference mode then skips the int16 rounding
+# too). This is the float32 tiles' limit (kWideRowsF32 there): the integer-dot panels beat them at
+# every shape measured from 64 to 512 rows on AVX2 (benchmark/cpu_kernels.py, docs/engine.rst), so
+# only long prefill chunks take them. The native kernels' limit is their level's
+# (``torch.ops.mstar_cpu.quant_wide_rows(q4)``: fewer rows where the tiles are bf16, avx512_bf16).
 WIDE_BATCH = 512
 
 
 class QuantLinear(nn.Module):
-    """y = round_activations(x) @ dequantize(W)^T + b (x unrounded from WIDE_BATCH rows), in
-    float32, returned in x's dtype."""
+    """y = round_activations(x) @ dequantize(W)^T + b (x unrounded from ``wide_rows`` rows; bf16
+    rounded there on a level with avx512_bf16), in float32, returned in x's dtype."""
 
     def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, mode: str) -> None:
         super().__init__()
@@ -39,6 +41,9 @@ class QuantLinear(nn.Module):
             weight = interleave_q4(weight)
         self.qweight = weight
         self.mode = mode
+        # rows from which forward takes the wide path: the native kernels' level decides, once
+        q4 = isinstance(weight, Q4Weight)
+        self.wide_rows = torch.ops.mstar_cpu.quant_wide_rows(q4) if mode == "native" else WIDE_BATCH
         if isinstance(weight, Q4Weight):
             self.in_features, self.out_features = weight.in_features, weight.blocks.shape[0]
         else:
@@ -48,7 +53,7 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float()
         w = self.qweight
-        wide = flat.shape[0] >= WIDE_BATCH
+        wide = flat.shape[0] >= self.wide_rows
         if self.mode != "native":
             exact = self.mode == "exact" or wide
             out = F.linear(flat if exact else round_activations(flat), dequantize(w))

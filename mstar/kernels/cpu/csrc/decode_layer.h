@@ -8,7 +8,8 @@
 // them is gone. Included by ops.cpp after the quantized linears it calls.
 //
 // A linear is (kind, weight, scales, in_features): kind 0 q4 blocks (q4_linear), 1 int8 weight
-// and scales (int8_linear), 2 bf16 weight (bf16_linear); no bias.
+// and scales (int8_linear), 2 bf16 weight (bf16_linear); no bias. The quantized kinds run their
+// wide path (dequant_gemm.h) from wide_rows rows, as QuantLinear does.
 #pragma once
 #include "activation_ops.h"
 #include "bf16_linear.h"
@@ -24,8 +25,12 @@ constexpr int64_t kLayerLinears = 4;  // qkv_proj, o_proj, gate_up_proj, down_pr
 
 at::Tensor layer_linear(const at::Tensor& x, int64_t kind, const at::Tensor& weight, const at::Tensor& scales,
                         int64_t in_features) {
-  if (kind == kQ4Linear) return q4_linear(x, weight, in_features, -1);
-  if (kind == kInt8Linear) return int8_linear(x, weight, scales, -1);
+  // the rule of QuantLinear.forward, so that both compute the same bits
+  const bool wide = x.size(0) >= wide_rows(kind == kQ4Linear, -1);
+  if (kind == kQ4Linear)
+    return wide ? q4_linear_wide(x, weight, in_features, -1) : q4_linear(x, weight, in_features, -1);
+  if (kind == kInt8Linear)
+    return wide ? int8_linear_wide(x, weight, scales, -1) : int8_linear(x, weight, scales, -1);
   TORCH_CHECK(kind == kBf16Linear, "unknown linear kind ", kind);
   return bf16_linear(x, weight, c10::nullopt, -1);
 }

@@ -6,13 +6,40 @@
 // multiplies x with that tile. Dequantizing is ~N*K work against the GEMM's 2*M*N*K flops. The
 // activations stay float32 (no int16 rounding), so this path is the more accurate one. q4 weights
 // come in x8 groups (q4_layout.h), put back to Q4_1 rows a group at a time before dequantizing. Python
-// (quant/linear.py) chooses it from the batch size.
+// (quant/linear.py) and the decode layers (decode_layer.h) choose it from the batch size: from
+// wide_rows(level) rows. On a level with avx512_bf16 the tiles are bf16 instead (dequant_bf16.h).
 #pragma once
 #include "cpu_level.h"
+#include "dequant_bf16.h"
 #include "q4_layout.h"
 #include "weight_checks.h"
 
 namespace {
+
+// Rows of x from which the quantized linears dequantize W to tiles and run a GEMM; fewer rows run
+// the integer-dot kernels (qdot.h). One constant per tile kind and weight format, each chosen by
+// measurement: benchmark/cpu_kernels.py --threads 1 --batches 1,2,4,8,16,24,32,64,128 on the
+// built-in model's shapes (qkv 960 x 576, o 576 x 576, gate_up 3072 x 576, down 576 x 1536, the
+// LM head 49152 x 576), best of 5 sweeps; docs/engine.rst "Quantized weights at wide batches".
+// - float32 tiles (every level without avx512_bf16): the integer-dot panels beat them at every
+//   shape from 64 to 512 rows on AVX2, so only long prefill chunks take them.
+constexpr int64_t kWideRowsF32 = 512;
+// - bf16 tiles (avx512_bf16; AMD EPYC with 2 cores, 1 thread, 4 MiB tiles), q4: at 16 rows the
+//   integer dot took 0.76-0.93x the tiles' time on every shape; at 24 it was mixed (the dot 0.92x
+//   to 1.11x); at 32 the tiles took 0.86-1.00x the dot's (gate_up 946 against 1064 us).
+constexpr int64_t kWideRowsBf16Q4 = 32;
+// - bf16 tiles, int8: at 4 rows mixed (the tiles 0.87-1.31x the dot's time); at 8 the tiles took
+//   0.66-0.91x on every shape (the LM head: 6.3 against 9.6 ms).
+// Rechecked with 2 threads and 2 MiB tiles, summed over a decode step of the built-in model: q4
+// at 24 rows a tie (958 against 954 us per layer), at 32 the tiles 0.93x; int8 at 4 rows the dot
+// ahead (14.9 against 17.3 ms), at 8 the tiles 0.87x (19.7 against 22.6 ms).
+constexpr int64_t kWideRowsBf16Int8 = 8;
+
+// The rows from which a q4 (else int8) linear takes the wide path at `level` (-1: the CPU's).
+int64_t wide_rows(bool q4, int64_t level) {
+  if (!level_uses(resolve_level(level), kFeatAvx512Bf16)) return kWideRowsF32;
+  return q4 ? kWideRowsBf16Q4 : kWideRowsBf16Int8;
+}
 
 constexpr int64_t kWideTileFloats = 1 << 19;  // scratch per tile: 2 MiB of float32 weights
 constexpr int64_t kDequantRowGrain = 16;       // weight rows per parallel work item, at least
@@ -132,7 +159,9 @@ at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t
   check_q4(blocks, K);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   const int64_t N = blocks.size(0);
-  const bool simd = level_uses(resolve_level(level), kFeatAvx2);
+  const int64_t resolved = resolve_level(level);
+  if (level_uses(resolved, kFeatAvx512Bf16)) return q4_linear_bf16_tiles(x, bp, N, K);
+  const bool simd = level_uses(resolved, kFeatAvx2);
   return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
 #ifdef MSTAR_X86
     if (simd) return x8_rows(bp, N, K, begin, end, dst, dequant_avx2::q4_rows);
@@ -147,7 +176,9 @@ at::Tensor int8_linear_wide(const at::Tensor& x, const at::Tensor& weight, const
   const int8_t* wp = weight.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   const int64_t groups = scales.size(1);
-  const bool simd = level_uses(resolve_level(level), kFeatAvx2);
+  const int64_t resolved = resolve_level(level);
+  if (level_uses(resolved, kFeatAvx512Bf16)) return int8_linear_bf16_tiles(x, wp, sp, N, K, groups);
+  const bool simd = level_uses(resolved, kFeatAvx2);
   return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
 #ifdef MSTAR_X86
     if (simd) return dequant_avx2::int8_rows(wp, sp, K, groups, begin, end, dst);

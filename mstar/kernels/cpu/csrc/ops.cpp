@@ -108,6 +108,7 @@ TORCH_LIBRARY(mstar_cpu, m) {
   m.def("write_kv_cache(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
   m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
+  m.def("quant_wide_rows(bool q4, int level=-1) -> int");
   m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int? window, "
         "float scale) -> Tensor");
   m.def("decode_layer(Tensor(a!) hidden, Tensor(b!) residual, bool normed, Tensor input_norm, Tensor post_norm, "
@@ -145,4 +146,5 @@ TORCH_LIBRARY_IMPL(mstar_cpu, CompositeExplicitAutograd, m) {
   m.impl("cpu_level", &best_level);
   m.impl("cpu_features", &features);
   m.impl("level_features", &level_features);
+  m.impl("quant_wide_rows", &wide_rows);
 }
