@@ -175,7 +175,9 @@ def test_quantized_engine_matches_transformers_on_dequantized_weights(
 
 
 def test_builtin_q4_greedy_tokens_equal_the_torch_reference(builtin_cache_dir, run):
-    """The integer-dot kernels and their torch reference (same rounding) decode the same text."""
+    """The integer-dot kernels and their torch reference (the same int16 rounding) decode the
+    same text. A prompt of the layer's ``wide_rows`` or more runs the kernels' tiles against
+    the reference's float32 (bf16 tiles on avx512_bf16): the tokens still match."""
     from mstar.engine.llm_engine import LLMEngine
     from mstar.settings import WorkerSettings
 
