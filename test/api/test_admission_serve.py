@@ -29,8 +29,10 @@ from mstar.settings.keys_file import key_hash
 
 LOW, HIGH, OPS = "low-team-secret", "high-team-secret", "ops-secret"
 OPS_AUTH = {"Authorization": f"Bearer {OPS}"}  # /metrics needs a key too
-LONG = 400  # tokens of each low request of the burst: ten of them, two at a time, take a while
-# (the tiny model's context is 512)
+# Tokens of each low request of the burst, on the long-context model: ten of them, two at a time,
+# take a while. At 400 a running pair lasted ~0.4 s, and in CI it ended in the ~30 ms between the
+# high request's send and its arrival at the scheduler, as if the high had waited its turn.
+LONG = 1000
 
 
 def keys_text(low_rpm: int = 10, reload_rpm: int = 100) -> str:
