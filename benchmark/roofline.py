@@ -61,7 +61,10 @@ class Row:
 
 def arithmetic(knobs: dict[str, str]) -> str:
     """What a setting's linears compute in at a decode batch: int8 dot products for int8 and q4
-    weights (see the module docstring), else the weights' dtype (float32 or bfloat16)."""
+    weights (see the module docstring), bf16 for shipped ones (wide batches run their bf16 copy
+    where bf16 is native), else the weights' dtype (float32 or bfloat16)."""
+    if knobs["quantization"] == "shipped":
+        return "bfloat16"
     return "int8" if knobs["quantization"] != "none" else knobs["dtype"]
 
 
@@ -104,9 +107,9 @@ def load(knobs: dict[str, str], model: str | None, concurrency: int):
 
 
 def knobs_of(llm) -> dict[str, str]:
-    """The dtype and quantization a loaded LLM runs (``auto`` as the engine resolved it)."""
+    """The dtype and quantization a loaded LLM runs (``auto`` as the engine resolved them)."""
     return {"dtype": str(llm.engine.dtype).removeprefix("torch."),
-            "quantization": llm.settings.quantization}
+            "quantization": llm.engine.model_runner.quantization}
 
 
 def load_all(args: argparse.Namespace) -> tuple[dict, str | None]:

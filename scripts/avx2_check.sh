@@ -94,7 +94,8 @@ seen = {"torch capability": torch.backends.cpu.get_cpu_capability(),
             torch.cpu._is_vnni_supported(), torch.cpu._is_avx512_bf16_supported(),
             torch.cpu._is_amx_tile_supported()),
         "mstar features": features.name, "mstar level": level, "native bf16 (oneDNN)": native_bf16(),
-        "auto dtype": resolve_device_dtype(auto)[1], "auto dtype, int8": resolve_device_dtype(quantized)[1]}
+        "auto dtype": resolve_device_dtype(auto, Path(sys.argv[1]))[1],
+        "auto dtype, int8": resolve_device_dtype(quantized, Path(sys.argv[1]))[1]}
 for name, value in seen.items():
     print(f"  {name}: {value}")
 assert seen["torch capability"] == "AVX2" and not any(seen["torch avx512 / vnni / avx512_bf16 / amx"])

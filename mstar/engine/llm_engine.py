@@ -73,7 +73,7 @@ class LLMEngine:
             torch.set_num_threads(settings.torch_num_threads)
         self.model_dir = model_dir = resolve_model_dir(settings)
         self.model_name = settings.model
-        self.device, self.dtype = resolve_device_dtype(settings)
+        self.device, self.dtype = resolve_device_dtype(settings, model_dir)
         hf_config = AutoConfig.from_pretrained(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.max_model_len = model_max_len(hf_config, settings.max_model_len)

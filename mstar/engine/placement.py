@@ -3,10 +3,13 @@ each replica runs on (MSTAR_DEVICE_IDS)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import structlog
 import torch
 
 from mstar.models.layers.cpu_bf16_linear import cpu_auto_dtype
+from mstar.models.loading.shipped import weights_quantization
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -45,13 +48,21 @@ def place_rank(settings: WorkerSettings, replica: int, rank: int) -> None:
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_device_dtype(settings: WorkerSettings) -> tuple[torch.device, torch.dtype]:
+def resolve_device(settings: WorkerSettings) -> torch.device:
     name = settings.device
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    return torch.device(name)
+
+
+def resolve_device_dtype(settings: WorkerSettings, model_dir: Path
+                         ) -> tuple[torch.device, torch.dtype]:
+    """The device, and the dtype MSTAR_DTYPE means for ``model_dir`` there (``auto`` on CPU
+    follows the weights' quantization, ``weights_quantization``)."""
+    device = resolve_device(settings)
     if settings.dtype == "auto":
         if device.type == "cuda":
             return device, torch.bfloat16
-        return device, cpu_auto_dtype(settings.cache_dir, settings.quantization != "none")
+        quantized = weights_quantization(settings, model_dir, device) != "none"
+        return device, cpu_auto_dtype(settings.cache_dir, quantized)
     return device, _DTYPES[settings.dtype]

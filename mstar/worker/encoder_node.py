@@ -48,12 +48,14 @@ def _load_node(settings: WorkerSettings, node: str):
 
     from mstar.engine.placement import resolve_device_dtype
     from mstar.models.loading.loader import load_model
+    from mstar.models.loading.shipped import weights_quantization
     from mstar.models.loading.resolve import resolve_model_dir
 
     model_dir = resolve_model_dir(settings)
-    device, dtype = resolve_device_dtype(settings)
+    device, dtype = resolve_device_dtype(settings, model_dir)
     model = load_model(model_dir, AutoConfig.from_pretrained(model_dir), device, dtype,
-                       quantization=settings.quantization, cache_dir=settings.cache_dir)
+                       quantization=weights_quantization(settings, model_dir, device),
+                       cache_dir=settings.cache_dir)
     return model.encoder_nodes()[node], device
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from mstar.engine.distributed import RankGroup, broadcast_inputs, join_group
-from mstar.engine.placement import place_rank, resolve_device_dtype
+from mstar.engine.placement import place_rank, resolve_device
 from mstar.engine.rendezvous import Rendezvous, check_deterministic_loop
 from mstar.ipc import messages as m
 from mstar.ipc.sockets import push_socket, send
@@ -77,7 +77,7 @@ def join_rank(settings: WorkerSettings, index: int, endpoints: Endpoints,
     if rendezvous is None:
         return WorkerChannel(settings, endpoints, index), None
     check_deterministic_loop(settings)
-    device, _ = resolve_device_dtype(settings)
+    device = resolve_device(settings)
     group = join_group(rendezvous, device, settings.startup_timeout_s)
     if rank == 0:
         return LeaderChannel(WorkerChannel(settings, endpoints, index), group), group

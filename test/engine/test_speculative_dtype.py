@@ -51,7 +51,7 @@ def test_auto_dtype_speculation_leaves_plain_decoding_only_at_a_near_tie(
         family, tiny_model_dir, make_engine, tiny_tokenizer):
     settings = {"dtype": "auto", "kv_block_size": 4, "num_kv_blocks": 256}
     model_dir = tiny_model_dir(family)
-    _, dtype = resolve_device_dtype(WorkerSettings(model=str(model_dir), **settings))
+    _, dtype = resolve_device_dtype(WorkerSettings(model=str(model_dir), **settings), model_dir)
     prompts = [tiny_tokenizer.encode(t) for t in TEXTS]
     plain = _decode(make_engine(model_dir, **settings), prompts)
     engine = make_engine(model_dir, **settings, speculative_method="ngram", speculative_gate=False,

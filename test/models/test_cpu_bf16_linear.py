@@ -150,12 +150,12 @@ def test_model_gives_the_greedy_tokens_of_float32_math_on_bf16_weights(
 
 
 @pytest.mark.parametrize("quantization", ["int8", "q4"])
-def test_auto_gives_quantized_weights_float32_activations(quantization):
+def test_auto_gives_quantized_weights_float32_activations(quantization, tmp_path):
     """Quantized kernels take float32 activations: auto keeps them in float32 on every CPU, native
     bf16 or not (bf16 would only add conversions and keep the one-call decode stack off)."""
     from mstar.engine.placement import resolve_device_dtype
     from mstar.settings import WorkerSettings
 
     settings = WorkerSettings(device="cpu", dtype="auto", quantization=quantization)
-    _, dtype = resolve_device_dtype(settings)
+    _, dtype = resolve_device_dtype(settings, tmp_path)
     assert dtype == torch.float32

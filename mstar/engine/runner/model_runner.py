@@ -45,6 +45,7 @@ from mstar.graph.placement import nodes_apart
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
+from mstar.models.loading.shipped import weights_quantization
 from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
 from mstar.models.speech.frame_head import FrameHead
 from mstar.settings import WorkerSettings
@@ -68,8 +69,11 @@ class ModelRunner:
         lora = serves_lora(settings)
         if lora:
             check_lora_supported(settings)
+        # MSTAR_QUANTIZATION as resolved for this model (auto: shipped or none)
+        self.quantization = weights_quantization(settings, model_dir, device)
         self.model = load_model(model_dir, hf_config, device, dtype, prepack=not settings.compile,
-                                quantization=settings.quantization, cache_dir=settings.cache_dir,
+                                quantization=self.quantization,
+                                cache_dir=settings.cache_dir,
                                 parallel=parallel,
                                 lora_slots=(settings.max_loras, settings.max_lora_rank) if lora
                                 else None)

@@ -33,6 +33,7 @@ from mstar.engine.kv.kv_cache import (
 from mstar.engine.request.sequence import Sequence
 from mstar.engine.speculative.paged_span import Span, last_rows, span_inputs
 from mstar.models.loading.loader import load_model
+from mstar.models.loading.shipped import weights_quantization
 from mstar.settings import WorkerSettings
 
 
@@ -71,7 +72,8 @@ class DraftModel:
         self.block_size = bs = settings.kv_block_size
         config = AutoConfig.from_pretrained(model_dir)
         self.model = load_model(model_dir, config, device, dtype,
-                                quantization=settings.quantization, cache_dir=settings.cache_dir)
+                                quantization=weights_quantization(settings, model_dir, device),
+                                cache_dir=settings.cache_dir)
         layers = attention_layers(self.model)
         if len(layers) != len(self.model.model.layers):
             raise ValueError("the draft model has recurrent-state (linear-attention) layers")

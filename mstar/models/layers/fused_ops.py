@@ -116,6 +116,7 @@ class LayerLinears:
             if getattr(linear, "bias", None) is not None:
                 return None
             if isinstance(linear, QuantLinear) and linear.mode == "native":
+                max_rows = min(max_rows, linear.kernel_rows or max_rows)  # the bf16 copy's above
                 w = linear.qweight
                 q4 = isinstance(w, Q4Weight)
                 kinds.append(0 if q4 else 1)

@@ -70,15 +70,27 @@ def gguf_model_dir(path: Path, cache_dir: Path) -> Path:
 
 
 def gguf_source(model_dir: Path, quantization: str) -> Path | None:
-    """The GGUF to load weights from: a GGUF model's file, or the built-in model's file under q4."""
+    """The GGUF to load weights from: a GGUF model's file, or the built-in model's file under q4
+    and at its shipped precision (``shipped``, what ``auto`` resolves to: ``loading.shipped``)."""
     note = Path(model_dir) / SOURCE_FILE
     if note.is_file():
         return Path(json.loads(note.read_text(encoding="utf-8"))["gguf"])
-    from mstar.models.loading.builtin import MARKER_FILE, builtin_gguf_path
+    if quantization in ("q4", "shipped") and _builtin(model_dir):
+        from mstar.models.loading.builtin import builtin_gguf_path
 
-    if quantization == "q4" and (Path(model_dir) / MARKER_FILE).is_file():
         return builtin_gguf_path()
     return None
+
+
+def ships_gguf(model_dir: Path) -> bool:
+    """The model's weights ship as a GGUF: a GGUF model's directory, or the built-in model's."""
+    return (Path(model_dir) / SOURCE_FILE).is_file() or _builtin(model_dir)
+
+
+def _builtin(model_dir: Path) -> bool:
+    from mstar.models.loading.builtin import MARKER_FILE
+
+    return (Path(model_dir) / MARKER_FILE).is_file()
 
 
 def read_gguf(path: Path, names: set[str], config, cache_dir: Path | None = None

@@ -15,11 +15,13 @@ from tqdm import tqdm
 from mstar.kernels.cpu.build import native_kernels
 from mstar.models.families.parallel import TensorParallel, build_sharded, shard_tensor
 from mstar.models.layers.cpu_bf16_linear import runs_bf16_kernel, use_bf16_kernel
-from mstar.models.layers.cpu_linear import can_pack, pack_linears
+from mstar.models.layers.cpu_linear import can_pack, native_bf16, pack_linears
 from mstar.models.layers.fused_ops import native_ops_usable, use_native_ops
 from mstar.models.loading.gguf_loader import gguf_source, read_gguf
 from mstar.models.loading.registry import get_model_class
 from mstar.models.lora.linear import wrap_lora_linears
+from mstar.models.loading.shipped import SHIPPED
+from mstar.models.quant.apply import MODES as QUANT_MODES
 from mstar.models.quant.apply import install_quantized, quantize_dense
 from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
 
@@ -39,7 +41,10 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
     bf16-weight kernel (every row without native bf16; the decode rows with avx512_bf16, oneDNN's
     packed copy the wider batches); torch.compile cannot lower either.
     ``quantization`` (none, int8, q4) swaps linears for weight-only quantized ones; a GGUF source
-    keeps its Q4/Q8 tensors as shipped. ``cache_dir`` holds the native kernels' build and a GGUF's
+    keeps its Q4/Q8 tensors as shipped. ``shipped`` (what MSTAR_QUANTIZATION=auto resolves to
+    for a model that ships quantized, ``loading.shipped``) reads the built-in model's GGUF too,
+    quantizes nothing more, and where bf16 is native gives each quantized layer oneDNN's bf16
+    copy for wide batches. ``cache_dir`` holds the native kernels' build and a GGUF's
     tensors after their first read.
     ``parallel`` (tensor parallelism over more than one rank) builds this rank's shard and loads
     only its slices (``mstar.models.families.parallel``).
@@ -69,7 +74,7 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
         if source is not None:
             raise ValueError("LoRA adapters need a safetensors checkpoint, not a GGUF source")
         wrap_lora_linears(model, *lora_slots)
-    if quantization != "none":
+    if quantization in QUANT_MODES:
         quantized |= quantize_dense(model, quantization, skip=set(quantized))
     # Computed in float32, stored in the model dtype, as transformers does.
     model.model.rotary_emb.init_cache(device, dtype)
@@ -77,7 +82,8 @@ def load_model(model_dir: Path, config, device: torch.device, dtype: torch.dtype
         model.init_buffers(device)
     model.eval().requires_grad_(False)
     if quantized:
-        install_quantized(model, quantized, device.type == "cpu" and native_kernels(cache_dir))
+        install_quantized(model, quantized, device.type == "cpu" and native_kernels(cache_dir),
+                          copy=quantization == SHIPPED and native_bf16())
     if prepack and runs_bf16_kernel(device, dtype) and native_kernels(cache_dir):
         use_bf16_kernel(model)
     elif prepack and can_pack(device, dtype):

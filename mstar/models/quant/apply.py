@@ -36,14 +36,17 @@ def quantize_dense(model: nn.Module, mode: str, skip: set[str]) -> dict[str, Qua
     return weights
 
 
-def install_quantized(model: nn.Module, weights: dict[str, QuantWeight], native: bool) -> None:
-    """Replace each named linear by a QuantLinear; a tied embedding reads the quantized LM head."""
+def install_quantized(model: nn.Module, weights: dict[str, QuantWeight], native: bool,
+                      copy: bool = False) -> None:
+    """Replace each named linear by a QuantLinear; a tied embedding reads the quantized LM head.
+    ``copy`` (with ``native``): each also holds oneDNN's bf16 copy for wide batches."""
     for name, weight in weights.items():
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)
         bias = getattr(parent.get_submodule(child), "bias", None)
-        setattr(parent, child, QuantLinear(weight, bias, "native" if native else "reference"))
+        setattr(parent, child, QuantLinear(weight, bias, "native" if native else "reference",
+                                           copy=copy and native))
     if getattr(model, "tie_word_embeddings", False) and LM_HEAD in weights:
         dtype = model.model.norm.weight.dtype
         model.model.embed_tokens = QuantEmbedding(weights[LM_HEAD], dtype)
-    log.info("model_quantized", layers=len(weights), native_kernels=native)
+    log.info("model_quantized", layers=len(weights), native_kernels=native, bf16_copy=copy and native)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mstar.kernels.cpu.levels import Feature
+from mstar.models.layers.cpu_linear import pack_weight, packed_linear
 from mstar.models.quant.formats import (
     Q4Weight,
     QuantWeight,
@@ -27,16 +29,47 @@ MODES = ("native", "reference", "exact")
 # only long prefill chunks take them. The native kernels' limit is their level's
 # (``torch.ops.mstar_cpu.quant_wide_rows(q4)``: fewer rows where the tiles are bf16, avx512_bf16).
 WIDE_BATCH = 512
+# With oneDNN's bf16 copy (``QuantLinear(copy=True)``: the shipped-precision default, CPUs with
+# native bf16), the most rows the integer-dot kernels take before the copy runs, by the CPU's
+# fastest bf16 arithmetic and weight format (q4: True). Measured per linear of the built-in model,
+# ``benchmark.cpu_kernels --only mstar_q4,mstar_int8,bf16_packed`` (docs/engine.rst, "Shipped
+# precision"): with AMX oneDNN's packed bf16 runs 1 to 32 rows in about the time of one, and
+# overtakes q4's integer dot between 8 and 16 rows, int8's between 4 and 8. On avx512_bf16
+# without AMX, session 7 measured oneDNN 1.1-1.4x faster than the bf16 tiles from 32 rows and the
+# tiles tying q4's integer dot at 24 rows: the copy takes q4 from 24 rows there; int8 keeps 4
+# (below its bf16 tiles' 8, which the copy replaces).
+COPY_ROWS = {Feature.AMX: {True: 8, False: 4}, Feature.AVX512_BF16: {True: 24, False: 4}}
+
+
+def copy_rows(q4: bool) -> int:
+    """The most rows a quantized layer with a bf16 copy runs on its integer-dot kernel here."""
+    features = Feature(torch.ops.mstar_cpu.cpu_features())
+    best = Feature.AMX if Feature.AMX in features else Feature.AVX512_BF16
+    return COPY_ROWS[best][q4]
 
 
 class QuantLinear(nn.Module):
     """y = round_activations(x) @ dequantize(W)^T + b (x unrounded from ``wide_rows`` rows; bf16
-    rounded there on a level with avx512_bf16), in float32, returned in x's dtype."""
+    rounded there on a level with avx512_bf16), in float32, returned in x's dtype.
 
-    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, mode: str) -> None:
+    ``copy`` (native mode, CPUs with native bf16): also hold oneDNN's packed bf16 copy of
+    dequantize(W), which runs every batch of more than ``kernel_rows`` rows (x and the sums in
+    bf16, as the bf16 tiles would compute them, but on oneDNN's prepacked layout, and on AMX
+    where the CPU has it). The weights are then held twice, the copy at 2 bytes a weight."""
+
+    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, mode: str,
+                 copy: bool = False) -> None:
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"unknown QuantLinear mode {mode!r}; expected one of {MODES}")
+        if copy and mode != "native":
+            raise ValueError("a bf16 copy needs the native kernels (mode 'native')")
+        # A plain attribute, not a buffer: a decode step streams ``qweight``, a wide batch this
+        # copy, never both (benchmark/roofline_weights.py counts what a decode step streams).
+        self.wide = pack_weight(dequantize(weight).to(torch.bfloat16)) if copy else None
+        # The most rows the integer-dot kernels take (None: any), what the decode stack may pass.
+        self.kernel_rows = copy_rows(isinstance(weight, Q4Weight)) if copy else None
+        self.wide_bias = None if bias is None or not copy else bias.detach().to(torch.bfloat16)
         if isinstance(weight, Q4Weight) and mode == "native":
             weight = interleave_q4(weight)
         self.qweight = weight
@@ -50,8 +83,16 @@ class QuantLinear(nn.Module):
             self.out_features, self.in_features = weight.weight.shape
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
 
+    def on_kernel(self, rows: int) -> bool:
+        """``rows`` rows of x run the quantized weights, not the bf16 copy."""
+        return self.kernel_rows is None or rows <= self.kernel_rows
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).float()
+        flat = x.reshape(-1, self.in_features)
+        if not self.on_kernel(flat.shape[0]):
+            out = packed_linear(flat.to(torch.bfloat16), self.wide, self.wide_bias)
+            return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+        flat = flat.float()
         w = self.qweight
         wide = flat.shape[0] >= self.wide_rows
         if self.mode != "native":
@@ -69,7 +110,8 @@ class QuantLinear(nn.Module):
 
     def extra_repr(self) -> str:
         kind = "q4" if isinstance(self.qweight, Q4Weight) else "int8"
-        return f"{self.in_features} -> {self.out_features}, {kind}, {self.mode}"
+        copy = "" if self.wide is None else f", bf16 copy above {self.kernel_rows} rows"
+        return f"{self.in_features} -> {self.out_features}, {kind}, {self.mode}{copy}"
 
 
 class QuantEmbedding(nn.Module):

@@ -32,7 +32,8 @@ class EngineKnobs(BaseModel):
         "auto", "Weight and activation dtype. auto = bfloat16 on CUDA, on CPUs with native bf16 "
         "(avx512_bf16 or AMX), and on AVX2 CPUs where mstar's bf16-weight kernel builds (bf16 "
         "weights, float32 arithmetic; see docs/engine.rst); float32 on every CPU with "
-        "MSTAR_QUANTIZATION=int8 or q4 (their kernels take float32 activations); else float32.")
+        "quantized weights (MSTAR_QUANTIZATION int8, q4, or auto on a model that ships them: "
+        "their kernels take float32 activations); else float32.")
     device: Literal["auto", "cpu", "cuda"] = _engine(
         "auto", "Device to run on. auto = cuda when available, else cpu.")
     max_model_len: int | None = _engine(
@@ -81,10 +82,15 @@ class EngineKnobs(BaseModel):
     cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = _engine(
         None, "Was: the decode batch sizes to capture CUDA graphs for, a comma list.",
         unit="sequences", no_effect=CUDA_GRAPHS_GONE)
-    quantization: Literal["none", "int8", "q4"] = _engine(
-        "none", "Weight-only quantization of the linear layers (CPU): int8 = per output channel, "
+    quantization: Literal["auto", "none", "int8", "q4"] = _engine(
+        "auto", "Weight-only quantization of the linear layers (CPU): int8 = per output channel, "
         "q4 = 4-bit groups of 32 with a scale and a minimum (GGUF Q4_1). The LM head is int8 in "
-        "both. With the built-in model, q4 serves its shipped Q4_1 GGUF directly.")
+        "both. With the built-in model, q4 serves its shipped Q4_1 GGUF directly. auto = a model "
+        "whose weights ship quantized (the built-in model, a GGUF) is served at that precision on "
+        "CPU under MSTAR_DTYPE=auto, without tensor parallelism or LoRA: its Q4/Q8 blocks for "
+        "the decode rows and, on CPUs with native bf16, oneDNN's bf16 copy of them for wider "
+        "batches (held twice: about 2.6 bytes a weight); every other model none. See "
+        "docs/engine.rst, \"Shipped precision\".")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")
