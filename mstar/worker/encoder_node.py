@@ -48,8 +48,8 @@ def _load_node(settings: WorkerSettings, node: str):
 
     from mstar.engine.placement import resolve_device_dtype
     from mstar.models.loading.loader import load_model
-    from mstar.models.loading.shipped import weights_quantization
     from mstar.models.loading.resolve import resolve_model_dir
+    from mstar.models.loading.shipped import weights_quantization
 
     model_dir = resolve_model_dir(settings)
     device, dtype = resolve_device_dtype(settings, model_dir)

@@ -28,7 +28,7 @@ def shipped_dir(request, tmp_path):
     """A directory the loader reads as shipped quantized: the built-in model's (its conversion
     marker) or a GGUF model's (its source note)."""
     if request.param == "builtin":
-        (tmp_path / MARKER_FILE).write_text("{}")
+        (tmp_path / MARKER_FILE).write_text(json.dumps({"source": "model.gguf"}))
     else:
         (tmp_path / SOURCE_FILE).write_text(json.dumps({"gguf": "model.gguf"}))
     return tmp_path
@@ -51,6 +51,10 @@ def test_auto_is_none_on_cuda_and_for_a_dense_checkpoint(shipped_dir, tmp_path_f
     assert weights_quantization(WorkerSettings(), shipped_dir, torch.device("cuda")) == "none"
     dense = tmp_path_factory.mktemp("dense")
     assert weights_quantization(WorkerSettings(), dense, CPU) == "none"
+    # the built-in Whisper's conversion marker names CTranslate2's model.bin, not a GGUF
+    whisper = tmp_path_factory.mktemp("whisper")
+    (whisper / MARKER_FILE).write_text(json.dumps({"source": "model.bin"}))
+    assert weights_quantization(WorkerSettings(), whisper, CPU) == "none"
 
 
 @pytest.mark.parametrize("mode", ["none", "int8", "q4"])

@@ -88,9 +88,14 @@ def ships_gguf(model_dir: Path) -> bool:
 
 
 def _builtin(model_dir: Path) -> bool:
+    """A built-in model converted from a GGUF (the built-in Whisper is converted from
+    CTranslate2's model.bin: its weights are not this file's)."""
     from mstar.models.loading.builtin import MARKER_FILE
 
-    return (Path(model_dir) / MARKER_FILE).is_file()
+    marker = Path(model_dir) / MARKER_FILE
+    if not marker.is_file():
+        return False
+    return str(json.loads(marker.read_text(encoding="utf-8")).get("source", "")).endswith(".gguf")
 
 
 def read_gguf(path: Path, names: set[str], config, cache_dir: Path | None = None
