@@ -174,3 +174,55 @@ def talker_reference(talker, prompt, text, pad, max_frames: int) -> torch.Tensor
         return_dict_in_generate=True)
     frames = [step[-1][0] for step in out.hidden_states if step[-1] is not None]
     return torch.stack(frames) if frames else torch.zeros(0, CODE_GROUPS, dtype=torch.int64)
+
+
+# The thinker's audio encoder reads mel frames in windows of 2 x AUDIO_WINDOW: transformers
+# counts a whole window's rows as 13 (``_get_feat_extract_output_lengths``), right only at the
+# n_window=50 of Qwen's checkpoints and processor, so the thinker tests use that (omni_config's
+# 4 makes a clip over 8 frames index past its encoder's rows).
+AUDIO_WINDOW = 50
+# The thinker's weights (decoder, experts, router, audio encoder) drawn at this gain over
+# sqrt(fan-in) (see _draw_thinker): at transformers' 0.02 the layers add so little to the
+# embeddings that the greedy tokens barely depend on attention, the experts or the audio.
+THINKER_GAIN = 1.0
+
+
+def _draw_thinker(thinker, gain: float) -> None:
+    """Every weight matrix of the thinker's decoder and audio encoder (not the vision one) at
+    ``gain / sqrt(fan_in)``: a linear's fan-in is its last dim, as is a fused expert stack's
+    [experts, out, in]; a convolution's is its input channels times its kernel."""
+    with torch.no_grad():
+        for part in (thinker.model.language_model, thinker.lm_head,
+                     thinker.model.audio_tower):
+            for param in part.parameters():
+                if param.dim() > 1:
+                    fan_in = param.shape[-1] if param.dim() == 3 else param[0].numel()
+                    param.normal_(0.0, gain / math.sqrt(fan_in))
+        # transformers' ln_post weight of 1 leaves a clip's rows so alike that a clip of over
+        # ~20 rows pulls every reply to one repeated token; random scales keep them apart.
+        thinker.model.audio_tower.ln_post.weight.normal_(0.0, gain)
+
+
+def save_tiny_thinker(path, tokenizer, seed: int = 0):
+    """``save_tiny_omni``'s model with the thinker's encoder windows at ``AUDIO_WINDOW`` (so its
+    clips may run longer than one window), its weights drawn at ``THINKER_GAIN`` and
+    ``<|im_end|>`` as its generation end: the thinker tests' model (talker and code2wav as ``save_tiny_omni`` draws them). Returns the
+    path."""
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = omni_config(len(tokenizer))
+    audio = config.thinker_config.audio_config
+    audio.n_window, audio.n_window_infer = AUDIO_WINDOW, 4 * AUDIO_WINDOW
+    model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    _draw_talker_moe(model.talker, TALKER_MOE_GAIN)
+    _redraw(model.code2wav, CODE2WAV_GAIN)
+    for projection in (model.talker.text_projection, model.talker.hidden_projection):
+        _redraw(projection, PROJECTION_GAIN)
+    _draw_thinker(model.thinker, THINKER_GAIN)
+    # The reply's end: the engine stops at the ids generation_config.json names (a real
+    # checkpoint's tokenizer has <|im_end|> as its EOS; the tiny one's specials are past it).
+    model.generation_config.eos_token_id = config.im_end_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

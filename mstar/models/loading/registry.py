@@ -12,7 +12,8 @@ from mstar.graph.speech import CSM
 
 TEXT = text_only()
 VISION = with_encoder("vision_encoder", "image", "image_embeds")
-AUDIO_PLACEHOLDERS = with_encoder("audio_encoder", "audio", "audio_embeds")  # Qwen2-Audio, Voxtral
+# Qwen2-Audio, Voxtral, Qwen3-Omni's thinker
+AUDIO_PLACEHOLDERS = with_encoder("audio_encoder", "audio", "audio_embeds")
 AUDIO_CROSS_ATTENTION = cross_attention_encoder("audio_encoder", "audio", "encoder_hidden_states")
 
 
@@ -63,6 +64,12 @@ _MODELS = {
         "mstar.models.audio.voxtral", "VoxtralForConditionalGeneration", AUDIO_PLACEHOLDERS),
     "WhisperForConditionalGeneration": ModelEntry(
         "mstar.models.audio.whisper", "WhisperForConditionalGeneration", AUDIO_CROSS_ATTENTION),
+    # Qwen3-Omni's thinker, text and audio in: the engine runs one language model per graph,
+    # so the entry's graph is the audio-in one (its language model the thinker); graph.speech's
+    # QWEN3_OMNI (thinker -> talker -> code2wav) takes its place once the engine chains them.
+    # No vision encoder node: images are refused by name.
+    "Qwen3OmniMoeForConditionalGeneration": ModelEntry(
+        "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", AUDIO_PLACEHOLDERS),
     # Speech out: the backbone runs in the engine, its frames stream to the codec node
     # (docs/speech.rst); the depth decoder is the runner's frame head.
     "CsmForConditionalGeneration": ModelEntry(
