@@ -206,8 +206,8 @@ def _draw_thinker(thinker, gain: float) -> None:
 def save_tiny_thinker(path, tokenizer, seed: int = 0):
     """``save_tiny_omni``'s model with the thinker's encoder windows at ``AUDIO_WINDOW`` (so its
     clips may run longer than one window), its weights drawn at ``THINKER_GAIN`` and
-    ``<|im_end|>`` as its generation end: the thinker tests' model (talker and code2wav as ``save_tiny_omni`` draws them). Returns the
-    path."""
+    ``<|im_end|>`` as its generation end: the thinker tests' model (talker and code2wav as
+    ``save_tiny_omni`` draws them). Returns the path."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
