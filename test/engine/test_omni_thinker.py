@@ -143,3 +143,16 @@ def test_an_image_is_refused_by_name(thinker_dir, oracle, make_engine):
     engine = make_engine(thinker_dir, kv_block_size=4, num_kv_blocks=64)
     with pytest.raises(RequestRejected, match="takes text, audio; not image"):
         engine.add_request("r", ids, SamplingParams(max_tokens=2), (image,))
+
+
+def test_the_offline_llm_loads_the_directory(thinker_dir, oracle, refs):
+    """``mstar.LLM`` on the saved Qwen3-Omni directory runs its thinker (settings checks and
+    all)."""
+    from mstar import LLM, SamplingParams
+
+    llm = LLM(model=str(thinker_dir), device="cpu", dtype="float32", kv_block_size=4,
+              num_kv_blocks=64)
+    ids, _ = _requests(oracle.config)["text"]
+    (out,) = llm.generate({"prompt_token_ids": ids}, SamplingParams(temperature=0,
+                                                                     max_tokens=MAX_NEW))
+    assert out.token_ids == refs["text"] and out.finish_reason == "stop"
