@@ -226,3 +226,49 @@ def save_tiny_thinker(path, tokenizer, seed: int = 0):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def clip_extractor():
+    """The thinker tests' feature extractor: Whisper's, at the tiny encoder's 16 mel bins."""
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(feature_size=16, sampling_rate=16_000, hop_length=160,
+                                   n_fft=400)
+
+
+def thinker_prompt(config, words: list[int], clips: list) -> tuple[list[int], list]:
+    """A user turn (each clip as ``<audio_start> <audio>*rows 9``, then ``words``) and the
+    assistant's opening; the clips' ``AudioInput``s at their placeholder positions."""
+    from mstar.models.audio.inputs import AudioInput
+    from mstar.models.audio.prompt import qwen3_omni_clip
+    from mstar.models.vision.inputs import content_hash
+
+    start, end = config.im_start_token_id, config.im_end_token_id
+    audio = config.thinker_config.audio_token_id
+    ids, parts = [start, config.user_token_id], []
+    for wave in clips:
+        tensors, rows = qwen3_omni_clip(clip_extractor(), wave)
+        ids.append(config.thinker_config.audio_start_token_id)
+        parts.append(AudioInput(content_hash(tensors), tensors,
+                                tuple(range(len(ids), len(ids) + rows)), len(wave) / 16_000))
+        ids += [audio] * rows + [9]
+    return ids + [*words, end, start, config.assistant_token_id, 7], parts
+
+
+def thinker_generate(model, ids: list[int], parts: list, max_new: int):
+    """transformers' greedy thinker ``generate`` (hidden states kept), ending at
+    ``<|im_end|>``: the clips' features padded to the longest, with the mask its processor
+    makes."""
+    kwargs = {}
+    if parts:
+        feats = [p.tensors["input_features"][0] for p in parts]
+        longest = max(f.shape[-1] for f in feats)
+        kwargs["input_features"] = torch.stack(
+            [torch.nn.functional.pad(f, (0, longest - f.shape[-1])) for f in feats])
+        kwargs["feature_attention_mask"] = torch.stack(
+            [(torch.arange(longest) < f.shape[-1]).long() for f in feats])
+    with torch.inference_mode():
+        return model.thinker.generate(
+            input_ids=torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
+            eos_token_id=model.config.im_end_token_id, output_hidden_states=True,
+            return_dict_in_generate=True, **kwargs)

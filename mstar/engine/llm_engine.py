@@ -32,6 +32,7 @@ from mstar.engine.request.sequence import Sequence, SequenceStatus
 from mstar.engine.request.walks import part_nodes
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
+from mstar.engine.runner.thinker_rows import with_rows
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import prefill_cap
@@ -172,6 +173,9 @@ class LLMEngine:
         if text_rule is not None:
             raise RequestRejected(f"{text_rule} is a text rule; a speech model's tokens are "
                                   f"codec frames", text_rule)
+        if params.thinker_rows and not self.model_runner.entry.thinker_rows:
+            raise RequestRejected("this model has no thinker rows for a talker (only "
+                                  "Qwen3-Omni's thinker hands them out)", "thinker_rows")
         if params.lora is not None and params.lora not in self.lora_names():
             raise RequestRejected(f"the model {params.lora!r} does not exist", "model", 404)
         spec = params.structured_output
@@ -289,6 +293,9 @@ class LLMEngine:
         for e in emitted:
             if e.finish_reason is not None:
                 del self.seqs[e.seq.request_id]
+        if result.thinker_rows:  # Qwen3-Omni's thinker, for the requests that asked
+            return [with_rows(e.output(result.pooled), result.thinker_rows.get(e.seq.seq_no))
+                    for e in emitted]
         return [e.output(result.pooled) for e in emitted]
 
     def _postprocess_frames(self, out: SchedulerOutput, result: RunnerOutput

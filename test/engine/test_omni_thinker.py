@@ -6,19 +6,19 @@ is drawn so that the experts, the attention and the audio all move the tokens (c
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from alm_helpers import clip
 from media_runs import preempting_blocks, run_built
-from omni_helpers import save_tiny_thinker
-
-from mstar.models.audio.inputs import AudioInput
-from mstar.models.audio.prompt import qwen3_omni_clip
-from mstar.models.vision.inputs import content_hash
+from omni_helpers import save_tiny_thinker, thinker_generate, thinker_prompt
 
 MAX_NEW = 10
 # 1.3 s crosses one encoder window (100 mel frames); 3.1 s crosses an attention span (200).
+# Clips a prompt holds together are each over one window: transformers encodes a prompt's clips
+# as one batch, every window padded to the longest, so a clip shorter than a window comes out
+# otherwise than alone (its last row reads its convolutions of the padding, and attention
+# spreads that over its rows: up to 1e-2 here). The engine encodes each clip alone, as
+# transformers does a prompt's one clip.
 CLIPS = {"short": clip(3, 1.3), "long": clip(4, 3.1)}
 
 
@@ -35,51 +35,15 @@ def oracle(thinker_dir):
         thinker_dir, dtype=torch.float32).eval()
 
 
-def _extractor():
-    from transformers import WhisperFeatureExtractor
-
-    return WhisperFeatureExtractor(feature_size=16, sampling_rate=16_000, hop_length=160,
-                                   n_fft=400)
-
-
-def _prompt(config, words: list[int], clips: list[np.ndarray]) -> tuple[list[int], list]:
-    """A user turn (each clip as ``<audio_start> <audio>*rows``, then ``words``) and the
-    assistant's opening; the clips' ``AudioInput``s at their placeholder positions."""
-    start, end = config.im_start_token_id, config.im_end_token_id
-    audio = config.thinker_config.audio_token_id
-    ids, parts = [start, config.user_token_id], []
-    for wave in clips:
-        tensors, rows = qwen3_omni_clip(_extractor(), wave)
-        ids.append(config.thinker_config.audio_start_token_id)
-        parts.append(AudioInput(content_hash(tensors), tensors,
-                                tuple(range(len(ids), len(ids) + rows)), len(wave) / 16_000))
-        ids += [audio] * rows + [9]
-    return ids + [*words, end, start, config.assistant_token_id, 7], parts
-
-
 def _requests(config) -> dict[str, tuple[list[int], list]]:
-    return {"one": _prompt(config, [11, 12, 13], [CLIPS["short"]]),
-            "other": _prompt(config, [11, 12, 13], [CLIPS["long"]]),
-            "two": _prompt(config, [40, 41], [CLIPS["long"], CLIPS["short"]]),
-            "text": _prompt(config, [40, 41, 42, 43, 44, 45, 46], [])}
+    return {"one": thinker_prompt(config, [11, 12, 13], [CLIPS["short"]]),
+            "other": thinker_prompt(config, [11, 12, 13], [CLIPS["long"]]),
+            "two": thinker_prompt(config, [40, 41], [CLIPS["long"], CLIPS["short"]]),
+            "text": thinker_prompt(config, [40, 41, 42, 43, 44, 45, 46], [])}
 
 
 def _greedy(model, ids: list[int], parts: list) -> list[int]:
-    """transformers' thinker ``generate``: the clips' features padded to the longest, with the
-    mask its processor makes."""
-    kwargs = {}
-    if parts:
-        feats = [p.tensors["input_features"][0] for p in parts]
-        longest = max(f.shape[-1] for f in feats)
-        kwargs["input_features"] = torch.stack(
-            [torch.nn.functional.pad(f, (0, longest - f.shape[-1])) for f in feats])
-        kwargs["feature_attention_mask"] = torch.stack(
-            [(torch.arange(longest) < f.shape[-1]).long() for f in feats])
-    with torch.inference_mode():
-        out = model.thinker.generate(
-            input_ids=torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False,
-            eos_token_id=model.config.im_end_token_id, **kwargs)
-    return out[0, len(ids):].tolist()
+    return thinker_generate(model, ids, parts, MAX_NEW).sequences[0, len(ids):].tolist()
 
 
 @pytest.fixture(scope="module")

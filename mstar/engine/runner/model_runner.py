@@ -35,6 +35,7 @@ from mstar.engine.runner.placeholder_embeds import merged_embeds, placeholders_i
 from mstar.engine.runner.pooling import Pooler
 from mstar.engine.runner.rope_positions import RopePositions
 from mstar.engine.runner.step_attention import StepAttention, on_device
+from mstar.engine.runner.thinker_rows import ThinkerRowsHead
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
@@ -122,6 +123,8 @@ class ModelRunner:
         # rest, chosen here once: a text model's step never looks further.
         self.frames = (FrameHead(self.model, model_dir, hf_config, device, dtype)
                        if self.graph.codecs else None)
+        # Qwen3-Omni's thinker: the talker's rows, for the requests that ask; None for the rest.
+        self.thinker_rows = ThinkerRowsHead(self.model) if self.entry.thinker_rows else None
 
     def _sampling_step(self, out: SchedulerOutput, removed: list[int],
                        step: StepTensors) -> SamplingStep:
@@ -185,7 +188,11 @@ class ModelRunner:
         elif images:
             encoder = EncoderCounts()
             embeds = merged_embeds(self.model, self.encoders, images, input_ids, encoder)
-            hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
+            wanted = (None if self.thinker_rows is None
+                      else self.thinker_rows.media_in_step(self.batch, out))
+            hidden = (self.thinker_rows.forward(wanted, input_ids, positions, attn_metadata,
+                                                embeds) if wanted
+                      else self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds))
         elif self.frames is not None:  # speech: text and frame embeddings, per position
             self.frames.apply(out)
             hidden = self.model(input_ids, positions, attn_metadata,
@@ -211,8 +218,10 @@ class ModelRunner:
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
         frames = {} if self.frames is None else self.frames.after_sample(out, sampled, token_ids)
+        thinker_rows = ({} if self.thinker_rows is None
+                        else self.thinker_rows.after_sample(self.batch, out, token_ids))
         return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder, no_speech,
-                            frames)
+                            frames, thinker_rows)
 
     def _row_adapters(self, out: SchedulerOutput) -> list[str | None]:
         """Each row's LoRA adapter (None = the base model), in row order."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mstar.engine.request.outputs import TokenLogprob
+from mstar.engine.request.outputs import ThinkerRows, TokenLogprob
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
 from mstar.models.media_part import MediaPart
@@ -136,3 +136,6 @@ class RunnerOutput:
     encoder: EncoderCounts | None = None
     no_speech: dict[int, float] = field(default_factory=dict)
     frames: dict[int, list[int]] = field(default_factory=dict)
+    # Qwen3-Omni's thinker: each asking request's rows for its talker, by request number
+    # (mstar.engine.runner.thinker_rows)
+    thinker_rows: dict[int, ThinkerRows] = field(default_factory=dict)

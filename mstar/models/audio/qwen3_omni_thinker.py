@@ -52,6 +52,9 @@ class Qwen3OmniThinker(AudioLanguageModel):
         self.model = VisionLanguageParts(
             "language_model", self.build_text_model(),
             audio_tower=Qwen3OmniMoeAudioEncoder._from_config(thinker.audio_config))
+        # The talker reads the hidden state after this many layers at the prompt's media
+        # positions (``forward_keeping``; docs/speech.rst, "How the talker consumes the thinker").
+        self.talker_layer = config.talker_config.accept_hidden_layer
 
     def build_text_model(self):
         """Qwen3-MoE's decoder: its family swaps the MLPs for expert blocks in ``__init__``,
@@ -69,3 +72,19 @@ class Qwen3OmniThinker(AudioLanguageModel):
         features = clip["input_features"][0].to(self.model.embed_tokens.weight.dtype)
         frames = torch.tensor([features.shape[-1]], device=features.device)
         return self.model.audio_tower(features, feature_lens=frames).last_hidden_state
+
+    def forward_keeping(self, input_ids, positions, attn_metadata, inputs_embeds, layers: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward``'s hidden states, and every row's hidden state after ``layers`` layers (the
+        residual stream there: transformers' ``hidden_states[layers]``). The family's loop, so
+        the step runs the same kernels; only steps that hand out the talker's rows come here."""
+        text = self.model.text
+        hidden = text.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        cos, sin = text.rotary_emb(positions)
+        residual, kept = None, hidden.clone()
+        for i, layer in enumerate(text.layers):
+            hidden, residual = layer(hidden, residual, cos, sin, attn_metadata)
+            if i + 1 == layers:
+                kept = hidden + residual  # a new tensor: the next norm adds in place
+        hidden, _ = text.norm(hidden, residual)
+        return hidden, kept

@@ -28,6 +28,9 @@ class ModelEntry:
     # Prompt positions are a per-request table (M-RoPE, Qwen2.5-VL): the model's
     # ``rope_positions(prompt_ids, images)`` gives it.
     rope_position_table: bool = False
+    # Qwen3-Omni's thinker: a request may ask for the rows its talker reads
+    # (SamplingParams.thinker_rows; mstar.engine.runner.thinker_rows).
+    thinker_rows: bool = False
 
 
 def _text(module: str, cls: str) -> ModelEntry:
@@ -69,7 +72,8 @@ _MODELS = {
     # QWEN3_OMNI (thinker -> talker -> code2wav) takes its place once the engine chains them.
     # No vision encoder node: images are refused by name.
     "Qwen3OmniMoeForConditionalGeneration": ModelEntry(
-        "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", AUDIO_PLACEHOLDERS),
+        "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", AUDIO_PLACEHOLDERS,
+        thinker_rows=True),
     # Speech out: the backbone runs in the engine, its frames stream to the codec node
     # (docs/speech.rst); the depth decoder is the runner's frame head.
     "CsmForConditionalGeneration": ModelEntry(
