@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 import torch
 from alm_helpers import clip
-from media_runs import preempting_blocks
 from omni_helpers import save_tiny_thinker, thinker_generate, thinker_prompt
 
 from mstar.engine.request.outputs import joined_rows
@@ -137,16 +136,24 @@ def test_a_text_prompt_s_rows_are_omni_speaker_s(thinker_dir, oracle, make_engin
     assert mine_said == said and _same(mine, ref)
 
 
-def test_chunked_prefill_and_preemption_send_the_audio_rows_once(thinker_dir, oracle,
-                                                                  make_engine):
+def test_chunked_prefill_cuts_the_clips(thinker_dir, oracle, make_engine):
+    """7-token chunks: each clip's audio rows are kept over several steps."""
     requests = _requests(oracle.config)
-    lens = {"one": len(requests["audio"][0]), "other": len(requests["two"][0])}
-    blocks = preempting_blocks(lens | {"text": len(requests["text"][0])}, MAX_NEW)
-    engine = make_engine(thinker_dir, kv_block_size=4, num_kv_blocks=blocks,
+    engine = make_engine(thinker_dir, kv_block_size=4, num_kv_blocks=512,
                          max_num_batched_tokens=7)
-    asking = set(requests)
-    _check(oracle, requests, _run(engine, requests, asking), asking)
+    _check(oracle, requests, _run(engine, requests, set(requests)), set(requests))
+
+
+def test_a_preempted_request_sends_its_audio_rows_once(thinker_dir, oracle, make_engine):
+    """Room for both prompts and 4 more tokens each, not both replies: the later one is
+    preempted after its first tokens and recomputed (its audio rows made again, not sent)."""
+    requests = {rid: _requests(oracle.config)[rid] for rid in ("audio", "two")}
+    blocks = sum(-(-(len(ids) + 4) // 4) for ids, _ in requests.values())
+    engine = make_engine(thinker_dir, kv_block_size=4, num_kv_blocks=blocks,
+                         enable_prefix_caching=False)
+    _check(oracle, requests, _run(engine, requests, set(requests)), set(requests))
     assert engine.scheduler.num_preemptions > 0
+    assert engine.stats().free_blocks == blocks
 
 
 def test_a_model_without_a_thinker_refuses_the_rows_by_name(tiny_model_dir, make_engine):
