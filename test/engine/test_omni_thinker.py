@@ -120,3 +120,13 @@ def test_the_offline_llm_loads_the_directory(thinker_dir, oracle, refs):
     (out,) = llm.generate({"prompt_token_ids": ids}, SamplingParams(temperature=0,
                                                                      max_tokens=MAX_NEW))
     assert out.token_ids == refs["text"] and out.finish_reason == "stop"
+
+
+def test_preflight_reads_the_thinker_s_shape(thinker_dir):
+    """``mstar config validate --model``'s shape of a Qwen3-Omni directory is its thinker's
+    decoder (``thinker_config.text_config``), the one the engine runs."""
+    from mstar.settings.checks.preflight import read_shape
+
+    shape = read_shape(thinker_dir / "config.json")
+    assert (shape.limit, shape.kv_layers, shape.kv_heads, shape.head_dim, shape.heads) == \
+        (512, 2, 2, 8, 4)
