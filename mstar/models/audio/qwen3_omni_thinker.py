@@ -81,7 +81,8 @@ class Qwen3OmniThinker(AudioLanguageModel):
         text = self.model.text
         hidden = text.embed(input_ids) if inputs_embeds is None else inputs_embeds
         cos, sin = text.rotary_emb(positions)
-        residual, kept = None, hidden.clone()
+        # after 0 layers: the inputs (a copy: the first layer's residual, added to in place)
+        residual, kept = None, hidden.clone() if layers == 0 else None
         for i, layer in enumerate(text.layers):
             hidden, residual = layer(hidden, residual, cos, sin, attn_metadata)
             if i + 1 == layers:
