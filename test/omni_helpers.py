@@ -174,3 +174,19 @@ def talker_reference(talker, prompt, text, pad, max_frames: int) -> torch.Tensor
         return_dict_in_generate=True)
     frames = [step[-1][0] for step in out.hidden_states if step[-1] is not None]
     return torch.stack(frames) if frames else torch.zeros(0, CODE_GROUPS, dtype=torch.int64)
+
+
+def save_talker_node(omni_dir, path):
+    """The tiny Qwen3-Omni's checkpoint as the engine's talker model: the same files, the
+    config naming ``Qwen3OmniMoeTalkerForConditionalGeneration`` (the registry's talker entry,
+    which builds from ``talker_config`` and reads the ``talker.*`` tensors)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(omni_dir, path, dirs_exist_ok=True)
+    config_file = Path(path) / "config.json"
+    config = json.loads(config_file.read_text())
+    config["architectures"] = ["Qwen3OmniMoeTalkerForConditionalGeneration"]
+    config_file.write_text(json.dumps(config))
+    return path

@@ -233,7 +233,7 @@ class Scheduler:
             new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), seq.num_prompt_tokens,
                                   bm.state_slot(seq.seq_no),
                                   seq.params, seq.generator, seq.sampling_state, seq.parts,
-                                  seq.part_nodes, tuple(seq.frames)))
+                                  seq.part_nodes, tuple(seq.frames), seq.feed))
             self.known.add(seq.seq_no)
             budget.take(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
         return new

@@ -1,0 +1,66 @@
+"""``RowFeed``: a request whose language model reads embedding rows, not token embeddings
+(Qwen3-Omni's talker, ``omni_talker_model``): its prefill rows, then one row per decode step, and
+the row a step reads once the rows have run out.
+
+The rows are what ``omni_talker_inputs.TalkerInputs`` holds (``prompt`` [T, H], ``text`` [S, H],
+``pad`` [H]). The per-step rows are a feed that grows while the request runs: the thinker makes
+them one token at a time, so a caller appends rows as they come (``append``) and says when there
+are no more (``finish``); step ``j`` (the input at prompt position ``T + j``) reads row ``j``, or
+``pad`` once the feed is finished and shorter. Rows once appended never change, and the feed only
+grows, so the runner's thread reads it while the caller's thread appends. A request may receive
+every row up front (``RowFeed.whole``). The request's prompt token ids are ``T`` placeholders
+(``placeholder_ids``): the scheduler counts positions by them; no position reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+PLACEHOLDER_ID = 0  # the token id a prompt row's position holds (never embedded)
+
+
+class RowNotReady(LookupError):
+    """A step needs a row the feed has not received, and the feed is not finished."""
+
+
+@dataclass(eq=False)
+class RowFeed:
+    prompt: torch.Tensor  # [T, H]: the prefill rows
+    pad: torch.Tensor  # [H]: each step's row once the feed is finished and has run out
+    rows: list[torch.Tensor] = field(default_factory=list)  # [H] each: step j reads rows[j]
+    finished: bool = False
+
+    @classmethod
+    def whole(cls, prompt: torch.Tensor, text: torch.Tensor, pad: torch.Tensor) -> RowFeed:
+        """Every row up front: ``text`` [S, H], one per step, and no more."""
+        feed = cls(prompt, pad)
+        feed.append(text)
+        feed.finish()
+        return feed
+
+    def append(self, rows: torch.Tensor) -> None:
+        """More per-step rows, [n, H], in step order."""
+        if self.finished:
+            raise ValueError("the feed is finished: no rows may follow")
+        self.rows.extend(rows.unbind(0))
+
+    def finish(self) -> None:
+        self.finished = True
+
+    def ready(self, step: int) -> bool:
+        """Whether step ``step``'s row is known (appended, or ``pad`` after the finish)."""
+        return step < len(self.rows) or self.finished
+
+    def row(self, step: int) -> torch.Tensor:
+        """Step ``step``'s row: the ``step``-th appended, or ``pad`` after the last."""
+        if step < len(self.rows):
+            return self.rows[step]
+        if self.finished:
+            return self.pad
+        raise RowNotReady(f"step {step}'s row has not arrived (the feed has {len(self.rows)})")
+
+    def placeholder_ids(self) -> list[int]:
+        """The request's prompt token ids: one placeholder per prefill row."""
+        return [PLACEHOLDER_ID] * len(self.prompt)

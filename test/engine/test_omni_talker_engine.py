@@ -1,0 +1,148 @@
+"""Qwen3-Omni's talker in mstar's engine (the Qwen3-MoE family with a shared expert over the paged
+KV cache, the code predictor as the runner's frame head, the request's embedding rows as a
+``RowFeed``): on a tiny random Qwen3-Omni, float32, greedy, the frames are the offline
+``TalkerFrames``' (which test/models/test_omni_talker.py holds equal to transformers' talker
+``generate``), alone, batched with another request of other inputs (serial and overlapped
+loop), under preemption, and at an early end code; code2wav sounds them as offline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from media_runs import preempting_blocks
+from omni_helpers import save_talker_node, save_tiny_omni, talker_inputs
+
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.models.speech.omni_talker import TalkerFrames, load_talker
+from mstar.models.speech.row_feed import RowFeed
+
+MAX_FRAMES = 30
+# (seed, prompt rows, text rows): LONG runs MAX_FRAMES frames; ENDS meets the end code after 11
+# (test_omni_talker.py); OTHER is another length of prompt and of text (its pad rows start early)
+INPUTS = {"long": (1, 9, 12), "ends": (0, 9, 12), "other": (2, 6, 5)}
+
+
+@pytest.fixture(scope="module")
+def tiny_omni(tmp_path_factory, tiny_tokenizer):
+    return save_tiny_omni(tmp_path_factory.mktemp("omni"), tiny_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def talker_node(tiny_omni, tmp_path_factory):
+    return save_talker_node(tiny_omni, tmp_path_factory.mktemp("talker"))
+
+
+@pytest.fixture(scope="module")
+def offline(tiny_omni):
+    return TalkerFrames(load_talker(tiny_omni))
+
+
+def _inputs(offline, rid: str):
+    seed, prompt_len, text_len = INPUTS[rid]
+    return talker_inputs(offline.talker.config, seed, prompt_len, text_len)
+
+
+def _expected(offline, rid: str) -> list[list[int]]:
+    return [f.tolist() for f in offline.frames(*_inputs(offline, rid), MAX_FRAMES)]
+
+
+def _speak(engine, offline, rids: list[str]) -> dict[str, tuple[list, list, str]]:
+    """Add every request (all its rows up front), step to the end: (frames, tokens, finish
+    reason) per request."""
+    for rid in rids:
+        feed = RowFeed.whole(*_inputs(offline, rid))
+        engine.add_request(rid, feed.placeholder_ids(),
+                           SamplingParams(max_tokens=MAX_FRAMES, temperature=0.0), feed=feed)
+    frames, tokens, reasons = {rid: [] for rid in rids}, {rid: [] for rid in rids}, {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            frames[out.request_id] += out.new_frames or []
+            tokens[out.request_id] += out.new_token_ids
+            if out.finished:
+                reasons[out.request_id] = out.finish_reason
+    return {rid: (frames[rid], tokens[rid], reasons[rid]) for rid in rids}
+
+
+def _check(got, offline, rid: str) -> None:
+    frames, tokens, reason = got[rid]
+    expected = _expected(offline, rid)
+    assert frames == expected
+    codes0 = [f[0] for f in expected]  # each token is its frame's code 0, then the end id
+    if len(expected) < MAX_FRAMES:
+        assert (tokens, reason) == (codes0 + [offline.end_code], "stop")
+    else:
+        assert (tokens, reason) == (codes0, "length")
+
+
+def test_alone_the_frames_are_the_offline_talkers(talker_node, offline, make_engine):
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64)
+    got = _speak(engine, offline, ["long"])
+    _check(got, offline, "long")
+    assert len({tuple(f) for f in got["long"][0]}) >= 10  # not one frame repeated
+
+
+def test_an_end_code_finishes_the_request(talker_node, offline, make_engine):
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64)
+    got = _speak(engine, offline, ["ends"])
+    _check(got, offline, "ends")
+    assert 0 < len(got["ends"][0]) < MAX_FRAMES
+
+
+@pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
+def test_batched_with_other_inputs(talker_node, offline, make_engine, continuations):
+    """Overlapped: a continuation row's input is the frame the step before it makes (and an
+    ended request's stand-in frame is never an output)."""
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64,
+                         max_consecutive_spec_steps=continuations)
+    got = _speak(engine, offline, ["long", "ends", "other"])
+    for rid in INPUTS:
+        _check(got, offline, rid)
+    assert (engine.loop.counters.continuations > 0) == (continuations > 0)
+
+
+@pytest.mark.parametrize("step_tokens", [None, 5], ids=["whole", "chunked"])
+def test_under_preemption_the_frames_resume(talker_node, offline, make_engine, step_tokens):
+    """The preempted request's recompute reads its prefill rows and its frames so far (each
+    plus its step's text row); chunked, its chunks cut across the prompt's end."""
+    lens = {"one": INPUTS["long"][1], "other": INPUTS["other"][1]}
+    blocks = preempting_blocks(lens, MAX_FRAMES)
+    knobs = {} if step_tokens is None else dict(max_num_batched_tokens=step_tokens,
+                                                max_prefill_chunk_tokens=step_tokens)
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=blocks,
+                         enable_prefix_caching=False, **knobs)
+    got = _speak(engine, offline, ["long", "other"])
+    assert engine.scheduler.num_preemptions > 0
+    for rid in ("long", "other"):
+        _check(got, offline, rid)
+
+
+def test_a_request_without_its_rows_is_refused(talker_node, offline, make_engine):
+    from mstar.engine.request.errors import RequestRejected
+
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64)
+    with pytest.raises(RequestRejected, match="needs its embedding rows"):
+        engine.add_request("bare", [0] * 9, SamplingParams(max_tokens=4))
+    feed = RowFeed.whole(*_inputs(offline, "long"))
+    with pytest.raises(RequestRejected, match="9 prompt rows for 8 prompt positions"):
+        engine.add_request("short", [0] * 8, SamplingParams(max_tokens=4), feed=feed)
+
+
+WAVE_TOLERANCE = 1e-6  # of the peak, as test/models/test_omni_speech.py states it
+
+
+def test_code2wav_sounds_the_engines_frames_as_offline(tiny_omni, talker_node, offline,
+                                                       make_engine):
+    """The engine's frames through code2wav's windows (the codec node's stream) against the
+    offline frames' samples."""
+    from mstar.models.speech.omni_code2wav import Code2Wav
+
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64)
+    frames = _speak(engine, offline, ["long"])["long"][0]
+    code2wav = Code2Wav.load(tiny_omni)
+    stream = code2wav.stream()
+    audio = np.concatenate([c for f in frames for c in stream.push(torch.tensor(f))]
+                           + stream.finish())
+    wave = code2wav.decode(torch.tensor(_expected(offline, "long")))
+    assert audio.shape == wave.shape and np.abs(wave).max() > 0
+    assert np.abs(audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
