@@ -125,8 +125,21 @@ def _draw_talker_moe(talker, gain: float) -> None:
                 param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
 
 
-def save_tiny_omni(path, tokenizer, seed: int = 0):
-    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path."""
+def _draw_shared_experts(talker, gain: float) -> None:
+    """The talker's shared experts and their sigmoid gates, drawn at ``gain / sqrt(fan_in)``:
+    at transformers' 0.02 the shared expert adds so little that dropping its gate (scaling it
+    by 1, not by about 0.5) leaves the greedy codes as they were."""
+    with torch.no_grad():
+        for layer in talker.model.layers:
+            moe = layer.mlp
+            for param in (*moe.shared_expert.parameters(), moe.shared_expert_gate.weight):
+                param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
+
+
+def save_tiny_omni(path, tokenizer, seed: int = 0, shared_expert_gain: float | None = None):
+    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path.
+    ``shared_expert_gain``: the talker's shared experts drawn at it (``_draw_shared_experts``);
+    None: transformers' init, as the offline tests have it."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
@@ -135,6 +148,8 @@ def save_tiny_omni(path, tokenizer, seed: int = 0):
     _redraw(model.code2wav, CODE2WAV_GAIN)
     for projection in (model.talker.text_projection, model.talker.hidden_projection):
         _redraw(projection, PROJECTION_GAIN)
+    if shared_expert_gain is not None:
+        _draw_shared_experts(model.talker, shared_expert_gain)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -11,21 +11,25 @@ import numpy as np
 import pytest
 import torch
 from media_runs import preempting_blocks
-from omni_helpers import save_talker_node, save_tiny_omni, talker_inputs
+from omni_helpers import save_talker_node, save_tiny_omni, talker_inputs, talker_reference
 
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.speech.omni_talker import TalkerFrames, load_talker
 from mstar.models.speech.row_feed import RowFeed
 
 MAX_FRAMES = 30
-# (seed, prompt rows, text rows): LONG runs MAX_FRAMES frames; ENDS meets the end code after 11
-# (test_omni_talker.py); OTHER is another length of prompt and of text (its pad rows start early)
-INPUTS = {"long": (1, 9, 12), "ends": (0, 9, 12), "other": (2, 6, 5)}
+# (seed, prompt rows, text rows): "long" runs MAX_FRAMES frames; "ends" meets the end code after
+# 11; "other" is another length of prompt and of text (its pad rows start after 5 frames)
+INPUTS = {"long": (1, 9, 12), "ends": (4, 9, 12), "other": (2, 6, 5)}
+# The talker's shared experts drawn at a gain that makes them count (omni_helpers): at
+# transformers' init, dropping the shared expert's gate leaves the greedy codes unchanged.
+SHARED_EXPERT_GAIN = 1.0
 
 
 @pytest.fixture(scope="module")
 def tiny_omni(tmp_path_factory, tiny_tokenizer):
-    return save_tiny_omni(tmp_path_factory.mktemp("omni"), tiny_tokenizer)
+    return save_tiny_omni(tmp_path_factory.mktemp("omni"), tiny_tokenizer,
+                          shared_expert_gain=SHARED_EXPERT_GAIN)
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +84,9 @@ def test_alone_the_frames_are_the_offline_talkers(talker_node, offline, make_eng
     got = _speak(engine, offline, ["long"])
     _check(got, offline, "long")
     assert len({tuple(f) for f in got["long"][0]}) >= 10  # not one frame repeated
+    # the offline loop is transformers' talker generate on this model too
+    reference = talker_reference(offline.talker, *_inputs(offline, "long"), MAX_FRAMES)
+    assert reference.tolist() == got["long"][0]
 
 
 def test_an_end_code_finishes_the_request(talker_node, offline, make_engine):
