@@ -124,6 +124,39 @@ def test_under_preemption_the_frames_resume(talker_node, offline, make_engine, s
         _check(got, offline, rid)
 
 
+@pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
+def test_a_growing_feed_waits_for_its_rows(talker_node, offline, make_engine, continuations):
+    """Rows arrive one every ``EVERY`` engine steps (as the thinker's tokens would), then the
+    feed finishes: the request is scheduled only for positions whose row has arrived (frame
+    ``j`` is made after row ``j - 1``), beside a request that has all its rows, and its frames
+    are the offline ones."""
+    every = 3
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64,
+                         max_consecutive_spec_steps=continuations)
+    prompt, text, pad = _inputs(offline, "long")
+    feed = RowFeed(prompt, pad)
+    params = SamplingParams(max_tokens=MAX_FRAMES, temperature=0.0)
+    engine.add_request("long", feed.placeholder_ids(), params, feed=feed)
+    other = RowFeed.whole(*_inputs(offline, "other"))
+    engine.add_request("other", other.placeholder_ids(), params, feed=other)
+    frames, step, waited = {"long": [], "other": []}, 0, 0
+    while engine.has_unfinished_requests():
+        if step % every == 0 and not feed.finished:
+            arrived = step // every
+            if arrived < len(text):
+                feed.append(text[arrived:arrived + 1])
+            else:
+                feed.finish()
+        made = len(frames["long"])
+        for out in engine.step():
+            frames[out.request_id] += out.new_frames or []
+        waited += not feed.finished and len(frames["long"]) == made
+        assert len(frames["long"]) <= len(feed.rows) + 1 or feed.finished
+        step += 1
+    assert frames == {rid: _expected(offline, rid) for rid in ("long", "other")}
+    assert waited > len(text)  # steps that made no frame of it while it waited for rows
+
+
 def test_a_request_without_its_rows_is_refused(talker_node, offline, make_engine):
     from mstar.engine.request.errors import RequestRejected
 
