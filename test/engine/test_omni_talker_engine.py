@@ -16,6 +16,7 @@ from omni_helpers import save_talker_node, save_tiny_omni, talker_inputs, talker
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.speech.omni_talker import TalkerFrames, load_talker
 from mstar.models.speech.row_feed import RowFeed
+from mstar.prompt.value import Prompt
 
 MAX_FRAMES = 30
 # (seed, prompt rows, text rows): "long" runs MAX_FRAMES frames; "ends" meets the end code after
@@ -55,9 +56,10 @@ def _speak(engine, offline, rids: list[str]) -> dict[str, tuple[list, list, str]
     """Add every request (all its rows up front), step to the end: (frames, tokens, finish
     reason) per request."""
     for rid in rids:
-        feed = RowFeed.whole(*_inputs(offline, rid))
-        engine.add_request(rid, feed.placeholder_ids(),
-                           SamplingParams(max_tokens=MAX_FRAMES, temperature=0.0), feed=feed)
+        prompt = Prompt.of_feed(RowFeed.whole(*_inputs(offline, rid)))
+        engine.add_request(rid, prompt.token_ids,
+                           SamplingParams(max_tokens=MAX_FRAMES, temperature=0.0), prompt.parts,
+                           feed=prompt.feed)
     frames, tokens, reasons = {rid: [] for rid in rids}, {rid: [] for rid in rids}, {}
     while engine.has_unfinished_requests():
         for out in engine.step():

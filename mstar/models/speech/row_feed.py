@@ -15,8 +15,10 @@ every row up front (``RowFeed.whole``). The request's prompt token ids are ``T``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the prompt value names this type; the API server starts without torch
+    import torch
 
 PLACEHOLDER_ID = 0  # the token id a prompt row's position holds (never embedded)
 
