@@ -126,25 +126,32 @@ def test_under_preemption_the_frames_resume(talker_node, offline, make_engine, s
         _check(got, offline, rid)
 
 
-@pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
-def test_a_growing_feed_waits_for_its_rows(talker_node, offline, make_engine, continuations):
-    """Rows arrive one every ``EVERY`` engine steps (as the thinker's tokens would), then the
+@pytest.mark.parametrize("loop", ["serial", "overlapped", "preempted"])
+def test_a_growing_feed_waits_for_its_rows(talker_node, offline, make_engine, loop):
+    """Rows arrive one every ``every`` engine steps (as the thinker's tokens would), then the
     feed finishes: the request is scheduled only for positions whose row has arrived (frame
     ``j`` is made after row ``j - 1``), beside a request that has all its rows, and its frames
-    are the offline ones."""
+    are the offline ones. Preempted (a KV budget that cannot hold both, the waiting request the
+    newer): no row arrives from its preemption until the step after the other request ends,
+    when it comes back with a frame whose row has not arrived: its recompute stops before that
+    position."""
     every = 3
-    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64,
-                         max_consecutive_spec_steps=continuations)
+    knobs = dict(num_kv_blocks=64, max_consecutive_spec_steps=1024 if loop == "overlapped" else 0)
+    if loop == "preempted":
+        lens = {"one": INPUTS["long"][1], "other": INPUTS["other"][1]}
+        knobs.update(num_kv_blocks=preempting_blocks(lens, MAX_FRAMES), enable_prefix_caching=False)
+    engine = make_engine(talker_node, kv_block_size=4, **knobs)
     prompt, text, pad = _inputs(offline, "long")
     feed = RowFeed(prompt, pad)
     params = SamplingParams(max_tokens=MAX_FRAMES, temperature=0.0)
-    engine.add_request("long", feed.placeholder_ids(), params, feed=feed)
     other = RowFeed.whole(*_inputs(offline, "other"))
     engine.add_request("other", other.placeholder_ids(), params, feed=other)
-    frames, step, waited = {"long": [], "other": []}, 0, 0
+    engine.add_request("long", feed.placeholder_ids(), params, feed=feed)
+    frames, step, waited, resumed = {"long": [], "other": []}, 0, 0, None
     while engine.has_unfinished_requests():
-        if step % every == 0 and not feed.finished:
-            arrived = step // every
+        held = engine.scheduler.num_preemptions > 0 and (resumed is None or step <= resumed)
+        if step % every == 0 and not feed.finished and not held:
+            arrived = len(feed.rows)
             if arrived < len(text):
                 feed.append(text[arrived:arrived + 1])
             else:
@@ -152,11 +159,14 @@ def test_a_growing_feed_waits_for_its_rows(talker_node, offline, make_engine, co
         made = len(frames["long"])
         for out in engine.step():
             frames[out.request_id] += out.new_frames or []
+            if out.finished and out.request_id == "other":
+                resumed = step + 1  # the step that admits "long" again
         waited += not feed.finished and len(frames["long"]) == made
         assert len(frames["long"]) <= len(feed.rows) + 1 or feed.finished
         step += 1
     assert frames == {rid: _expected(offline, rid) for rid in ("long", "other")}
     assert waited > len(text)  # steps that made no frame of it while it waited for rows
+    assert (engine.scheduler.num_preemptions > 0) == (loop == "preempted")
 
 
 def test_a_request_without_its_rows_is_refused(talker_node, offline, make_engine):
