@@ -116,7 +116,7 @@ class LLMEngine:
                                    None if self.model_runner.lora is None else settings.max_loras)
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
-        # Speech models (the graph has a codec; CSM) end on a frame, and their outputs carry
+        # Speech models (the graph has a codec: CSM, the talker) end on a frame, and their outputs carry
         # frames: chosen here once, so a text model's postprocess is what it was.
         self.frame_stop = (self.model_runner.frames.stop(speculating)
                            if self.model_runner.frames is not None else None)

@@ -98,6 +98,22 @@ def test_an_end_code_finishes_the_request(talker_node, offline, make_engine):
     assert 0 < len(got["ends"][0]) < MAX_FRAMES
 
 
+def test_one_after_another_no_cached_prefix_crosses_feeds(talker_node, offline, make_engine):
+    """Prefix caching on: two requests of the same number of prompt rows (the same placeholder
+    ids) with other rows, one after the other, each get their own frames; the same rows again
+    reuse the first's cached blocks."""
+    engine = make_engine(talker_node, kv_block_size=4, num_kv_blocks=64,
+                         enable_prefix_caching=True)
+    for rid in ("long", "ends"):
+        _check(_speak(engine, offline, [rid]), offline, rid)
+    prompt = Prompt.of_feed(RowFeed.whole(*_inputs(offline, "long")))
+    engine.add_request("again", prompt.token_ids, SamplingParams(max_tokens=1, temperature=0.0),
+                       feed=prompt.feed)
+    (out,) = engine.step()
+    assert out.new_frames == _expected(offline, "long")[:1] and out.finished
+    assert out.num_cached_tokens == 8  # its 9 prompt rows' first two blocks
+
+
 @pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
 def test_batched_with_other_inputs(talker_node, offline, make_engine, continuations):
     """Overlapped: a continuation row's input is the frame the step before it makes (and an

@@ -73,9 +73,10 @@ class Sequence:
     def part_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
         """Content hashes of the parts that condition positions [start, end): those whose
         placeholder runs overlap it, and every part without positions (cross-attention memory
-        conditions every token)."""
-        return tuple(p.content_hash for p in self.parts
-                     if not p.positions or (p.offset < end and p.end > start))
+        conditions every token); with embedding rows (``feed``), the hash of their rows."""
+        found = tuple(p.content_hash for p in self.parts
+                      if not p.positions or (p.offset < end and p.end > start))
+        return found if self.feed is None else (*found, self.feed.content_hash(start, end))
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -9,11 +9,14 @@ are no more (``finish``); step ``j`` (the input at prompt position ``T + j``) re
 ``pad`` once the feed is finished and shorter. Rows once appended never change, and the feed only
 grows, so the runner's thread reads it while the caller's thread appends. A request may receive
 every row up front (``RowFeed.whole``). The request's prompt token ids are ``T`` placeholders
-(``placeholder_ids``): the scheduler counts positions by them; no position reads them.
+(``placeholder_ids``): the scheduler counts positions by them; no position reads them. So the
+prefix cache keys a block by its positions' rows too (``content_hash``), never by the
+placeholders alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -62,6 +65,22 @@ class RowFeed:
         if self.finished:
             return self.pad
         raise RowNotReady(f"step {step}'s row has not arrived (the feed has {len(self.rows)})")
+
+    def content_hash(self, start: int, end: int) -> str:
+        """A hash of the rows positions [start, end) read (prefill rows, then step rows), for
+        the prefix cache's block hash; a position whose row has not arrived makes it this
+        feed's own (no other request's block matches it)."""
+        import torch
+
+        num_prompt = len(self.prompt)
+        digest = hashlib.sha256()
+        for position in range(start, end):
+            step = position - num_prompt
+            if step >= 0 and not self.ready(step):
+                return f"pending:{id(self)}:{position}"
+            row = self.prompt[position] if step < 0 else self.row(step)
+            digest.update(row.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+        return digest.hexdigest()
 
     def placeholder_ids(self) -> list[int]:
         """The request's prompt token ids: one placeholder per prefill row."""
