@@ -214,3 +214,46 @@ def test_code2wav_sounds_the_engines_frames_as_offline(tiny_omni, talker_node, o
     wave = code2wav.decode(torch.tensor(_expected(offline, "long")))
     assert audio.shape == wave.shape and np.abs(wave).max() > 0
     assert np.abs(audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw_top_k", "renormalised"])
+def test_the_moe_block_is_the_talkers(normalize):
+    """mstar's ``SparseMoeBlock`` with a shared expert, given transformers' talker MoE block's
+    weights (per expert, as a checkpoint keeps them), computes its output; the router
+    renormalises the top-k weights only when the config says."""
+    from omni_helpers import omni_config
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+        Qwen3OmniMoeTalkerTextSparseMoeBlock,
+    )
+
+    from mstar.models.layers.moe import SparseMoeBlock
+
+    config = omni_config(64).talker_config.text_config
+    config.norm_topk_prob = normalize
+    torch.manual_seed(0)
+    theirs = Qwen3OmniMoeTalkerTextSparseMoeBlock(config).eval()
+    with torch.no_grad():
+        for param in theirs.parameters():
+            param.normal_(0.0, 1.0 / param.shape[-1] ** 0.5)
+    ours = SparseMoeBlock(config.hidden_size, config.moe_intermediate_size, config.num_experts,
+                          config.num_experts_per_tok, normalize,
+                          config.shared_expert_intermediate_size)
+    inter = config.moe_intermediate_size
+    state = {"gate.weight": theirs.gate.weight,
+             "shared_expert_gate.weight": theirs.shared_expert_gate.weight}
+    state |= {f"shared_expert.{name}": p for name, p in theirs.shared_expert.named_parameters()}
+    for e in range(config.num_experts):
+        gate_up = theirs.experts.gate_up_proj[e]
+        state |= {f"experts.{e}.gate_proj.weight": gate_up[:inter],
+                  f"experts.{e}.up_proj.weight": gate_up[inter:],
+                  f"experts.{e}.down_proj.weight": theirs.experts.down_proj[e]}
+    ours.load_state_dict(state)
+    x = torch.randn(1, 7, config.hidden_size)
+    with torch.no_grad():
+        expected = theirs(x)[0]
+        got = ours(x[0])
+        without_shared = SparseMoeBlock(config.hidden_size, inter, config.num_experts,
+                                        config.num_experts_per_tok, normalize)
+        without_shared.load_state_dict({k: v for k, v in state.items() if "shared" not in k})
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(without_shared(x[0]), expected, atol=1e-3)  # the shared expert counts
