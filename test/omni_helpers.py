@@ -125,8 +125,21 @@ def _draw_talker_moe(talker, gain: float) -> None:
                 param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
 
 
-def save_tiny_omni(path, tokenizer, seed: int = 0):
-    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path."""
+def _draw_shared_experts(talker, gain: float) -> None:
+    """The talker's shared experts and their sigmoid gates, drawn at ``gain / sqrt(fan_in)``:
+    at transformers' 0.02 the shared expert adds so little that dropping its gate (scaling it
+    by 1, not by about 0.5) leaves the greedy codes as they were."""
+    with torch.no_grad():
+        for layer in talker.model.layers:
+            moe = layer.mlp
+            for param in (*moe.shared_expert.parameters(), moe.shared_expert_gate.weight):
+                param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
+
+
+def save_tiny_omni(path, tokenizer, seed: int = 0, shared_expert_gain: float | None = None):
+    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path.
+    ``shared_expert_gain``: the talker's shared experts drawn at it (``_draw_shared_experts``);
+    None: transformers' init, as the offline tests have it."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
@@ -135,6 +148,8 @@ def save_tiny_omni(path, tokenizer, seed: int = 0):
     _redraw(model.code2wav, CODE2WAV_GAIN)
     for projection in (model.talker.text_projection, model.talker.hidden_projection):
         _redraw(projection, PROJECTION_GAIN)
+    if shared_expert_gain is not None:
+        _draw_shared_experts(model.talker, shared_expert_gain)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -272,3 +287,19 @@ def thinker_generate(model, ids: list[int], parts: list, max_new: int):
             input_ids=torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
             eos_token_id=model.config.im_end_token_id, output_hidden_states=True,
             return_dict_in_generate=True, **kwargs)
+
+
+def save_talker_node(omni_dir, path):
+    """The tiny Qwen3-Omni's checkpoint as the engine's talker model: the same files, the
+    config naming ``Qwen3OmniMoeTalkerForConditionalGeneration`` (the registry's talker entry,
+    which builds from ``talker_config`` and reads the ``talker.*`` tensors)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(omni_dir, path, dirs_exist_ok=True)
+    config_file = Path(path) / "config.json"
+    config = json.loads(config_file.read_text())
+    config["architectures"] = ["Qwen3OmniMoeTalkerForConditionalGeneration"]
+    config_file.write_text(json.dumps(config))
+    return path

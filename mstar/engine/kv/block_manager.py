@@ -100,7 +100,7 @@ class BlockManager:
 
     def _parts_in_block(self, seq: Sequence, i: int) -> tuple[str, ...]:
         """The content hashes of the media parts that condition block ``i`` (images, audio)."""
-        if not seq.parts:
+        if not seq.parts and seq.feed is None:
             return ()
         return seq.part_hashes_in(i * self.block_size, (i + 1) * self.block_size)
 

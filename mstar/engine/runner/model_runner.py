@@ -47,7 +47,7 @@ from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
-from mstar.models.speech.frame_head import FrameHead
+from mstar.models.speech.frame_heads import frame_head
 from mstar.settings import WorkerSettings
 
 
@@ -118,10 +118,11 @@ class ModelRunner:
         self.no_speech = no_speech_for(self.logits_rules)
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
-        # Speech models (the graph has a codec node; CSM): each frame position's input is its
-        # frame's embedding, and the depth decoder makes each sampled row's frame. None for the
+        # Speech models (the graph has a codec node: CSM, Qwen3-Omni's talker): each frame
+        # position's input is its frame's embedding, and the model's frame head (CSM's depth
+        # decoder, the talker's code predictor) makes each sampled row's frame. None for the
         # rest, chosen here once: a text model's step never looks further.
-        self.frames = (FrameHead(self.model, model_dir, hf_config, device, dtype)
+        self.frames = (frame_head(self.model, model_dir, hf_config, device, dtype)
                        if self.graph.codecs else None)
         # Qwen3-Omni's thinker: the talker's rows, for the requests that ask; None for the rest.
         self.thinker_rows = ThinkerRowsHead(self.model) if self.entry.thinker_rows else None

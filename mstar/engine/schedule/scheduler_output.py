@@ -16,6 +16,7 @@ from mstar.engine.request.outputs import ThinkerRows, TokenLogprob
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
 from mstar.models.media_part import MediaPart
+from mstar.models.speech.row_feed import RowFeed
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -39,6 +40,7 @@ class NewRequest:
     part_nodes: tuple[str, ...] = ()  # each part's encoder node, on the request's prefill walk
     # Speech models: the frame (codes) of each output token so far, resumed after a preemption
     frames: tuple[list[int], ...] = ()
+    feed: RowFeed | None = None  # its embedding rows (a model that reads them: the talker)
 
     @property
     def images(self) -> tuple[ImageInput, ...]:

@@ -8,7 +8,7 @@ import importlib
 from dataclasses import dataclass
 
 from mstar.graph import WalkGraph, cross_attention_encoder, text_only, with_encoder
-from mstar.graph.speech import CSM
+from mstar.graph.speech import CSM, OMNI_TALKER
 
 TEXT = text_only()
 VISION = with_encoder("vision_encoder", "image", "image_embeds")
@@ -31,6 +31,9 @@ class ModelEntry:
     # Qwen3-Omni's thinker: a request may ask for the rows its talker reads
     # (SamplingParams.thinker_rows; mstar.engine.runner.thinker_rows).
     thinker_rows: bool = False
+    # The part of the checkpoint's config the model is built from (its sub-config's attribute
+    # name; None: the whole config). Qwen3-Omni's talker: ``talker_config``.
+    config_part: str | None = None
 
 
 def _text(module: str, cls: str) -> ModelEntry:
@@ -78,6 +81,11 @@ _MODELS = {
     # (docs/speech.rst); the depth decoder is the runner's frame head.
     "CsmForConditionalGeneration": ModelEntry(
         "mstar.models.speech.csm_backbone", "CsmBackbone", CSM),
+    # Qwen3-Omni's talker by itself: a checkpoint whose config names this architecture; it
+    # reads the request's embedding rows and the code predictor is its frame head.
+    "Qwen3OmniMoeTalkerForConditionalGeneration": ModelEntry(
+        "mstar.models.speech.omni_talker_model", "OmniTalker", OMNI_TALKER,
+        config_part="talker_config"),
 }
 # Sequence-classification heads on decoder families (mstar.models.families.sequence_classification):
 # they classify, score and rerank, and generate nothing.
@@ -130,6 +138,17 @@ def _graph_of(architectures: list[str] | None) -> WalkGraph:
         return entry_for(architectures).graph
     except ValueError:
         return TEXT
+
+
+def node_config(config):
+    """The config the architecture's model is built from: ``config``, or its part the entry
+    names (``config_part``), which takes ``config``'s architectures."""
+    part = model_entry(config).config_part
+    if part is None:
+        return config
+    sub = getattr(config, part)
+    sub.architectures = config.architectures
+    return sub
 
 
 def get_model_class(config) -> type:
