@@ -71,6 +71,9 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     # Qwen3-Omni's thinker: hand out the rows its talker reads (RequestOutput.thinker_rows):
     # each generated token's input embedding, the prompt's media positions' hidden states.
     thinker_rows: bool = False
+    # Speak the reply too (a model whose graph has an audio-out walk, e.g. Qwen3-Omni: thinker ->
+    # talker -> code2wav), in this voice; the outputs then carry ``new_audio``. None: text only.
+    speaker: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
