@@ -232,7 +232,8 @@ class LLM:
             rid = f"llm-{self._next_id}"
             self._next_id += 1
             try:
-                self.engine.add_request(rid, prompt.token_ids, p, prompt.parts)
+                self.engine.add_request(rid, prompt.token_ids, p, prompt.parts,
+                                        feed=prompt.feed)
             except ValueError:  # a rejected request (bad schema, too long): none of them runs
                 for added in ids:
                     self.engine.abort_request(added)

@@ -125,8 +125,21 @@ def _draw_talker_moe(talker, gain: float) -> None:
                 param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
 
 
-def save_tiny_omni(path, tokenizer, seed: int = 0):
-    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path."""
+def _draw_shared_experts(talker, gain: float) -> None:
+    """The talker's shared experts and their sigmoid gates, drawn at ``gain / sqrt(fan_in)``:
+    at transformers' 0.02 the shared expert adds so little that dropping its gate (scaling it
+    by 1, not by about 0.5) leaves the greedy codes as they were."""
+    with torch.no_grad():
+        for layer in talker.model.layers:
+            moe = layer.mlp
+            for param in (*moe.shared_expert.parameters(), moe.shared_expert_gate.weight):
+                param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
+
+
+def save_tiny_omni(path, tokenizer, seed: int = 0, shared_expert_gain: float | None = None):
+    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path.
+    ``shared_expert_gain``: the talker's shared experts drawn at it (``_draw_shared_experts``);
+    None: transformers' init, as the offline tests have it."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
@@ -135,6 +148,8 @@ def save_tiny_omni(path, tokenizer, seed: int = 0):
     _redraw(model.code2wav, CODE2WAV_GAIN)
     for projection in (model.talker.text_projection, model.talker.hidden_projection):
         _redraw(projection, PROJECTION_GAIN)
+    if shared_expert_gain is not None:
+        _draw_shared_experts(model.talker, shared_expert_gain)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -174,3 +189,117 @@ def talker_reference(talker, prompt, text, pad, max_frames: int) -> torch.Tensor
         return_dict_in_generate=True)
     frames = [step[-1][0] for step in out.hidden_states if step[-1] is not None]
     return torch.stack(frames) if frames else torch.zeros(0, CODE_GROUPS, dtype=torch.int64)
+
+
+# The thinker's audio encoder reads mel frames in windows of 2 x AUDIO_WINDOW: transformers
+# counts a whole window's rows as 13 (``_get_feat_extract_output_lengths``), right only at the
+# n_window=50 of Qwen's checkpoints and processor, so the thinker tests use that (omni_config's
+# 4 makes a clip over 8 frames index past its encoder's rows).
+AUDIO_WINDOW = 50
+# The thinker's weights (decoder, experts, router, audio encoder) drawn at this gain over
+# sqrt(fan-in) (see _draw_thinker): at transformers' 0.02 the layers add so little to the
+# embeddings that the greedy tokens barely depend on attention, the experts or the audio.
+THINKER_GAIN = 1.0
+
+
+def _draw_thinker(thinker, gain: float) -> None:
+    """Every weight matrix of the thinker's decoder and audio encoder (not the vision one) at
+    ``gain / sqrt(fan_in)``: a linear's fan-in is its last dim, as is a fused expert stack's
+    [experts, out, in]; a convolution's is its input channels times its kernel."""
+    with torch.no_grad():
+        for part in (thinker.model.language_model, thinker.lm_head,
+                     thinker.model.audio_tower):
+            for param in part.parameters():
+                if param.dim() > 1:
+                    fan_in = param.shape[-1] if param.dim() == 3 else param[0].numel()
+                    param.normal_(0.0, gain / math.sqrt(fan_in))
+        # transformers' ln_post weight of 1 leaves a clip's rows so alike that a clip of over
+        # ~20 rows pulls every reply to one repeated token; random scales keep them apart.
+        thinker.model.audio_tower.ln_post.weight.normal_(0.0, gain)
+
+
+def save_tiny_thinker(path, tokenizer, seed: int = 0):
+    """``save_tiny_omni``'s model with the thinker's encoder windows at ``AUDIO_WINDOW`` (so its
+    clips may run longer than one window), its weights drawn at ``THINKER_GAIN`` and
+    ``<|im_end|>`` as its generation end: the thinker tests' model (talker and code2wav as
+    ``save_tiny_omni`` draws them). Returns the path."""
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = omni_config(len(tokenizer))
+    audio = config.thinker_config.audio_config
+    audio.n_window, audio.n_window_infer = AUDIO_WINDOW, 4 * AUDIO_WINDOW
+    model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    _draw_talker_moe(model.talker, TALKER_MOE_GAIN)
+    _redraw(model.code2wav, CODE2WAV_GAIN)
+    for projection in (model.talker.text_projection, model.talker.hidden_projection):
+        _redraw(projection, PROJECTION_GAIN)
+    _draw_thinker(model.thinker, THINKER_GAIN)
+    # The reply's end: the engine stops at the ids generation_config.json names (a real
+    # checkpoint's tokenizer has <|im_end|> as its EOS; the tiny one's specials are past it).
+    model.generation_config.eos_token_id = config.im_end_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def clip_extractor():
+    """The thinker tests' feature extractor: Whisper's, at the tiny encoder's 16 mel bins."""
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(feature_size=16, sampling_rate=16_000, hop_length=160,
+                                   n_fft=400)
+
+
+def thinker_prompt(config, words: list[int], clips: list) -> tuple[list[int], list]:
+    """A user turn (each clip as ``<audio_start> <audio>*rows 9``, then ``words``) and the
+    assistant's opening; the clips' ``AudioInput``s at their placeholder positions."""
+    from mstar.models.audio.inputs import AudioInput
+    from mstar.models.audio.prompt import qwen3_omni_clip
+    from mstar.models.vision.inputs import content_hash
+
+    start, end = config.im_start_token_id, config.im_end_token_id
+    audio = config.thinker_config.audio_token_id
+    ids, parts = [start, config.user_token_id], []
+    for wave in clips:
+        tensors, rows = qwen3_omni_clip(clip_extractor(), wave)
+        ids.append(config.thinker_config.audio_start_token_id)
+        parts.append(AudioInput(content_hash(tensors), tensors,
+                                tuple(range(len(ids), len(ids) + rows)), len(wave) / 16_000))
+        ids += [audio] * rows + [9]
+    return ids + [*words, end, start, config.assistant_token_id, 7], parts
+
+
+def thinker_generate(model, ids: list[int], parts: list, max_new: int):
+    """transformers' greedy thinker ``generate`` (hidden states kept), ending at
+    ``<|im_end|>``: the clips' features padded to the longest, with the mask its processor
+    makes."""
+    kwargs = {}
+    if parts:
+        feats = [p.tensors["input_features"][0] for p in parts]
+        longest = max(f.shape[-1] for f in feats)
+        kwargs["input_features"] = torch.stack(
+            [torch.nn.functional.pad(f, (0, longest - f.shape[-1])) for f in feats])
+        kwargs["feature_attention_mask"] = torch.stack(
+            [(torch.arange(longest) < f.shape[-1]).long() for f in feats])
+    with torch.inference_mode():
+        return model.thinker.generate(
+            input_ids=torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
+            eos_token_id=model.config.im_end_token_id, output_hidden_states=True,
+            return_dict_in_generate=True, **kwargs)
+
+
+def save_talker_node(omni_dir, path):
+    """The tiny Qwen3-Omni's checkpoint as the engine's talker model: the same files, the
+    config naming ``Qwen3OmniMoeTalkerForConditionalGeneration`` (the registry's talker entry,
+    which builds from ``talker_config`` and reads the ``talker.*`` tensors)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(omni_dir, path, dirs_exist_ok=True)
+    config_file = Path(path) / "config.json"
+    config = json.loads(config_file.read_text())
+    config["architectures"] = ["Qwen3OmniMoeTalkerForConditionalGeneration"]
+    config_file.write_text(json.dumps(config))
+    return path

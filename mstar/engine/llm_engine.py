@@ -29,9 +29,10 @@ from mstar.engine.request.limits import (
 from mstar.engine.request.outputs import RequestOutput, finish_reason
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.request.sequence import Sequence, SequenceStatus
-from mstar.engine.request.walks import part_nodes
+from mstar.engine.request.walks import check_feed, part_nodes
 from mstar.engine.runner.model_runner import ModelRunner
 from mstar.engine.runner.pooling import model_pooling
+from mstar.engine.runner.thinker_rows import with_rows
 from mstar.engine.sampling.state import new_sampling_state
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import prefill_cap
@@ -44,9 +45,10 @@ from mstar.engine.speculative.setup import speculation_for, speculative_method
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
 from mstar.models.families.parallel import TensorParallel
+from mstar.models.loading.registry import node_config
 from mstar.models.loading.resolve import resolve_model_dir
 from mstar.models.media_part import MediaPart
-from mstar.models.speech.frame_stop import FrameStop
+from mstar.models.speech.row_feed import RowFeed
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -74,7 +76,7 @@ class LLMEngine:
         self.model_dir = model_dir = resolve_model_dir(settings)
         self.model_name = settings.model
         self.device, self.dtype = resolve_device_dtype(settings, model_dir)
-        hf_config = AutoConfig.from_pretrained(model_dir)
+        hf_config = node_config(AutoConfig.from_pretrained(model_dir))
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.max_model_len = model_max_len(hf_config, settings.max_model_len)
         self.eos_token_ids = eos_token_ids(self.tokenizer, model_dir)
@@ -115,10 +117,10 @@ class LLMEngine:
                                    None if self.model_runner.lora is None else settings.max_loras)
         self.seqs: dict[str, Sequence] = {}
         self.encoder = EncoderCounts()  # the vision encoder cache's totals, from each step
-        # Speech models (the graph has a codec; CSM) end on a frame, and their outputs carry
+        # Speech models (the graph has a codec: CSM, the talker) end on a frame, and their outputs carry
         # frames: chosen here once, so a text model's postprocess is what it was.
-        self.frame_stop = (FrameStop(hf_config, speculating) if self.model_runner.frames
-                           is not None else None)
+        self.frame_stop = (self.model_runner.frames.stop(speculating)
+                           if self.model_runner.frames is not None else None)
         self.stop_rule = self._stop if self.frame_stop is None else self.frame_stop.reason
         self.loop = StepLoop(settings, self.scheduler, self.model_runner,
                              self.postprocess if self.frame_stop is None
@@ -140,14 +142,17 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt_token_ids: list[int],
                     params: SamplingParams, parts: tuple[MediaPart, ...] = (),
-                    priority: int = NORMAL) -> None:
+                    priority: int = NORMAL, feed: RowFeed | None = None) -> None:
         """``parts``: the prompt's media parts (``Prompt.parts``: images from
         ``mstar.models.vision.inputs.build_prompt``, audio clips from
         ``mstar.models.audio.prompt.build_audio_prompt``), placeholders already in
         ``prompt_token_ids``. The graph's prefill walk must take them. ``priority``: the
-        request's class (``mstar.engine.schedule.priority``)."""
+        request's class (``mstar.engine.schedule.priority``). ``feed``: the embedding rows of a
+        model whose language model reads them (the graph's ``ROWS``: Qwen3-Omni's talker), one
+        per prompt position (``prompt_token_ids``: ``feed.placeholder_ids()``) and per step."""
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use")
+        check_feed(self.graph, feed, len(prompt_token_ids))
         nodes = part_nodes(self.graph, parts)
         if self.model_runner.attention.bidirectional_images:
             check_image_runs_fit(parts, self.scheduler.max_num_batched_tokens)  # images only
@@ -172,6 +177,9 @@ class LLMEngine:
         if text_rule is not None:
             raise RequestRejected(f"{text_rule} is a text rule; a speech model's tokens are "
                                   f"codec frames", text_rule)
+        if params.thinker_rows and not self.model_runner.entry.thinker_rows:
+            raise RequestRejected("this model has no thinker rows for a talker (only "
+                                  "Qwen3-Omni's thinker hands them out)", "thinker_rows")
         if params.lora is not None and params.lora not in self.lora_names():
             raise RequestRejected(f"the model {params.lora!r} does not exist", "model", 404)
         spec = params.structured_output
@@ -182,7 +190,8 @@ class LLMEngine:
             generator.manual_seed(params.seed)
         state = new_sampling_state(params, self.eos_token_ids, self.vocab_size, grammar)
         seq = Sequence(request_id, prompt_token_ids, params, generator, state, tuple(parts), nodes,
-                       None if params.lora is None else self.model_runner.lora.load_no[params.lora])
+                       None if params.lora is None else self.model_runner.lora.load_no[params.lora],
+                       feed)
         self.seqs[request_id] = seq
         self.scheduler.add(seq, priority)  # admitted once its grammar is (``grammars.admit``, each step)
 
@@ -289,6 +298,9 @@ class LLMEngine:
         for e in emitted:
             if e.finish_reason is not None:
                 del self.seqs[e.seq.request_id]
+        if result.thinker_rows:  # Qwen3-Omni's thinker, for the requests that asked
+            return [with_rows(e.output(result.pooled), result.thinker_rows.get(e.seq.seq_no))
+                    for e in emitted]
         return [e.output(result.pooled) for e in emitted]
 
     def _postprocess_frames(self, out: SchedulerOutput, result: RunnerOutput

@@ -12,6 +12,11 @@ Qwen3-Omni (``qwen3_omni_moe``): ``thinker -> talker -> code2wav``; the talker's
 code2wav in windows of ``OMNI_CHUNK_FRAMES`` after ``OMNI_LEFT_CONTEXT`` frames of context, the
 numbers of transformers' ``Qwen3OmniMoeCode2Wav.chunked_decode`` as its ``generate`` calls it
 (``mstar.models.speech.omni_code2wav``; test/models/test_omni_code2wav.py).
+
+Qwen3-Omni's talker by itself (``talker_alone``): the talker node reads embedding rows the
+request carries (``ROWS``: ``mstar.models.speech.row_feed.RowFeed``, the thinker's part already
+projected) in place of token embeddings, and its codes stream to code2wav. It is how the engine
+runs the talker until a step loop walks thinker -> talker (docs/speech.rst).
 """
 
 from __future__ import annotations
@@ -34,15 +39,19 @@ BACKBONE, CODEC, SPEAK = "backbone", "codec", "speak"
 OMNI_CHUNK_FRAMES = 300
 OMNI_LEFT_CONTEXT = 25
 THINKER, TALKER, CODE2WAV = "thinker", "talker", "code2wav"
+# What a language-model node reads from the request when it is not text: embedding rows, one per
+# prompt position and then one per decode step (Qwen3-Omni's talker).
+ROWS = "rows"
 
 
 def codec_after(lm: str = BACKBONE, codec: str = CODEC,
-                chunk: ChunkPolicy = frame_windows(CSM_CHUNK_FRAMES, CSM_LEFT_CONTEXT)
-                ) -> WalkGraph:
+                chunk: ChunkPolicy = frame_windows(CSM_CHUNK_FRAMES, CSM_LEFT_CONTEXT),
+                lm_reads: str = "text") -> WalkGraph:
     """One language model whose frames stream to a codec that emits audio (CSM): a request walks
-    ``lm -> codec`` until ``lm``'s finish signal; no text reaches the client."""
+    ``lm -> codec`` until ``lm``'s finish signal; no text reaches the client. ``lm_reads``: what
+    the language model reads from the request ("text", or ``ROWS``)."""
     return WalkGraph(
-        (Node(lm, NodeKind.LANGUAGE_MODEL), Node(codec, NodeKind.CODEC)),
+        (Node(lm, NodeKind.LANGUAGE_MODEL, lm_reads), Node(codec, NodeKind.CODEC)),
         (Edge("codes", lm, codec, EdgeKind.STREAM, chunk),),
         (Walk(SPEAK, (lm, codec), finish=lm),),
         (Emit(codec, "audio"),))
@@ -66,5 +75,13 @@ def thinker_talker(chunk: ChunkPolicy = frame_windows(OMNI_CHUNK_FRAMES, OMNI_LE
         (Emit(THINKER, "text"), Emit(CODE2WAV, "audio")))
 
 
+def talker_alone(chunk: ChunkPolicy = frame_windows(OMNI_CHUNK_FRAMES, OMNI_LEFT_CONTEXT)
+                 ) -> WalkGraph:
+    """Qwen3-Omni's talker run by itself: it reads the request's embedding rows (``ROWS``) and
+    its codes stream to code2wav, as in ``thinker_talker``."""
+    return codec_after(TALKER, CODE2WAV, chunk, lm_reads=ROWS)
+
+
 CSM = codec_after()
 QWEN3_OMNI = thinker_talker()
+OMNI_TALKER = talker_alone()

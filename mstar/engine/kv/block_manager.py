@@ -81,8 +81,11 @@ class BlockManager:
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of ``seq`` (at least one token left)."""
-        if not self.enable_prefix_caching or seq.params.pooling == "mean":
-            return []  # mean pooling needs every prompt token's hidden state
+        if (not self.enable_prefix_caching or seq.params.pooling == "mean"
+                or seq.params.thinker_rows):
+            # mean pooling needs every prompt token's hidden state; a thinker's rows, its
+            # media positions'
+            return []
         hits: list[int] = []
         prev = chain_root(seq)
         max_blocks = (len(seq) - 1) // self.block_size
@@ -97,7 +100,7 @@ class BlockManager:
 
     def _parts_in_block(self, seq: Sequence, i: int) -> tuple[str, ...]:
         """The content hashes of the media parts that condition block ``i`` (images, audio)."""
-        if not seq.parts:
+        if not seq.parts and seq.feed is None:
             return ()
         return seq.part_hashes_in(i * self.block_size, (i + 1) * self.block_size)
 

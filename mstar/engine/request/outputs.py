@@ -27,6 +27,19 @@ class AudioChunk(msgspec.Struct, array_like=True):
     rate: int
 
 
+class ThinkerRows(msgspec.Struct, array_like=True):
+    """What Qwen3-Omni's talker reads of its thinker, for one request (``SamplingParams
+    .thinker_rows``), as little-endian float32 rows of the thinker's ``width``: ``embeds``, the
+    input embedding of each new token (one per ``new_token_ids``, in order); ``hidden``, the hidden
+    state after the talker config's ``accept_hidden_layer`` layers at the prompt's media
+    positions ``media_positions`` (sent once, with the request's first token)."""
+
+    width: int
+    embeds: bytes = b""
+    media_positions: list[int] = []
+    hidden: bytes = b""
+
+
 class RequestOutput(msgspec.Struct, array_like=True):
     """What one request produced in one engine step (deltas, not totals): token ids only; the text
     is made above the engine (``mstar.output``)."""
@@ -47,6 +60,8 @@ class RequestOutput(msgspec.Struct, array_like=True):
     # Speech out: the audio those frames made ready (the worker's codec node,
     # mstar.worker.speech_out), None when no window was ready
     new_audio: AudioChunk | None = None
+    # Qwen3-Omni's thinker, when the request asks (SamplingParams.thinker_rows)
+    thinker_rows: ThinkerRows | None = None
 
 
 def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
@@ -59,7 +74,15 @@ def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
         frames = (first.new_frames or []) + (then.new_frames or [])
     return msgspec.structs.replace(
         then, new_token_ids=first.new_token_ids + then.new_token_ids, logprobs=logprobs,
-        new_frames=frames)
+        new_frames=frames, thinker_rows=joined_rows(first.thinker_rows, then.thinker_rows))
+
+
+def joined_rows(first: ThinkerRows | None, then: ThinkerRows | None) -> ThinkerRows | None:
+    """Two consecutive deltas of one request's thinker rows, as one."""
+    if first is None or then is None:
+        return then if first is None else first
+    return ThinkerRows(then.width, first.embeds + then.embeds,
+                       first.media_positions + then.media_positions, first.hidden + then.hidden)
 
 
 def finish_reason(params: SamplingParams, token: int, num_output_tokens: int,

@@ -68,6 +68,12 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     pooling: Pooling | None = None
     # A LoRA adapter's name (MSTAR_LORA_MODULES or loaded at run time); None = the base model.
     lora: str | None = None
+    # Qwen3-Omni's thinker: hand out the rows its talker reads (RequestOutput.thinker_rows):
+    # each generated token's input embedding, the prompt's media positions' hidden states.
+    thinker_rows: bool = False
+    # Speak the reply too (a model whose graph has an audio-out walk, e.g. Qwen3-Omni: thinker ->
+    # talker -> code2wav), in this voice; the outputs then carry ``new_audio``. None: text only.
+    speaker: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -120,6 +126,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("pooling", "must be None, 'auto', 'last', 'mean' or 'classify'")
         if self.lora is not None and not (isinstance(self.lora, str) and self.lora):
             raise bad("lora", "must be None or an adapter's name")
+        if not isinstance(self.thinker_rows, bool):
+            raise bad("thinker_rows", "must be a boolean")
         if self.pooling is not None and self.structured_output is not None:
             raise bad("pooling", "an embedding request generates nothing to constrain")
 

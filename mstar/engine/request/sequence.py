@@ -10,6 +10,7 @@ import torch
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
 from mstar.models.media_part import MediaPart
+from mstar.models.speech.row_feed import RowFeed
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -40,6 +41,7 @@ class Sequence:
         parts: tuple[MediaPart, ...] = (),
         part_nodes: tuple[str, ...] = (),
         adapter_load: int | None = None,
+        feed: RowFeed | None = None,
     ) -> None:
         self.seq_no = next(Sequence._numbers)  # unique, unlike request ids which can be reused
         self.request_id = request_id
@@ -61,6 +63,8 @@ class Sequence:
         self.no_speech_prob: float | None = None
         # Speech models: each output token's frame of codes (the engine appends it with the token)
         self.frames: list[list[int]] = []
+        # A model that reads embedding rows (Qwen3-Omni's talker): the request's rows
+        self.feed = feed
 
     @property
     def images(self) -> tuple[ImageInput, ...]:
@@ -69,9 +73,10 @@ class Sequence:
     def part_hashes_in(self, start: int, end: int) -> tuple[str, ...]:
         """Content hashes of the parts that condition positions [start, end): those whose
         placeholder runs overlap it, and every part without positions (cross-attention memory
-        conditions every token)."""
-        return tuple(p.content_hash for p in self.parts
-                     if not p.positions or (p.offset < end and p.end > start))
+        conditions every token); with embedding rows (``feed``), the hash of their rows."""
+        found = tuple(p.content_hash for p in self.parts
+                      if not p.positions or (p.offset < end and p.end > start))
+        return found if self.feed is None else (*found, self.feed.content_hash(start, end))
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from mstar.engine.request.errors import RequestRejected
 from mstar.graph import EdgeKind, WalkGraph
+from mstar.graph.speech import ROWS
 from mstar.models.media_part import MediaPart, modality_of
+from mstar.models.speech.row_feed import RowFeed
 
 FIELD = "messages"  # where a request's media parts come from
 
@@ -29,3 +31,15 @@ def part_nodes(graph: WalkGraph, parts: tuple[MediaPart, ...]) -> tuple[str, ...
                                   FIELD)
         nodes.append(node)
     return tuple(nodes)
+
+
+def check_feed(graph: WalkGraph, feed: RowFeed | None, num_prompt_tokens: int) -> None:
+    """A request carries embedding rows (``feed``) exactly when the graph's language model reads
+    them (``ROWS``: Qwen3-Omni's talker), one prefill row per prompt position."""
+    reads_rows = graph.language_model.modality == ROWS
+    if reads_rows != (feed is not None):
+        want = "needs its embedding rows (a RowFeed)" if reads_rows else "reads no embedding rows"
+        raise RequestRejected(f"this model {want}", "feed")
+    if feed is not None and len(feed.prompt) != num_prompt_tokens:
+        raise RequestRejected(f"the feed has {len(feed.prompt)} prompt rows for "
+                              f"{num_prompt_tokens} prompt positions", "feed")

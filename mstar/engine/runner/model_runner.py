@@ -35,6 +35,7 @@ from mstar.engine.runner.placeholder_embeds import merged_embeds, placeholders_i
 from mstar.engine.runner.pooling import Pooler
 from mstar.engine.runner.rope_positions import RopePositions
 from mstar.engine.runner.step_attention import StepAttention, on_device
+from mstar.engine.runner.thinker_rows import ThinkerRowsHead
 from mstar.engine.sampling.batch import RowAdd, SamplingBatch
 from mstar.engine.sampling.sampler import Sampler, SamplingStep
 from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, SchedulerOutput
@@ -47,7 +48,7 @@ from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.loading.shipped import weights_quantization
 from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
-from mstar.models.speech.frame_head import FrameHead
+from mstar.models.speech.frame_heads import frame_head
 from mstar.settings import WorkerSettings
 
 
@@ -121,11 +122,14 @@ class ModelRunner:
         self.no_speech = no_speech_for(self.logits_rules)
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
-        # Speech models (the graph has a codec node; CSM): each frame position's input is its
-        # frame's embedding, and the depth decoder makes each sampled row's frame. None for the
+        # Speech models (the graph has a codec node: CSM, Qwen3-Omni's talker): each frame
+        # position's input is its frame's embedding, and the model's frame head (CSM's depth
+        # decoder, the talker's code predictor) makes each sampled row's frame. None for the
         # rest, chosen here once: a text model's step never looks further.
-        self.frames = (FrameHead(self.model, model_dir, hf_config, device, dtype)
+        self.frames = (frame_head(self.model, model_dir, hf_config, device, dtype)
                        if self.graph.codecs else None)
+        # Qwen3-Omni's thinker: the talker's rows, for the requests that ask; None for the rest.
+        self.thinker_rows = ThinkerRowsHead(self.model) if self.entry.thinker_rows else None
 
     def _sampling_step(self, out: SchedulerOutput, removed: list[int],
                        step: StepTensors) -> SamplingStep:
@@ -189,7 +193,11 @@ class ModelRunner:
         elif images:
             encoder = EncoderCounts()
             embeds = merged_embeds(self.model, self.encoders, images, input_ids, encoder)
-            hidden = self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds)
+            wanted = (None if self.thinker_rows is None
+                      else self.thinker_rows.media_in_step(self.batch, out))
+            hidden = (self.thinker_rows.forward(wanted, input_ids, positions, attn_metadata,
+                                                embeds) if wanted
+                      else self.model(input_ids, positions, attn_metadata, inputs_embeds=embeds))
         elif self.frames is not None:  # speech: text and frame embeddings, per position
             self.frames.apply(out)
             hidden = self.model(input_ids, positions, attn_metadata,
@@ -215,8 +223,10 @@ class ModelRunner:
         self._feed_mtp(out, step.input_ids, hidden, token_ids)
         self.batch.record(step, token_ids)
         frames = {} if self.frames is None else self.frames.after_sample(out, sampled, token_ids)
+        thinker_rows = ({} if self.thinker_rows is None
+                        else self.thinker_rows.after_sample(self.batch, out, token_ids))
         return RunnerOutput(token_ids, logprobs, step.sample_slots, pooled, encoder, no_speech,
-                            frames)
+                            frames, thinker_rows)
 
     def _row_adapters(self, out: SchedulerOutput) -> list[str | None]:
         """Each row's LoRA adapter (None = the base model), in row order."""

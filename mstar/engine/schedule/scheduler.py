@@ -26,6 +26,7 @@ import structlog
 from mstar.engine.kv.block_manager import BlockManager
 from mstar.engine.request.sequence import Sequence, SequenceStatus
 from mstar.engine.schedule.emitted import Emitted, StopRule
+from mstar.engine.schedule.feed_cut import feed_cut
 from mstar.engine.schedule.image_cuts import encoder_cut, image_run_cut
 from mstar.engine.schedule.overlap_policy import OverlapPolicy
 from mstar.engine.schedule.prefill_chunk import chunk
@@ -198,6 +199,11 @@ class Scheduler:
                 if n == 0:  # its next part waits for a step with encoder budget left
                     i += 1
                     continue
+            if seq.feed is not None:
+                n = feed_cut(seq, seq.num_computed_tokens, n)
+                if n == 0:  # its next position's embedding row has not arrived
+                    i += 1
+                    continue
             total = seq.num_computed_tokens + n
             while not bm.can_grow_to(seq.seq_no, total):
                 victim = self.running.pop()
@@ -226,6 +232,11 @@ class Scheduler:
                 if n == 0:  # its first part waits for a step with encoder budget left
                     bm.free_request(seq.seq_no)
                     break
+            if seq.feed is not None:
+                n = feed_cut(seq, num_cached, n)
+                if n == 0:  # resumed: its next frame's embedding row has not arrived
+                    bm.free_request(seq.seq_no)
+                    break
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             seq.num_computed_tokens = seq.num_cached_tokens = num_cached
@@ -233,7 +244,7 @@ class Scheduler:
             new.append(NewRequest(seq.seq_no, tuple(seq.token_ids), seq.num_prompt_tokens,
                                   bm.state_slot(seq.seq_no),
                                   seq.params, seq.generator, seq.sampling_state, seq.parts,
-                                  seq.part_nodes, tuple(seq.frames)))
+                                  seq.part_nodes, tuple(seq.frames), seq.feed))
             self.known.add(seq.seq_no)
             budget.take(self._row(seq, n, tuple(bm.block_ids(seq.seq_no))))
         return new
@@ -253,7 +264,8 @@ class Scheduler:
             return []
         seqs = [self.live[r.seq_no] for r in after.rows  # a pooling request ends at its prompt
                 if r.samples and r.seq_no in self.live and not self.live[r.seq_no].is_finished
-                and self.live[r.seq_no].params.pooling is None]
+                and self.live[r.seq_no].params.pooling is None
+                and feed_cut(self.live[r.seq_no], self.live[r.seq_no].num_computed_tokens, 1)]
         totals = [seq.num_computed_tokens + 1 for seq in seqs]
         seq_nos = [seq.seq_no for seq in seqs]
         if not seqs or not self.block_manager.can_grow_all(seq_nos, totals):

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mstar.engine.request.outputs import TokenLogprob
+from mstar.engine.request.outputs import ThinkerRows, TokenLogprob
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.sampling.state import SamplingState
 from mstar.models.media_part import MediaPart
+from mstar.models.speech.row_feed import RowFeed
 from mstar.models.vision.inputs import ImageInput
 
 
@@ -39,6 +40,7 @@ class NewRequest:
     part_nodes: tuple[str, ...] = ()  # each part's encoder node, on the request's prefill walk
     # Speech models: the frame (codes) of each output token so far, resumed after a preemption
     frames: tuple[list[int], ...] = ()
+    feed: RowFeed | None = None  # its embedding rows (a model that reads them: the talker)
 
     @property
     def images(self) -> tuple[ImageInput, ...]:
@@ -136,3 +138,6 @@ class RunnerOutput:
     encoder: EncoderCounts | None = None
     no_speech: dict[int, float] = field(default_factory=dict)
     frames: dict[int, list[int]] = field(default_factory=dict)
+    # Qwen3-Omni's thinker: each asking request's rows for its talker, by request number
+    # (mstar.engine.runner.thinker_rows)
+    thinker_rows: dict[int, ThinkerRows] = field(default_factory=dict)

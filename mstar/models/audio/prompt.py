@@ -1,6 +1,6 @@
 """Turns a prompt with audio markers plus decoded clips into what the engine runs: the token ids
 (each marker expanded to the clip's placeholder tokens) and one ``AudioInput`` per clip, for the
-placeholder-embedding families (Qwen2-Audio, Voxtral).
+placeholder-embedding families (Qwen2-Audio, Voxtral, Qwen3-Omni's thinker).
 
 Each clip's features come from the model's transformers feature extractor on that clip alone, the
 way its processor pads them (so a clip is encoded the same whatever else shares its prompt, and
@@ -14,7 +14,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mstar.models.audio.inputs import AudioInput
-from mstar.models.audio.placeholders import VOXTRAL_FRAMES_PER_ROW, qwen2_audio_rows
+from mstar.models.audio.placeholders import (
+    QWEN3_OMNI_WINDOW,
+    VOXTRAL_FRAMES_PER_ROW,
+    qwen2_audio_rows,
+    qwen3_omni_rows,
+)
 from mstar.models.vision.inputs import content_hash
 
 if TYPE_CHECKING:
@@ -41,10 +46,21 @@ def _voxtral(extractor, clip) -> tuple[dict[str, torch.Tensor], int]:
         features.shape[0] * window // VOXTRAL_FRAMES_PER_ROW
 
 
+def qwen3_omni_clip(extractor, clip) -> tuple[dict[str, torch.Tensor], int]:
+    """Qwen3-Omni's thinker: the clip's own frames, unpadded (its processor pads a batch to its
+    longest clip and drops the padding again before the encoder)."""
+    out = extractor(clip, sampling_rate=extractor.sampling_rate, padding=True, truncation=False,
+                    return_attention_mask=True, return_tensors="pt")
+    frames = int(out["attention_mask"].sum())
+    features = out["input_features"][..., :frames].contiguous()
+    return {"input_features": features}, qwen3_omni_rows(frames, QWEN3_OMNI_WINDOW)
+
+
 # processor class -> how one clip becomes its encoder input and placeholder count
 _FAMILIES: dict[str, Callable] = {
     "Qwen2AudioProcessor": _qwen2_audio,
     "VoxtralProcessor": _voxtral,
+    "Qwen3OmniMoeProcessor": qwen3_omni_clip,
 }
 
 

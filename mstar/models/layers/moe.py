@@ -2,6 +2,9 @@
 
 Each token's (token, expert) pairs are sorted by expert, so every expert runs once on one
 contiguous slice of its tokens; outputs are weighted and summed back with one index_add.
+The router renormalises the top-k weights to sum to 1 when the config says so
+(``norm_topk_prob``). A shared expert (Qwen2-MoE, Qwen3-Omni's talker) is a dense MLP every token
+runs, its output scaled by ``sigmoid(shared_expert_gate(x))`` and added to the routed sum.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ class ExpertMLP(nn.Module):
 
 class SparseMoeBlock(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, top_k: int,
-                 normalize_top_k: bool) -> None:
+                 normalize_top_k: bool, shared_intermediate_size: int = 0) -> None:
+        """``shared_intermediate_size``: the shared expert's width; 0: no shared expert."""
         super().__init__()
         self.gate = nn.Linear(hidden_size, num_experts, bias=False)
         self.experts = nn.ModuleList(
@@ -33,6 +37,10 @@ class SparseMoeBlock(nn.Module):
         )
         self.top_k = top_k
         self.normalize_top_k = normalize_top_k
+        if shared_intermediate_size:
+            self.shared_expert = ExpertMLP(hidden_size, shared_intermediate_size)
+            self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)
+        self.has_shared_expert = bool(shared_intermediate_size)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights [T, k] in the activation dtype, expert ids [T, k])."""
@@ -56,4 +64,7 @@ class SparseMoeBlock(nn.Module):
                 out[start : start + count] = expert(grouped[start : start + count])
             start += count
         out *= weights.reshape(-1, 1)[order]
-        return torch.zeros_like(x).index_add_(0, token_of, out)
+        routed = torch.zeros_like(x).index_add_(0, token_of, out)
+        if not self.has_shared_expert:
+            return routed
+        return routed + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)

@@ -8,11 +8,12 @@ import importlib
 from dataclasses import dataclass
 
 from mstar.graph import WalkGraph, cross_attention_encoder, text_only, with_encoder
-from mstar.graph.speech import CSM
+from mstar.graph.speech import CSM, OMNI_TALKER
 
 TEXT = text_only()
 VISION = with_encoder("vision_encoder", "image", "image_embeds")
-AUDIO_PLACEHOLDERS = with_encoder("audio_encoder", "audio", "audio_embeds")  # Qwen2-Audio, Voxtral
+# Qwen2-Audio, Voxtral, Qwen3-Omni's thinker
+AUDIO_PLACEHOLDERS = with_encoder("audio_encoder", "audio", "audio_embeds")
 AUDIO_CROSS_ATTENTION = cross_attention_encoder("audio_encoder", "audio", "encoder_hidden_states")
 
 
@@ -27,6 +28,12 @@ class ModelEntry:
     # Prompt positions are a per-request table (M-RoPE, Qwen2.5-VL): the model's
     # ``rope_positions(prompt_ids, images)`` gives it.
     rope_position_table: bool = False
+    # Qwen3-Omni's thinker: a request may ask for the rows its talker reads
+    # (SamplingParams.thinker_rows; mstar.engine.runner.thinker_rows).
+    thinker_rows: bool = False
+    # The part of the checkpoint's config the model is built from (its sub-config's attribute
+    # name; None: the whole config). Qwen3-Omni's talker: ``talker_config``.
+    config_part: str | None = None
 
 
 def _text(module: str, cls: str) -> ModelEntry:
@@ -63,10 +70,22 @@ _MODELS = {
         "mstar.models.audio.voxtral", "VoxtralForConditionalGeneration", AUDIO_PLACEHOLDERS),
     "WhisperForConditionalGeneration": ModelEntry(
         "mstar.models.audio.whisper", "WhisperForConditionalGeneration", AUDIO_CROSS_ATTENTION),
+    # Qwen3-Omni's thinker, text and audio in: the engine runs one language model per graph,
+    # so the entry's graph is the audio-in one (its language model the thinker); graph.speech's
+    # QWEN3_OMNI (thinker -> talker -> code2wav) takes its place once the engine chains them.
+    # No vision encoder node: images are refused by name.
+    "Qwen3OmniMoeForConditionalGeneration": ModelEntry(
+        "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", AUDIO_PLACEHOLDERS,
+        thinker_rows=True),
     # Speech out: the backbone runs in the engine, its frames stream to the codec node
     # (docs/speech.rst); the depth decoder is the runner's frame head.
     "CsmForConditionalGeneration": ModelEntry(
         "mstar.models.speech.csm_backbone", "CsmBackbone", CSM),
+    # Qwen3-Omni's talker by itself: a checkpoint whose config names this architecture; it
+    # reads the request's embedding rows and the code predictor is its frame head.
+    "Qwen3OmniMoeTalkerForConditionalGeneration": ModelEntry(
+        "mstar.models.speech.omni_talker_model", "OmniTalker", OMNI_TALKER,
+        config_part="talker_config"),
 }
 # Sequence-classification heads on decoder families (mstar.models.families.sequence_classification):
 # they classify, score and rerank, and generate nothing.
@@ -119,6 +138,17 @@ def _graph_of(architectures: list[str] | None) -> WalkGraph:
         return entry_for(architectures).graph
     except ValueError:
         return TEXT
+
+
+def node_config(config):
+    """The config the architecture's model is built from: ``config``, or its part the entry
+    names (``config_part``), which takes ``config``'s architectures."""
+    part = model_entry(config).config_part
+    if part is None:
+        return config
+    sub = getattr(config, part)
+    sub.architectures = config.architectures
+    return sub
 
 
 def get_model_class(config) -> type:

@@ -25,6 +25,7 @@ import torch
 from mstar.models.speech.checkpoint import tensors_under
 from mstar.models.speech.csm_backbone import AUDIO_EMBED, DEPTH_PREFIX, TIED_AUDIO_EMBED
 from mstar.models.speech.csm_frames import depth_codes
+from mstar.models.speech.frame_stop import FrameStop
 
 
 def load_depth_decoder(model_dir, hf_config, device: torch.device, dtype: torch.dtype):
@@ -46,9 +47,14 @@ class FrameHead:
         self.model = model  # a CsmBackbone
         self.device = device
         self.codebooks = hf_config.num_codebooks
+        self.end_code = hf_config.codebook_eos_token_id
         self.depth = load_depth_decoder(model_dir, hf_config, device, dtype)
         self.frames: dict[int, list[list[int]]] = {}  # request number -> its frames so far
         self.prompt_len: dict[int, int] = {}
+
+    def stop(self, speculating: bool) -> FrameStop:
+        """The engine's finish rule for this model's requests."""
+        return FrameStop(self.end_code, speculating)
 
     def apply(self, out) -> None:
         """The step's diffs, as the persistent batch takes them: removed first, then new."""

@@ -12,11 +12,11 @@ from mstar.models.speech.csm_frames import frame_ends
 
 
 class FrameStop:
-    def __init__(self, hf_config, speculating: bool) -> None:
+    def __init__(self, end_code: int, speculating: bool) -> None:
         if speculating:  # a row verifying drafts would need a frame per draft
             raise ValueError("MSTAR_SPECULATIVE_METHOD: speech models (CSM) run without "
                              "speculative decoding; set it to none")
-        self.end_code = hf_config.codebook_eos_token_id
+        self.end_code = end_code
 
     @staticmethod
     def text_rule(params) -> str | None:

@@ -18,18 +18,19 @@ import torch
 
 
 @torch.inference_mode()
-def residual_codes(talker, hidden: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+def residual_codes(predictor, codec_embedding, groups: int, hidden: torch.Tensor,
+                   first: torch.Tensor) -> torch.Tensor:
     """The frames of a batch of rows: ``hidden`` [rows, H] (the talker's last hidden states),
-    ``first`` [rows] (code 0 of each). Returns [rows, K]. ``talker``: transformers'
-    ``Qwen3OmniMoeTalkerForConditionalGeneration`` (its ``code_predictor`` and
-    ``model.codec_embedding``)."""
+    ``first`` [rows] (code 0 of each). Returns [rows, K], ``K = groups`` (the talker config's
+    ``num_code_groups``). ``predictor``: transformers'
+    ``Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration``; ``codec_embedding``: the
+    talker's code embedding (transformers' ``model.codec_embedding``, the engine model's token
+    embedding)."""
     from transformers import DynamicCache
 
-    predictor = talker.code_predictor
-    groups = talker.config.num_code_groups
     cache = DynamicCache(config=predictor.config)
     codes = [first]
-    embeds = torch.stack([hidden, talker.model.codec_embedding(first)], dim=1)
+    embeds = torch.stack([hidden, codec_embedding(first)], dim=1)
     for step in range(groups - 1):
         out = predictor.model(inputs_embeds=embeds, cache=cache, use_cache=True)
         codes.append(predictor.lm_head[step](out.last_hidden_state[:, -1]).argmax(-1))
@@ -37,11 +38,11 @@ def residual_codes(talker, hidden: torch.Tensor, first: torch.Tensor) -> torch.T
     return torch.stack(codes, dim=1)
 
 
-def frame_embeds(talker, frames: torch.Tensor) -> torch.Tensor:
+def frame_embeds(predictor, codec_embedding, frames: torch.Tensor) -> torch.Tensor:
     """[rows, K] codes -> [rows, H]: code 0's talker embedding plus code ``i``'s code predictor
     embedding ``codec_embedding[i-1]``, summed in transformers' order (one ``sum`` over the K
     rows stacked, so the float rounding is its own)."""
-    embed = talker.code_predictor.model.codec_embedding
-    parts = [talker.model.codec_embedding(frames[:, 0])]
+    embed = predictor.model.codec_embedding
+    parts = [codec_embedding(frames[:, 0])]
     parts += [embed[i - 1](frames[:, i]) for i in range(1, frames.shape[1])]
     return torch.stack(parts, dim=1).sum(1)

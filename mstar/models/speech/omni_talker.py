@@ -80,6 +80,7 @@ class TalkerFrames:
         config = talker.config
         self.end_code = config.codec_eos_token_id
         self.barred = torch.tensor(barred_codes(config), dtype=torch.int64)
+        self.codes = talker.model.codec_embedding
 
     @torch.inference_mode()
     def frames(self, prompt: torch.Tensor, text: torch.Tensor, pad: torch.Tensor,
@@ -94,10 +95,12 @@ class TalkerFrames:
             first = self._code0(hidden)
             if int(first) == self.end_code:
                 return
-            frame = residual_codes(self.talker, hidden, first)
+            frame = residual_codes(self.talker.code_predictor, self.codes,
+                                   self.talker.config.num_code_groups, hidden, first)
             yield frame[0]
             extra = text[step] if step < len(text) else pad
-            hidden = self._step(frame_embeds(self.talker, frame) + extra, cache)
+            hidden = self._step(frame_embeds(self.talker.code_predictor, self.codes, frame) + extra,
+                               cache)
 
     def _step(self, embeds: torch.Tensor, cache) -> torch.Tensor:
         """The talker's last hidden state (after its final norm) once ``embeds`` [n, H] are

@@ -64,7 +64,7 @@ def read_shape(path: Path, max_pixels: int = WorkerSettings().max_image_pixels) 
         raise SettingsUsageError(f"cannot read the model's config {str(path)!r}: {exc}") from None
     if not isinstance(config, dict):
         raise SettingsUsageError(f"{str(path)!r} is not a JSON object")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = _text_config(config)
     heads = _int(text, "num_attention_heads", path)
     layer_types = text.get("layer_types")
     layers = (sum(t in _KV_LAYER_TYPES for t in layer_types) if isinstance(layer_types, list)
@@ -73,6 +73,16 @@ def read_shape(path: Path, max_pixels: int = WorkerSettings().max_image_pixels) 
     head_dim = text.get("head_dim") or _int(text, "hidden_size", path) // heads
     return ModelShape(str(path), limit, layers, int(text.get("num_key_value_heads") or heads),
                       int(head_dim), heads, max_image_tokens(config, path, max_pixels))
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of config.json: its ``text_config`` (vision and audio
+    models), Qwen3-Omni's thinker's (``thinker_config.text_config``: the one the engine runs),
+    else the config itself."""
+    thinker = config.get("thinker_config")
+    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
+        return thinker["text_config"]
+    return config.get("text_config") if isinstance(config.get("text_config"), dict) else config
 
 
 def _int(config: dict[str, Any], key: str, path: Path) -> int:
