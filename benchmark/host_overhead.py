@@ -2,6 +2,9 @@
 
     .venv/bin/python -m benchmark.host_overhead [--model DIR] [--knob NAME=VALUE ...]
 
+Both sides run MSTAR_DTYPE=float32 (the history of docs/engine.rst's tables) unless a knob sets
+``dtype`` (``--knob dtype=auto``: the default settings).
+
 Workload (issue 8): one chat prompt; 64 requests with max_tokens drawn U{64..128} from a fixed
 seed; ignore_eos with min_tokens = max_tokens (what the streaming client sends); greedy; at most
 32 in flight (offline: max_num_seqs=32). c=1 uses the first
@@ -38,6 +41,7 @@ PROMPT = "Write a short story about a small robot who learns to paint."
 NUM_REQUESTS = 64
 LEN_LOW, LEN_HIGH, STATIC_LEN = 64, 128, 96
 CONCURRENCY = 32
+DTYPE = "float32"  # both sides' MSTAR_DTYPE unless --knob dtype=... says otherwise
 
 
 def output_lens(n: int, seed: int = 0) -> list[int]:
@@ -159,7 +163,7 @@ def start_server(knobs: list[str], log_path: Path) -> tuple[subprocess.Popen, st
         port = s.getsockname()[1]
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in (kv.split("=", 1) for kv in knobs)]
     cmd = [sys.executable, "-m", "mstar", "serve", "--port", str(port), "--device", "cpu",
-           "--dtype", "float32", f"--max-num-seqs={CONCURRENCY}", *flags]
+           f"--max-num-seqs={CONCURRENCY}", *flags]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     log = open(log_path, "w")  # noqa: SIM115 - the server's lifetime; closed by the OS at exit
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -183,12 +187,12 @@ def main() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from mstar import LLM
 
-    knobs = dict(kv.split("=", 1) for kv in args.knob)
+    knobs = {"dtype": DTYPE} | dict(kv.split("=", 1) for kv in args.knob)
     lens = output_lens(NUM_REQUESTS)
     c1_lens = lens[: args.c1_requests]
     log_level = "info" if "phase_timing" in knobs else "warning"  # phase timing logs at info
-    llm = LLM(model=args.model, device="cpu", dtype="float32", max_num_seqs=CONCURRENCY,
-              log_level=log_level, **knobs)
+    llm = LLM(model=args.model, device="cpu", max_num_seqs=CONCURRENCY, log_level=log_level,
+              **knobs)
     # Warm-up: one full pass first touches the KV cache's pages and the decode mirror's buffers.
     progress("offline warm-up (static)", offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS))
     continuous = static = 0.0
@@ -203,7 +207,8 @@ def main() -> None:
     del llm
 
     server_args = [f"--model={args.model}"] if args.model else []
-    proc, url = start_server(args.knob + [a.lstrip("-") for a in server_args], args.log)
+    server_knobs = [f"{k}={v}" for k, v in knobs.items()]
+    proc, url = start_server(server_knobs + [a.lstrip("-") for a in server_args], args.log)
     try:
         asyncio.run(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)

@@ -47,7 +47,8 @@ from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.loading.shipped import weights_quantization
-from mstar.models.lora.slots import LoraSlots, check_lora_supported, serves_lora
+from mstar.models.lora.served import serves_lora
+from mstar.models.lora.slots import LoraSlots, check_lora_supported
 from mstar.models.speech.frame_heads import frame_head
 from mstar.settings import WorkerSettings
 

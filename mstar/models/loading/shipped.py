@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from mstar.models.loading.gguf_loader import ships_gguf
+from mstar.models.lora.served import serves_lora
 
 # The resolved value of ``auto`` for a model whose weights ship quantized (``load_model`` takes it).
 SHIPPED = "shipped"
@@ -35,8 +36,6 @@ def weights_quantization(settings, model_dir: Path, device: torch.device) -> str
     module's docstring), else none."""
     if settings.quantization != "auto":
         return settings.quantization
-    from mstar.models.lora.slots import serves_lora  # lora imports the loader, which imports this
-
     servable = (device.type == "cpu" and settings.dtype == "auto"
                 and settings.tensor_parallel_size == 1 and not serves_lora(settings))
     return SHIPPED if servable and ships_gguf(model_dir) else "none"

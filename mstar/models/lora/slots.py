@@ -23,11 +23,6 @@ from mstar.models.lora.step import LoraStep, Spans
 from mstar.settings.knobs.lora import parse_lora_modules
 
 
-def serves_lora(settings) -> bool:
-    """Whether the model is built with LoRA slots: adapters at start or run-time loading."""
-    return bool(settings.lora_modules) or settings.allow_runtime_lora_updating
-
-
 def check_lora_supported(settings) -> None:
     """The combinations LoRA does not run with yet (docs/lora.rst), refused at start."""
     refused = {"MSTAR_COMPILE": settings.compile,

@@ -87,7 +87,7 @@ class EngineKnobs(BaseModel):
         "q4 = 4-bit groups of 32 with a scale and a minimum (GGUF Q4_1). The LM head is int8 in "
         "both. With the built-in model, q4 serves its shipped Q4_1 GGUF directly. auto = a model "
         "whose weights ship quantized (the built-in model, a GGUF) is served at that precision on "
-        "CPU under MSTAR_DTYPE=auto, without tensor parallelism or LoRA: its Q4/Q8 blocks for "
+        "CPU when MSTAR_DTYPE is auto, without tensor parallelism or LoRA: its Q4/Q8 blocks for "
         "the decode rows and, on CPUs with native bf16, oneDNN's bf16 copy of them for wider "
         "batches (held twice: about 2.6 bytes a weight); every other model none. See "
         "docs/engine.rst, \"Shipped precision\".")
