@@ -14,7 +14,8 @@ a rate) beside its tokens. The reply's text is the audio's transcript:
   one with only ``expires_at``.
 
 Nothing is kept for a later turn, so ``expires_at`` is the reply's creation time (a later
-message cannot refer to the audio by id: an assistant message takes no ``audio`` field).
+message cannot refer to the audio by id: an assistant message's ``audio`` is an unknown field,
+handled as MSTAR_UNKNOWN_REQUEST_FIELDS says).
 """
 
 from __future__ import annotations
