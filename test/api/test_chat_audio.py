@@ -186,3 +186,16 @@ def test_the_voices_are_the_talker_speaker_ids():
     assert model_voices({"talker_config": {"speaker_id": {"ethan": 2302, "chelsie": 2301}}}) == (
         "ethan", "chelsie")
     assert model_voices({"talker_config": {}}) == () and model_voices({}) == ()
+
+
+def test_the_published_response_models_describe_both_shapes(speaking):
+    from mstar.api_server.openai.response_models import ChatCompletionChunk, ChatCompletionResponse
+
+    client, _ = speaking
+    body = chat(client, **SPOKEN).json()
+    assert ChatCompletionResponse.model_validate(body).choices[0].message.audio is not None
+    resp = chat(client, stream=True, modalities=["text", "audio"],
+                audio={"voice": "ethan", "format": "pcm16"})
+    events = [block.removeprefix("data: ") for block in resp.text.strip().split("\n\n")][:-1]
+    chunks = [ChatCompletionChunk.model_validate(json.loads(e)) for e in events]
+    assert any(c.choices and c.choices[0].delta.audio for c in chunks)

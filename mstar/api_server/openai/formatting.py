@@ -20,7 +20,7 @@ async def coalesce(outputs: AsyncIterator[tuple[int, TextOutput]], interval: int
                    ) -> AsyncIterator[tuple[int, TextOutput]]:
     """Merge each choice's outputs until it has ``interval`` new tokens or finishes
     (MSTAR_STREAM_INTERVAL): fewer, larger stream events; the merged output is the last one with
-    the tokens, text and logprobs of all."""
+    the tokens, text, logprobs and audio (speech out) of all."""
     pending: dict[int, TextOutput] = {}
     async for i, out in outputs:
         prev = pending.pop(i, None)
