@@ -31,13 +31,15 @@ from mstar.api_server.context.served import ServedModel
 from mstar.api_server.generation.choice import Choice
 from mstar.api_server.generation.run import Job
 from mstar.api_server.http.errors import APIError
-from mstar.api_server.media.sound_formats import NO_ENCODER, encode, pcm16
+from mstar.api_server.media.sound_formats import FORMATS, NO_ENCODER, encode, pcm16
 from mstar.api_server.openai.chat_output import StreamedChoice
 from mstar.api_server.openai.chat_plan import OutputReading
 from mstar.output.processor import TextOutput
 
-# OpenAI's audio.format -> sound_formats' name
-CHAT_FORMATS = {"wav": "wav", "mp3": "mp3", "flac": "flac", "opus": "opus", "pcm16": "pcm"}
+# OpenAI's audio.format -> sound_formats' name, for those sound_formats makes (not aac)
+OPENAI_FORMATS = {"wav": "wav", "mp3": "mp3", "flac": "flac", "opus": "opus", "pcm16": "pcm",
+                  "aac": "aac"}
+CHAT_FORMATS = {name: ours for name, ours in OPENAI_FORMATS.items() if ours in FORMATS}
 STREAM_FORMATS = ("pcm16",)  # what OpenAI streams (sound_formats streams pcm as it decodes)
 SILENT_RATE = 24_000  # the rate of a reply that decoded no audio at all (an empty file)
 
