@@ -1,6 +1,8 @@
 """The API server in process on a stub engine: every choice gets up to 3 tokens at once.
 
-For tests of the HTTP layer (fields, errors, the published schema) that need no model.
+For tests of the HTTP layer (fields, errors, the published schema) that need no model. A stub
+model that speaks (``app_on(..., outputs=SPEAKS, voices=STUB_VOICES)``) answers a request whose
+``speaker`` is set with ``STUB_SAMPLES`` samples of audio (``stub_audio``) beside each token.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 
 from mstar.api_server.generation.replica_health import ReplicaHealth
 from mstar.api_server.generation.routing import Router
-from mstar.engine.request.outputs import TokenLogprob
+from mstar.engine.request.outputs import AudioChunk, TokenLogprob
 from mstar.ipc import messages as m
 from mstar.output.processor import TextOutput
 
@@ -22,6 +24,16 @@ STUB_TOKEN = 5
 MAX_STUB_TOKENS = 3
 STUB_VECTOR = np.array([3.0, 0.0, 4.0], dtype="<f4").tobytes()  # an embedding: 0.6, 0, 0.8
 STUB_LABELS = ("relevant",)  # a classifier's (``stub_app(..., labels=STUB_LABELS)``)
+SPEAKS = ("text", "audio")  # what a speaking stub model's graph emits
+STUB_VOICES = ("ethan", "chelsie")
+STUB_RATE = 24_000
+STUB_SAMPLES = 5  # audio samples per token of a spoken reply
+
+
+def stub_audio(k: int) -> AudioChunk:
+    """The audio beside a spoken reply's token ``k``: a ramp, distinct per token."""
+    ramp = (np.arange(STUB_SAMPLES, dtype="<f4") + k * STUB_SAMPLES) / 20.0 - 0.3
+    return AudioChunk(ramp.astype("<f4").tobytes(), STUB_RATE)
 
 
 def stub_logits(prompt_ids: list[int]) -> bytes:
@@ -65,7 +77,7 @@ class StubEngine:
                 queue.put_nowait(TextOutput(
                     rid, [STUB_TOKEN], finished=last, finish_reason="length" if last else None,
                     num_prompt_tokens=len(ids), num_output_tokens=k + 1, logprobs=logprobs,
-                    new_text="a"))
+                    new_text="a", new_audio=stub_audio(k) if params.speaker else None))
         return queue
 
     def release(self, request_ids: list) -> None:
@@ -86,11 +98,12 @@ def stub_app(tokenizer, engine=None, **settings):
 
 def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODEL_LEN,
            labels=(), generates=True, speech=None, modalities=("text",), processor=None,
-           **settings):
+           outputs=("text",), voices=(), **settings):
     """The ASGI app of an API server whose engine client is ``client``, with these settings
     (``labels``, ``generates``: the served model's classifier head, see ``ServedModel``;
     ``speech``: a speech model's ``SpeechModel``, for the audio routes; ``modalities`` and
-    ``processor``: what the served model takes, and its transformers processor)."""
+    ``processor``: what the served model takes, and its transformers processor; ``outputs``
+    and ``voices``: what its graph emits and, speaking, its voices)."""
     from mstar.api_server.app import build_app
     from mstar.api_server.context.admission import Admission
     from mstar.api_server.context.metrics import Metrics
@@ -100,7 +113,7 @@ def app_on(client, tokenizer, model_name=STUB_MODEL, max_model_len=STUB_MAX_MODE
 
     running = RunningSettings(WorkerSettings(**settings))
     model = ServedModel(model_name, max_model_len, running, tuple(modalities), labels=labels,
-                        generates=generates)
+                        generates=generates, outputs=tuple(outputs), voices=tuple(voices))
     return build_app(client, tokenizer, running, model, Admission(lambda: client.failure),
                      Metrics(), processor, speech)
 

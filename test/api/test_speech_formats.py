@@ -1,4 +1,4 @@
-"""POST /v1/audio/speech's encoded formats (``api_server.audio.sound_formats``), through the
+"""POST /v1/audio/speech's encoded formats (``api_server.media.sound_formats``), through the
 served tiny CSM the speech tests share (test/speech_server.py; 24 kHz, so no format resamples):
 flac, mp3 and opus decode (``soundfile``) to the pcm answer's samples, count for count, mono, at
 24 kHz (mp3 through the official openai client too); opus streams (its bytes decode to the whole
@@ -117,7 +117,7 @@ def test_a_rate_the_codec_does_not_take_is_resampled_to_the_next_it_does(name, r
                                                                          encoded_at):
     """Beside the server (CSM is 24 kHz): a 300 Hz tone, whole and streamed (opus), decodes at
     the next rate the codec takes, as long as the tone (within soxr's and the codec's edges)."""
-    from mstar.api_server.audio.sound_formats import StreamedSound, encode
+    from mstar.api_server.media.sound_formats import StreamedSound, encode
 
     tone = np.round(0.4 * 32767 * np.sin(2 * np.pi * 300 * np.arange(rate) / rate))
     pcm = tone.astype("<i2").tobytes()

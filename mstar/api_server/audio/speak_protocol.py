@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mstar.api_server.audio.sound_formats import FORMATS, NO_ENCODER
 from mstar.api_server.http.errors import APIError
+from mstar.api_server.media.sound_formats import FORMATS, NO_ENCODER
 from mstar.api_server.openai.protocol import StrictModel
 from mstar.models.speech.utterance import CSM_SPEAKERS
 

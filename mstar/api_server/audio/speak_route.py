@@ -24,13 +24,13 @@ from starlette.concurrency import run_in_threadpool
 
 from mstar.api_server.audio.refusal import model_refusal
 from mstar.api_server.audio.routes import replay_one
-from mstar.api_server.audio.sound_formats import FORMATS, StreamedSound, encode, pcm16
 from mstar.api_server.audio.speak_bounds import check_speech_input, speech_frames
 from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
 from mstar.api_server.generation.run import Job, first_output, new_request_id
 from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError, error_body
 from mstar.api_server.http.openapi import GENERATION_ERRORS, error_responses
+from mstar.api_server.media.sound_formats import FORMATS, StreamedSound, encode, pcm16
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.speech.utterance import csm_turn
 from mstar.output.processor import TextOutput

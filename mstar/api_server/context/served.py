@@ -30,6 +30,9 @@ class ServedModel:
     # What the model's walk graph emits to the client (``WalkGraph.output_modalities``):
     # "text", and "audio" where a codec node emits it (/v1/audio/speech)
     outputs: tuple[str, ...] = ("text",)
+    # The voices of a model that speaks (chat's audio.voice; Qwen3-Omni: the keys of
+    # talker_config.speaker_id, ``media.model.model_voices``); () for one that does not
+    voices: tuple[str, ...] = ()
     # LoRA adapters: more model names, each selecting its adapter (docs/lora.rst)
     adapters: AdapterNames = field(default_factory=lambda: AdapterNames(None))
 

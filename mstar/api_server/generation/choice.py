@@ -24,12 +24,17 @@ class Choice:
     finish_reason: str | None = None
     cached_tokens: int = 0
     no_speech_prob: float | None = None  # Whisper's (mstar.engine.runner.no_speech)
+    audio: bytearray = field(default_factory=bytearray)  # speech out: float32 samples (LE)
+    audio_rate: int = 0  # their rate; 0: no audio came
 
     def add(self, out: TextOutput) -> None:
         self.cached_tokens = out.num_cached_tokens
         if out.no_speech_prob is not None:
             self.no_speech_prob = out.no_speech_prob
         self.text += out.new_text
+        if out.new_audio is not None:
+            self.audio += out.new_audio.samples
+            self.audio_rate = out.new_audio.rate
         self.token_ids.extend(out.new_token_ids)
         self.logprobs.extend(out.logprobs or [])
         if out.finished:

@@ -23,6 +23,7 @@ class ModelMedia:
     labels: tuple[str, ...] = ()
     generates: bool = True
     outputs: tuple[str, ...] = ("text",)  # what its graph emits (speech out: "audio")
+    voices: tuple[str, ...] = ()  # a speaking model's voices (``model_voices``)
 
 
 def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
@@ -31,11 +32,14 @@ def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
              "generates": model_generates(model_dir)}
     config = Path(model_dir) / "config.json"
     try:
-        archs = json.loads(config.read_text(encoding="utf-8")).get("architectures")
+        facts = json.loads(config.read_text(encoding="utf-8"))
+        archs = facts.get("architectures")
     except (OSError, ValueError, AttributeError):
         return ModelMedia(**heads)
     modalities = accepted_modalities(archs)
     heads["outputs"] = output_modalities(archs)
+    if "audio" in heads["outputs"]:
+        heads["voices"] = model_voices(facts)
     if "image" in modalities:
         from mstar.models.vision.inputs import load_processor
 
@@ -45,3 +49,11 @@ def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
 
         return ModelMedia(modalities, AutoProcessor.from_pretrained(model_dir), **heads)
     return ModelMedia(modalities, **heads)
+
+
+def model_voices(config: dict[str, Any]) -> tuple[str, ...]:
+    """The voices of a speaking model's config.json: Qwen3-Omni's talker speaker ids
+    (``talker_config.speaker_id``'s keys); () when it names none."""
+    talker = config.get("talker_config")
+    speakers = talker.get("speaker_id") if isinstance(talker, dict) else None
+    return tuple(speakers) if isinstance(speakers, dict) else ()

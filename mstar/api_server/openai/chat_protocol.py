@@ -56,6 +56,18 @@ class ChatMessage(StrictModel):
         return "".join(part.text or "" for part in self.content if part.type == "text")
 
 
+Modality = Literal["text", "audio"]
+
+
+class ChatAudioParams(StrictModel):
+    voice: NonEmptyStr = Field(description="One of the served model's voices (Qwen3-Omni: "
+                               "the keys of talker_config.speaker_id); another is a 400 naming "
+                               "audio.voice.")
+    format: NonEmptyStr = Field(description="wav, mp3, flac, opus or pcm16 (16-bit "
+                                "little-endian mono at the codec's rate); streamed: pcm16 only. "
+                                "aac is a 400 naming audio.format (no encoder).")
+
+
 class ChatTemplateKwargs(StrictModel):
     """Arguments for the chat template; other keys follow MSTAR_UNKNOWN_REQUEST_FIELDS."""
 
@@ -87,10 +99,15 @@ class ChatCompletionRequest(SamplingFields):
     prompt_cache_retention: str | None = Field(None, description="Ignored.")
     # Refused unless null (or the value that asks for nothing).
     store: bool | None = Field(None, description="Nothing is stored: true is a 400.")
-    modalities: Any = Field(None, description='Text only: a 400 unless null or ["text"].')
+    # Audio out (a model whose graph emits audio): see openai.chat_audio.
+    modalities: list[Modality] | None = Field(
+        None, min_length=1, description='["text"] (the default) or ["text", "audio"]: the reply '
+        "spoken too, with audio; audio out from a model whose graph emits no audio is a 400.")
+    audio: ChatAudioParams | None = Field(
+        None, description='The reply\'s voice and format; needs "audio" in modalities (and it '
+        "needs this).")
     functions: Any = Field(None, description=NOT_SUPPORTED + " Use tools.")
     function_call: Any = Field(None, description=NOT_SUPPORTED + " Use tool_choice.")
-    audio: Any = Field(None, description=NOT_SUPPORTED)
     prediction: Any = Field(None, description=NOT_SUPPORTED)
     verbosity: Any = Field(None, description=NOT_SUPPORTED)
     web_search_options: Any = Field(None, description=NOT_SUPPORTED)

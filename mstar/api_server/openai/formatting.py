@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from mstar.api_server.generation.choice import Choice
-from mstar.engine.request.outputs import TokenLogprob
+from mstar.engine.request.outputs import AudioChunk, TokenLogprob
 from mstar.output.processor import TextOutput
 from mstar.output.token_bytes import TokenBytes
 
@@ -20,7 +20,7 @@ async def coalesce(outputs: AsyncIterator[tuple[int, TextOutput]], interval: int
                    ) -> AsyncIterator[tuple[int, TextOutput]]:
     """Merge each choice's outputs until it has ``interval`` new tokens or finishes
     (MSTAR_STREAM_INTERVAL): fewer, larger stream events; the merged output is the last one with
-    the tokens, text and logprobs of all."""
+    the tokens, text, logprobs and audio (speech out) of all."""
     pending: dict[int, TextOutput] = {}
     async for i, out in outputs:
         prev = pending.pop(i, None)
@@ -28,11 +28,19 @@ async def coalesce(outputs: AsyncIterator[tuple[int, TextOutput]], interval: int
             out = msgspec.structs.replace(
                 out, new_token_ids=prev.new_token_ids + out.new_token_ids,
                 new_text=prev.new_text + out.new_text,
-                logprobs=(prev.logprobs or []) + (out.logprobs or []) or None)
+                logprobs=(prev.logprobs or []) + (out.logprobs or []) or None,
+                new_audio=joined_audio(prev.new_audio, out.new_audio))
         if out.finished or len(out.new_token_ids) >= interval:
             yield i, out
         else:
             pending[i] = out
+
+
+def joined_audio(first: AudioChunk | None, then: AudioChunk | None) -> AudioChunk | None:
+    """Two outputs' audio as one chunk (speech out), in order."""
+    if first is None or then is None:
+        return then if first is None else first
+    return AudioChunk(first.samples + then.samples, then.rate)
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:

@@ -15,10 +15,21 @@ class Usage(BaseModel):
     prompt_tokens_details: dict[str, int] | None = None
 
 
+class ChatAudioOut(BaseModel):
+    """The spoken reply (``modalities: ["text", "audio"]``): ``data`` is the whole file in
+    ``audio.format``, base64; ``expires_at`` is the reply's creation (nothing is kept)."""
+
+    id: str
+    data: str
+    expires_at: int
+    transcript: str
+
+
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"]
-    content: str | None
+    content: str | None  # null when the reply is spoken (its text is audio.transcript)
     reasoning_content: str | None = None  # with a reasoning parser (docs/reasoning.rst)
+    audio: ChatAudioOut | None = None
 
 
 class ChatChoice(BaseModel):
@@ -59,10 +70,21 @@ class CompletionResponse(BaseModel):
     usage: Usage
 
 
+class ChatDeltaAudio(BaseModel):
+    """A spoken reply's piece: its id (on every one), a ``transcript`` delta or base64 pcm16
+    ``data``; ``expires_at`` on the first and alone (with the id) on the last."""
+
+    id: str
+    data: str | None = None
+    transcript: str | None = None
+    expires_at: int | None = None
+
+
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    audio: ChatDeltaAudio | None = None
 
 
 class ChatChunkChoice(BaseModel):

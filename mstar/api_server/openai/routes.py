@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from mstar.api_server.context.served import ServedModel
 from mstar.api_server.generation.choice import Choice, finish_reason
@@ -22,6 +23,14 @@ from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError
 from mstar.api_server.http.openapi import GENERATION_ERRORS, documented
 from mstar.api_server.openai import formatting as fmt
+from mstar.api_server.openai.chat_audio import (
+    SpokenChoice,
+    check_chat_audio,
+    reply_audio,
+    speaks,
+    spoken_jobs,
+    spoken_message,
+)
 from mstar.api_server.openai.chat_output import StreamedChoice, final_message
 from mstar.api_server.openai.chat_plan import OutputReading, plan_chat
 from mstar.api_server.openai.chat_protocol import ChatCompletionRequest
@@ -76,10 +85,13 @@ def _answer(request: Request, kind: str) -> Answer:
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
     gate: RequestGate = request.app.state.gate
     generation: Generation = request.app.state.generation
-    headers = gate.admit(req, "chat", (gate.content_parts, check_top_logprobs))
+    model: ServedModel = request.app.state.model
+    headers = gate.admit(req, "chat", (gate.content_parts, check_top_logprobs,
+                                       check_chat_audio(model)))
     plan = await plan_chat(generation, request.app.state.running.settings, req)
-    return await _respond(generation, _answer(request, "chat"), request, req, plan.jobs,
-                          [plan.prompt], headers, plan.reading)
+    return await _respond(generation, _answer(request, "chat"), request, req,
+                          spoken_jobs(req, model, plan.jobs), [plan.prompt], headers,
+                          plan.reading)
 
 
 @router.get("/v1/models", response_model=None, responses=documented(ModelList, (401,)))
@@ -143,6 +155,11 @@ async def _respond(generation: Generation, answer: Answer, request: Request, req
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
     choices = await generation.collect(request_id, jobs, request.is_disconnected)
     body = _final(answer, req, request_id, prompt_lens, choices, echoes, reading)
+    if answer.chat and speaks(req):  # the files encode off the event loop (LAME, Opus)
+        audios = await run_in_threadpool(lambda: [
+            reply_audio(c, req.audio.format, body["created"]) for c in choices])
+        for item, audio in zip(body["choices"], audios, strict=True):
+            item["message"] = spoken_message(item["message"], audio)
     return JSONResponse(body, headers=headers)
 
 
@@ -190,6 +207,8 @@ async def _stream(answer: Answer, req: Any, request_id: str, prompt_lens: list[i
     total = len(prompt_lens) * req.n
     choices = [Choice() for _ in range(total)]
     streamed = [StreamedChoice(reading) for _ in range(total)]
+    spoken = ([SpokenChoice(reading, base["created"]) for _ in range(total)]
+              if chat and speaks(req) else None)
     want_logprobs = req.num_logprobs() is not None
     offsets = [fmt.TextOffsets(len(text)) for text in echoes] if echoes else [
         fmt.TextOffsets() for _ in range(total)]
@@ -206,7 +225,9 @@ async def _stream(answer: Answer, req: Any, request_id: str, prompt_lens: list[i
                 if chat:
                     if want_logprobs:
                         item["logprobs"] = fmt.chat_logprobs(answer.token_bytes, entries)
-                    for chunk in streamed[i].chunks(item, out.new_text, out.finished):
+                    chunks = (spoken[i].chunks(item, out) if spoken is not None
+                              else streamed[i].chunks(item, out.new_text, out.finished))
+                    for chunk in chunks:
                         yield framing.sse({**base, "choices": [chunk]})
                     continue
                 item["text"] = out.new_text

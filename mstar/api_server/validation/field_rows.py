@@ -121,9 +121,15 @@ ROWS: list[dict[str, Any]] = [
     _row("parallel_tool_calls", CHAT, "tool calling", "", accepted={"parallel_tool_calls": True}),
     _rejected("functions", CHAT, "Deprecated by OpenAI: use tools.", [TOOL["function"]]),
     _rejected("function_call", CHAT, "Deprecated by OpenAI: use tool_choice.", "auto"),
-    _rejected("audio", CHAT, "Text output only.", {"voice": "alloy", "format": "wav"}),
-    _rejected("modalities", CHAT, "Text output only; ``[\"text\"]`` passes.", ["text", "audio"],
-              allowed=(None, ["text"])),
+    _row("modalities", CHAT, "supported", "``[\"text\"]`` or ``[\"text\", \"audio\"]``: the "
+         "reply spoken too (needs ``audio``; ``n`` 1), as ``message.audio`` or ``delta.audio`` "
+         "(docs/speech.rst). A 400 naming it from a model whose graph emits no audio.",
+         accepted={"modalities": ["text"]}, refused={"modalities": ["text", "audio"],
+                                                     "audio": {"voice": "ethan", "format": "wav"}}),
+    _row("audio", CHAT, "supported", "``{voice, format}`` of a spoken reply: a voice of the "
+         "model (else a 400 naming ``audio.voice``), wav, mp3, flac, opus or pcm16 (pcm16 only "
+         "streamed, else a 400 naming ``stream``; aac a 400 naming ``audio.format``). Needs "
+         "``\"audio\"`` in modalities.", refused={"audio": {"voice": "ethan", "format": "wav"}}),
     _rejected("prediction", CHAT, "No predicted outputs.", {"type": "content", "content": "x"}),
     _row("reasoning_effort", CHAT, "supported", "none .. xhigh, mapped to the chat template's "
          "reasoning switch (docs/reasoning.rst); a 400 when the model's template has none.",

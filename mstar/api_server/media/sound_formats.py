@@ -1,5 +1,6 @@
-"""Speech audio in ``/v1/audio/speech``'s response formats, all from the codec's float32 samples
-clipped to [-1, 1] and rounded to 16 bits (``pcm16``: a sample is within half a step, 1 / 65534,
+"""Speech audio in the response formats of ``/v1/audio/speech`` and of chat's
+``message.audio`` (``openai.chat_audio``), all from the codec's float32 samples clipped to
+[-1, 1] and rounded to 16 bits (``pcm16``: a sample is within half a step, 1 / 65534,
 of the clipped float). Two families, one encoder each:
 
 - **framed here**: ``pcm`` (the 16-bit samples raw, little-endian, as OpenAI's ``pcm``) and
