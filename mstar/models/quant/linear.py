@@ -34,11 +34,12 @@ WIDE_BATCH = 512
 # fastest bf16 arithmetic and weight format (q4: True). Measured per linear of the built-in model,
 # ``benchmark.cpu_kernels --only mstar_q4,mstar_int8,bf16_packed`` (docs/engine.rst, "Shipped
 # precision"): with AMX oneDNN's packed bf16 runs 1 to 32 rows in about the time of one, and
-# overtakes q4's integer dot between 8 and 16 rows, int8's between 4 and 8. On avx512_bf16
-# without AMX, session 7 measured oneDNN 1.1-1.4x faster than the bf16 tiles from 32 rows and the
-# tiles tying q4's integer dot at 24 rows: the copy takes q4 from 24 rows there; int8 keeps 4
-# (below its bf16 tiles' 8, which the copy replaces).
-COPY_ROWS = {Feature.AMX: {True: 8, False: 4}, Feature.AVX512_BF16: {True: 24, False: 4}}
+# overtakes q4's integer dot between 8 and 16 rows. int8's integer dot takes eight rows of W at
+# a time under 4 rows of x (qdot_kernel.h) and beats the copy there; from 4 rows, on the LM head,
+# it does not. On avx512_bf16 without AMX, session 7 measured oneDNN 1.1-1.4x faster than the bf16
+# tiles from 32 rows and the tiles tying q4's integer dot at 24 rows: the copy takes q4 from 24
+# rows there (an estimate from those two measurements); int8 keeps 3.
+COPY_ROWS = {Feature.AMX: {True: 8, False: 3}, Feature.AVX512_BF16: {True: 24, False: 3}}
 
 
 def copy_rows(q4: bool) -> int:
