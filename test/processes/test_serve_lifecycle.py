@@ -47,8 +47,12 @@ def servers(long_model_dir, tmp_path_factory):
     """Two instances started side by side: one on ipc, one on tcp with two workers."""
     model, small_kv = long_model_dir, {"MSTAR_CPU_KV_CACHE_GB": "0.05"}
     root = tmp_path_factory.mktemp("lifecycle")
+    # The drain waits for its request up to MSTAR_SHUTDOWN_TIMEOUT_S: the default 30 s was less
+    # than DRAINED_TOKENS took on a loaded machine (the request was cut, a 503), so it gets the
+    # test's whole patience.
     drain = Server(model, root / "drain.log",
-                   env={**small_kv, "MSTAR_SOCKET_DIR": str(root / "sockets")})
+                   env={**small_kv, "MSTAR_SOCKET_DIR": str(root / "sockets"),
+                        "MSTAR_SHUTDOWN_TIMEOUT_S": "55"})
     fault = Server(model, root / "fault.log", env={**small_kv,
         "MSTAR_NUM_WORKERS": "2", "MSTAR_MAX_NUM_SEQS": "1", "MSTAR_ZMQ_TRANSPORT": "tcp",
         "MSTAR_REQUEST_TIMEOUT_S": "3",
