@@ -181,3 +181,22 @@ def test_llm_generate_returns_text_and_audio(omni_dir, oracle, device):
     assert spoken.text == plain.text and plain.audio is None
     assert spoken.sample_rate == 24_000 and spoken.audio.shape == wave.shape
     assert np.abs(spoken.audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
+
+
+def test_an_abort_mid_speech_stops_both_nodes(omni_dir, oracle, make_engine):
+    """Aborted once the talker has made frames and the thinker is done: nothing more comes
+    out, and every block of both caches is back."""
+    chain = _chain(omni_dir, make_engine)
+    ids, _ = _requests(oracle.model.config)["other"]
+    chain.add_request("r", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
+                                               speaker="ethan"))
+    while not (chain.talker.has_unfinished_requests()
+               and not chain.thinker.has_unfinished_requests()):
+        assert not any(out.finished for out in chain.step())
+    chain.abort_request("r")
+    steps = 0
+    while chain.has_unfinished_requests():  # a step in flight may still end (overlapped loop)
+        assert chain.step() == []
+        steps += 1
+    assert steps <= 1
+    assert chain.thinker.stats().free_blocks == 256 and chain.talker.stats().free_blocks == 256

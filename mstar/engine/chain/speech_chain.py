@@ -30,10 +30,12 @@ from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
 from mstar.engine.request.outputs import AudioChunk, RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.engine.schedule.priority import NORMAL
 from mstar.models.media_part import MediaPart
 from mstar.models.speech.codec_node import CodecStream
 from mstar.models.speech.omni_code2wav import Code2Wav
 from mstar.models.speech.omni_talker_inputs import prefill_length
+from mstar.models.speech.row_feed import RowFeed
 from mstar.models.speech.utterance import frames_in
 from mstar.settings import WorkerSettings
 
@@ -71,15 +73,18 @@ class SpeechChain:
         self.spoken: dict[str, Spoken] = {}
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    parts: tuple[MediaPart, ...] = (), **kwargs) -> None:
+                    parts: tuple[MediaPart, ...] = (), priority: int = NORMAL,
+                    feed: RowFeed | None = None) -> None:
+        """``LLMEngine.add_request``'s arguments; with ``params.speaker``, a spoken reply."""
         if params.speaker is None:
-            self.thinker.add_request(request_id, prompt_token_ids, params, parts, **kwargs)
+            self.thinker.add_request(request_id, prompt_token_ids, params, parts, priority, feed)
             return
         voice = speaker_id(self.config, params.speaker)
         self._check_talker_fits(prompt_token_ids)
         edge = TalkerEdge(self.edge, self.config, self.embed, list(prompt_token_ids), voice)
         thinker_params = msgspec.structs.replace(params, speaker=None, thinker_rows=True)
-        self.thinker.add_request(request_id, prompt_token_ids, thinker_params, parts, **kwargs)
+        self.thinker.add_request(request_id, prompt_token_ids, thinker_params, parts, priority,
+                                 feed)
         self.spoken[request_id] = Spoken(edge, self.code2wav.stream())
 
     def _check_talker_fits(self, prompt: list[int]) -> None:
@@ -104,6 +109,10 @@ class SpeechChain:
         self.thinker.abort_request(request_id)
         self.talker.abort_request(request_id)
         self.spoken.pop(request_id, None)
+
+    def shutdown(self) -> None:
+        self.thinker.shutdown()
+        self.talker.shutdown()
 
     def step(self) -> list[RequestOutput]:
         """One step of each node that has work: the thinker's, then the talker's."""
