@@ -200,3 +200,10 @@ def test_an_abort_mid_speech_stops_both_nodes(omni_dir, oracle, make_engine):
         steps += 1
     assert steps <= 1
     assert chain.thinker.stats().free_blocks == 256 and chain.talker.stats().free_blocks == 256
+
+
+def test_a_prompt_without_the_assistant_opening_is_refused_by_name(omni_dir, make_engine):
+    chain = _chain(omni_dir, make_engine)
+    with pytest.raises(RequestRejected, match="assistant turn's opening") as err:
+        chain.add_request("r", [5, 6, 7, 8], SamplingParams(max_tokens=2, speaker="ethan"))
+    assert err.value.param == "prompt" and not chain.has_unfinished_requests()

@@ -64,6 +64,18 @@ def speaker_id(config, speaker: str) -> int:
     return voices[speaker.lower()]
 
 
+def opening_of(prompt: list[int], config) -> int:
+    """Where the spoken assistant turn opens: the prompt must end with ``<|im_start|>assistant``
+    and one more token (its newline), as Qwen3-Omni's chat template ends a prompt; any other is
+    a rejection naming ``prompt``."""
+    opens = [i for i in range(len(prompt) - 1) if prompt[i] == config.im_start_token_id
+             and prompt[i + 1] == config.assistant_token_id]
+    if not opens or opens[-1] != len(prompt) - 3:
+        raise RequestRejected("a spoken reply needs a chat prompt that ends with the assistant "
+                              "turn's opening (<|im_start|>assistant and a newline)", "prompt")
+    return assistant_start(prompt, config)
+
+
 class TalkerEdge:
     """The edge's state for one request: made at its admission, fed each thinker output."""
 
@@ -74,7 +86,7 @@ class TalkerEdge:
         request's prompt ids (ending with the assistant turn's opening)."""
         self.edge, self.config, self.embed = edge, config, embed
         self.prompt, self.speaker = prompt, speaker
-        self.start = assistant_start(prompt, config)
+        self.start = opening_of(prompt, config)
         self.feed: RowFeed | None = None  # made with the prefill
         self.opening: list[torch.Tensor] = []  # the reply's first row, until the prefill
         self.media: tuple[list[int], np.ndarray] = ([], np.zeros((0, 0), np.float32))
