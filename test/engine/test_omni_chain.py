@@ -20,7 +20,6 @@ from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.models.speech.omni_speaker import OmniSpeaker
 from mstar.models.speech.omni_talker_inputs import talker_inputs
-from mstar.settings import WorkerSettings
 
 MAX_NEW = 8
 SPEECH_SECONDS = 2.4  # the talker's frames bound: 30 frames at 12.5 a second
@@ -73,10 +72,11 @@ def _reference(oracle: OmniSpeaker, ids, parts):
 
 
 def _chain(omni_dir, make_engine, thinker_blocks=256, talker_blocks=256):
+    """The talker's budget through its knob (MSTAR_TALKER_NUM_KV_BLOCKS)."""
     thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=thinker_blocks,
-                          enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS)
-    talker = WorkerSettings(**{**thinker.settings.model_dump(), "num_kv_blocks": talker_blocks})
-    return SpeechChain(thinker, talker)
+                          enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
+                          talker_num_kv_blocks=talker_blocks)
+    return SpeechChain(thinker)
 
 
 STREAMED: list[bool] = []  # per chain step of _run: both nodes had work

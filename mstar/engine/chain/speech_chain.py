@@ -40,6 +40,14 @@ from mstar.models.speech.utterance import frames_in
 from mstar.settings import WorkerSettings
 
 
+def talker_engine_settings(settings: WorkerSettings) -> WorkerSettings:
+    """The talker engine's settings: the thinker's, with its own block budget
+    (MSTAR_TALKER_NUM_KV_BLOCKS, where set)."""
+    if settings.talker_num_kv_blocks is None:
+        return settings
+    return settings.model_copy(update={"num_kv_blocks": settings.talker_num_kv_blocks})
+
+
 @dataclass
 class Spoken:
     """One chained request's state between its nodes."""
@@ -62,7 +70,7 @@ class SpeechChain:
         if entry.talker is None:
             raise ValueError("this model's graph has no audio-out walk to chain")
         self.thinker = thinker
-        settings = talker_settings or thinker.settings
+        settings = talker_settings or talker_engine_settings(thinker.settings)
         self.talker = LLMEngine(settings, architecture=entry.talker)
         self.config = AutoConfig.from_pretrained(thinker.model_dir)
         self.edge = EdgeModules.load(thinker.model_dir, self.config.talker_config,
