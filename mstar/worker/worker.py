@@ -165,7 +165,7 @@ class Worker:
 
     def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""
-        s = self.engine.stats()
+        s = self.steps.stats()
         stats = m.WorkerStats(self.index, s.running, s.waiting, round(s.kv_cache_usage, 4),
                               s.preemptions, s.encoder_cache_hits, s.encoder_cache_misses,
                               s.encoder_seconds, s.spec_method, s.spec_proposed, s.spec_accepted,

@@ -193,13 +193,17 @@ def test_an_abort_mid_speech_stops_both_nodes(omni_dir, oracle, make_engine):
     while not (chain.talker.has_unfinished_requests()
                and not chain.thinker.has_unfinished_requests()):
         assert not any(out.finished for out in chain.step())
+    speaking = chain.stats()  # the worker's gauges: the talker's blocks count
+    assert speaking.running == 1 and speaking.kv_cache_usage > 0
+    assert speaking.free_blocks == 256 + chain.talker.stats().free_blocks
     chain.abort_request("r")
     steps = 0
     while chain.has_unfinished_requests():  # a step in flight may still end (overlapped loop)
         assert chain.step() == []
         steps += 1
     assert steps <= 1
-    assert chain.thinker.stats().free_blocks == 256 and chain.talker.stats().free_blocks == 256
+    idle = chain.stats()
+    assert (idle.running, idle.waiting, idle.kv_cache_usage, idle.free_blocks) == (0, 0, 0.0, 512)
 
 
 def test_a_prompt_without_the_assistant_opening_is_refused_by_name(omni_dir, make_engine):

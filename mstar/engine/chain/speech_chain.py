@@ -18,6 +18,7 @@ a model whose registry entry names no talker gets no chain (``mstar.llm.LLM`` ru
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import msgspec
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from mstar.engine.chain.talker_edge import EdgeModules, TalkerEdge, speaker_id
+from mstar.engine.engine_stats import EngineStats
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
@@ -117,6 +119,18 @@ class SpeechChain:
         self.thinker.abort_request(request_id)
         self.talker.abort_request(request_id)
         self.spoken.pop(request_id, None)
+
+    def stats(self) -> EngineStats:
+        """Both nodes' load as one engine's (the worker's gauges, so /metrics): requests in a
+        batch or waiting, per node, summed; blocks and their usage over both caches; the
+        thinker's other counters."""
+        a, b = self.thinker.stats(), self.talker.stats()
+        total = self.thinker.block_manager.num_blocks + self.talker.block_manager.num_blocks
+        free = a.free_blocks + b.free_blocks
+        return dataclasses.replace(a, running=a.running + b.running,
+                                   waiting=a.waiting + b.waiting, free_blocks=free,
+                                   kv_cache_usage=1.0 - free / total,
+                                   preemptions=a.preemptions + b.preemptions)
 
     def shutdown(self) -> None:
         self.thinker.shutdown()
