@@ -211,3 +211,13 @@ def test_a_prompt_without_the_assistant_opening_is_refused_by_name(omni_dir, mak
     with pytest.raises(RequestRejected, match="assistant turn's opening") as err:
         chain.add_request("r", [5, 6, 7, 8], SamplingParams(max_tokens=2, speaker="ethan"))
     assert err.value.param == "prompt" and not chain.has_unfinished_requests()
+
+
+def test_the_registry_says_which_models_speak_replies():
+    """The API server's question (no torch): a ``speaker`` may be asked of Qwen3-Omni only."""
+    from mstar.models.loading.registry import speaks_replies
+
+    assert speaks_replies(["Qwen3OmniMoeForConditionalGeneration"])
+    for archs in (["LlamaForCausalLM"], ["CsmForConditionalGeneration"],
+                  ["Qwen3OmniMoeTalkerForConditionalGeneration"], ["NoSuchModel"], None):
+        assert not speaks_replies(archs)

@@ -135,6 +135,16 @@ def output_modalities(architectures: list[str] | None) -> tuple[str, ...]:
     return _graph_of(architectures).output_modalities()
 
 
+def speaks_replies(architectures: list[str] | None) -> bool:
+    """Whether a request may ask for its reply spoken (``SamplingParams.speaker``): the entry
+    names a talker (``ModelEntry.talker``, Qwen3-Omni: the worker runs the chained walk). No
+    torch import: the API server asks it."""
+    try:
+        return entry_for(architectures).talker is not None
+    except ValueError:
+        return False
+
+
 def _graph_of(architectures: list[str] | None) -> WalkGraph:
     """The architecture's walk graph; an unknown one's is text only (its worker refuses it at
     start, by name)."""
