@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
+import structlog
 import torch
 
 from mstar.engine.chain.talker_edge import EdgeModules, TalkerEdge, speaker_id
@@ -40,6 +41,8 @@ from mstar.models.speech.omni_talker_inputs import prefill_length
 from mstar.models.speech.row_feed import RowFeed
 from mstar.models.speech.utterance import frames_in
 from mstar.settings import WorkerSettings
+
+log = structlog.get_logger(__name__)
 
 
 def talker_engine_settings(settings: WorkerSettings) -> WorkerSettings:
@@ -64,8 +67,8 @@ class Spoken:
 class SpeechChain:
     def __init__(self, thinker: LLMEngine, talker_settings: WorkerSettings | None = None) -> None:
         """``thinker``: the engine of a model whose registry entry names a talker;
-        ``talker_settings``: the talker node's engine settings (its KV budget); None: the
-        thinker's."""
+        ``talker_settings``: the talker node's engine settings; None: the thinker's, with
+        MSTAR_TALKER_NUM_KV_BLOCKS as its block budget (``talker_engine_settings``)."""
         from transformers import AutoConfig
 
         entry = thinker.model_runner.entry
@@ -155,7 +158,13 @@ class SpeechChain:
     def _after_thinker(self, out: RequestOutput, state: Spoken, feed) -> RequestOutput | None:
         if feed is not None:
             params = SamplingParams(max_tokens=self.max_frames, temperature=0.0)
-            self.talker.add_request(out.request_id, feed.placeholder_ids(), params, feed=feed)
+            try:  # admission checked the fit (``_check_talker_fits``); a refusal here is a bug
+                self.talker.add_request(out.request_id, feed.placeholder_ids(), params,
+                                        feed=feed)
+            except RequestRejected:
+                log.exception("talker_refused", request_id=out.request_id)
+                self.abort_request(out.request_id)
+                return msgspec.structs.replace(out, finished=True, finish_reason="abort")
             state.talking = True
         if not out.finished:
             return out
