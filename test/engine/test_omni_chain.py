@@ -71,11 +71,12 @@ def _reference(oracle: OmniSpeaker, ids, parts):
     return said[len(ids):], frames, np.concatenate(chunks)
 
 
-def _chain(omni_dir, make_engine, thinker_blocks=256, talker_blocks=256):
-    """The talker's budget through its knob (MSTAR_TALKER_NUM_KV_BLOCKS)."""
+def _chain(omni_dir, make_engine, thinker_blocks=256, talker_blocks=256, **knobs):
+    """The talker's budget through its knob (MSTAR_TALKER_NUM_KV_BLOCKS); ``knobs``: both
+    nodes' other settings."""
     thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=thinker_blocks,
                           enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
-                          talker_num_kv_blocks=talker_blocks)
+                          talker_num_kv_blocks=talker_blocks, **knobs)
     return SpeechChain(thinker)
 
 
@@ -132,11 +133,14 @@ def test_alone_the_text_and_speech_are_the_offline_chains(omni_dir, oracle, make
     assert chain.thinker.stats().free_blocks == 256 and chain.talker.stats().free_blocks == 256
 
 
-def test_batched_with_text_only_requests(omni_dir, oracle, make_engine):
-    chain = _chain(omni_dir, make_engine)
+@pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
+def test_batched_with_text_only_requests(omni_dir, oracle, make_engine, continuations):
+    chain = _chain(omni_dir, make_engine, max_consecutive_spec_steps=continuations)
     requests = _requests(oracle.model.config)
     speaking = {"text", "audio"}
     _check(oracle, requests, _run(chain, requests, speaking), speaking)
+    for node in (chain.thinker, chain.talker):
+        assert (node.loop.counters.continuations > 0) == (continuations > 0)
 
 
 def test_under_preemption_in_both_nodes(omni_dir, oracle, make_engine):
