@@ -143,13 +143,18 @@ def test_batched_with_text_only_requests(omni_dir, oracle, make_engine, continua
         assert (node.loop.counters.continuations > 0) == (continuations > 0)
 
 
-def test_under_preemption_in_both_nodes(omni_dir, oracle, make_engine):
-    """Budgets that hold both prompts, not both replies, in the thinker and in the talker."""
+@pytest.mark.parametrize("step_tokens", [None, 7], ids=["whole", "chunked"])
+def test_under_preemption_in_both_nodes(omni_dir, oracle, make_engine, step_tokens):
+    """Budgets that hold both prompts, not both replies, in the thinker and in the talker;
+    chunked: 7-token steps cut the clip and the talker's prefill rows."""
     requests = {rid: _requests(oracle.model.config)[rid] for rid in ("other", "audio")}
     thinker_blocks = sum(-(-(len(ids) + 4) // 4) for ids, _ in requests.values())
-    chain = _chain(omni_dir, make_engine, thinker_blocks, TALKER_BLOCKS)
+    knobs = {} if step_tokens is None else dict(max_num_batched_tokens=step_tokens,
+                                                max_prefill_chunk_tokens=step_tokens)
+    chain = _chain(omni_dir, make_engine, thinker_blocks, TALKER_BLOCKS, **knobs)
     _check(oracle, requests, _run(chain, requests, set(requests)), set(requests))
-    assert chain.thinker.scheduler.num_preemptions > 0
+    # chunked, the thinker's prompts are admitted a chunk at a time and its replies fit
+    assert (chain.thinker.scheduler.num_preemptions > 0) == (step_tokens is None)
     assert chain.talker.scheduler.num_preemptions > 0
     assert chain.thinker.stats().free_blocks == thinker_blocks
     assert chain.talker.stats().free_blocks == TALKER_BLOCKS
