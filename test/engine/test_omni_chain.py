@@ -84,14 +84,15 @@ STREAMED: list[bool] = []  # per chain step of _run: both nodes had work
 
 
 def _run(chain, requests, speaking: set[str]):
-    """{request id: (tokens, audio samples or None, finish reason)}; each request's outputs end
-    with one finished output."""
+    """{request id: (tokens, audio samples or None, finish reason, frames)}; each request's
+    outputs end with one finished output."""
     STREAMED.clear()
     for rid, (ids, parts) in requests.items():
         chain.add_request(rid, ids, SamplingParams(
             temperature=0.0, max_tokens=MAX_NEW, speaker="Ethan" if rid in speaking else None),
             tuple(parts))
     tokens, audio, reasons = {r: [] for r in requests}, {r: [] for r in requests}, {}
+    frames = {r: [] for r in requests}
     while chain.has_unfinished_requests():
         # the edge streams: the talker runs while the thinker still makes tokens
         STREAMED.append(chain.thinker.has_unfinished_requests()
@@ -99,22 +100,24 @@ def _run(chain, requests, speaking: set[str]):
         for out in chain.step():
             assert out.request_id not in reasons  # nothing after its finish
             tokens[out.request_id] += out.new_token_ids
+            frames[out.request_id] += out.new_frames or []
             if out.new_audio is not None:
                 audio[out.request_id].append(np.frombuffer(out.new_audio.samples, "<f4"))
             if out.finished:
                 reasons[out.request_id] = out.finish_reason
-    return {r: (tokens[r], np.concatenate(audio[r]) if audio[r] else None, reasons[r])
-            for r in requests}
+    return {r: (tokens[r], np.concatenate(audio[r]) if audio[r] else None, reasons[r],
+                frames[r]) for r in requests}
 
 
 def _check(oracle, requests, got, speaking):
     for rid, (ids, parts) in requests.items():
-        tokens, audio, reason = got[rid]
+        tokens, audio, reason, codes = got[rid]
         said, frames, wave = _reference(oracle, ids, parts)
         assert tokens == said and reason in ("stop", "length")
         if rid not in speaking:
-            assert audio is None
+            assert audio is None and codes == []
             continue
+        assert codes == frames  # the talker's codes, identical
         assert len(frames) > 0 and audio.shape == wave.shape
         # one window (under 300 frames): its samples less the transposed convolutions' cut
         assert len(audio) == len(frames) * SAMPLES_PER_FRAME - CODEC_CUT

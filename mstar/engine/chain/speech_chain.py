@@ -8,7 +8,8 @@ request's talker prefill once the thinker's first token is out, a row per later 
 ``RowFeed``, ``tts_eos`` and the feed's finish at the thinker's end; a talker request whose next
 row has not arrived waits (``feed_cut``). The talker's frames go through code2wav in the graph's
 windows (``Code2Wav``'s ``CodecStream``) and leave as ``AudioChunk``s in the request's outputs,
-beside the thinker's ``new_token_ids``. A request finishes when both nodes have: its last output
+beside the thinker's ``new_token_ids`` (the frames themselves too, in ``new_frames``, as a speech
+model's outputs carry them). A request finishes when both nodes have: its last output
 carries the thinker's last tokens and finish reason (held back while the talker still speaks) and
 the last audio. docs/speech.rst, "The chained walk", says why one scheduler per node.
 
@@ -189,9 +190,10 @@ class SpeechChain:
         if chunks or (out.finished and state.last is not None):
             samples = np.concatenate(chunks or [np.zeros(0)]).astype("<f4").tobytes()
             audio = AudioChunk(samples, self.code2wav.sample_rate)
+        frames = out.new_frames or None  # the codes, as a speech model's outputs carry them
         if state.talked and state.last is not None:  # both nodes are done
             self.spoken.pop(out.request_id)
-            return msgspec.structs.replace(state.last, new_audio=audio)
-        if audio is None:
+            return msgspec.structs.replace(state.last, new_audio=audio, new_frames=frames)
+        if audio is None and frames is None:
             return None
-        return RequestOutput(out.request_id, new_audio=audio)
+        return RequestOutput(out.request_id, new_audio=audio, new_frames=frames)
