@@ -53,17 +53,7 @@ def _requests(config) -> dict[str, tuple[list[int], list]]:
 def _reference(oracle: OmniSpeaker, ids, parts):
     """(reply tokens, frames [n, K], waveform) of the offline chain: transformers' thinker, its
     rows, the offline talker loop and codec."""
-    model, config = oracle.model, oracle.model.config
-    out = thinker_generate(model, ids, parts, MAX_NEW)
-    layer = config.talker_config.accept_hidden_layer
-    embeds = torch.cat([h[0] for h in out.hidden_states], dim=1)[0]
-    hidden = torch.cat([h[layer] for h in out.hidden_states], dim=1)[0]
-    said = out.sequences[0].tolist()
-    with torch.inference_mode():
-        tts = model.thinker.get_input_embeddings()(torch.tensor(
-            [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
-        inputs = talker_inputs(model.talker, config, said, len(ids), embeds, hidden, tts,
-                               config.talker_config.speaker_id["ethan"])
+    said, inputs = _reference_inputs(oracle, ids, parts)
     frames, chunks = [], []
     for frame, ready in oracle.stream(inputs, MAX_FRAMES):
         frames.append(frame.tolist())
@@ -233,3 +223,50 @@ def test_the_registry_says_which_models_speak_replies():
     for archs in (["LlamaForCausalLM"], ["CsmForConditionalGeneration"],
                   ["Qwen3OmniMoeTalkerForConditionalGeneration"], ["NoSuchModel"], None):
         assert not speaks_replies(archs)
+
+
+ROWS_TOLERANCE = 1e-4  # of the peak, as test_omni_thinker_rows states it for the same rows
+
+
+def _reference_inputs(oracle: OmniSpeaker, ids, parts):
+    """transformers' thinker reply (prompt and reply ids) and its talker rows."""
+    model, config = oracle.model, oracle.model.config
+    out = thinker_generate(model, ids, parts, MAX_NEW)
+    layer = config.talker_config.accept_hidden_layer
+    embeds = torch.cat([h[0] for h in out.hidden_states], dim=1)[0]
+    hidden = torch.cat([h[layer] for h in out.hidden_states], dim=1)[0]
+    said = out.sequences[0].tolist()
+    with torch.inference_mode():
+        tts = model.thinker.get_input_embeddings()(torch.tensor(
+            [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
+        return said, talker_inputs(model.talker, config, said, len(ids), embeds, hidden, tts,
+                                   config.talker_config.speaker_id["ethan"])
+
+
+@pytest.mark.parametrize("rid", ["text", "audio", "other"])
+def test_the_edge_feeds_transformers_rows(omni_dir, oracle, make_engine, rid):
+    """The streaming edge's feed, fed the thinker engine's outputs one by one, holds
+    transformers' talker rows (``talker_inputs``): the prefill (user turns, media hidden rows
+    through ``hidden_projection``, the speaker's codec row), each step's row, ``tts_eos``, and
+    ``pad``; its prefill is made at the first token and the feed finished at the last."""
+    from mstar.engine.chain.talker_edge import TalkerEdge, speaker_id
+
+    chain = _chain(omni_dir, make_engine)
+    config = oracle.model.config
+    ids, parts = _requests(config)[rid]
+    edge = TalkerEdge(chain.edge, chain.config, chain.embed, ids, speaker_id(config, "ethan"))
+    chain.thinker.add_request(rid, ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
+                                                       thinker_rows=True), tuple(parts))
+    feeds = []
+    while chain.thinker.has_unfinished_requests():
+        for out in chain.thinker.step():
+            made = edge.take(out)
+            feeds += [made] if made is not None else []
+            assert (edge.feed is not None) == (out.num_output_tokens > 0)
+    (feed,) = feeds
+    assert feed.finished
+    _, ref = _reference_inputs(oracle, ids, parts)
+    for got, want in ((feed.prompt, ref.prompt), (torch.stack(feed.rows), ref.text),
+                      (feed.pad, ref.pad)):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=0, atol=ROWS_TOLERANCE * want.abs().max())
