@@ -218,11 +218,11 @@ def _draw_thinker(thinker, gain: float) -> None:
         thinker.model.audio_tower.ln_post.weight.normal_(0.0, gain)
 
 
-def save_tiny_thinker(path, tokenizer, seed: int = 0, shared_expert_gain: float | None = None):
+def save_tiny_thinker(path, tokenizer, seed: int = 0):
     """``save_tiny_omni``'s model with the thinker's encoder windows at ``AUDIO_WINDOW`` (so its
     clips may run longer than one window), its weights drawn at ``THINKER_GAIN`` and
     ``<|im_end|>`` as its generation end: the thinker tests' model (talker and code2wav as
-    ``save_tiny_omni`` draws them; ``shared_expert_gain`` as there). Returns the path."""
+    ``save_tiny_omni`` draws them). Returns the path."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
@@ -235,8 +235,6 @@ def save_tiny_thinker(path, tokenizer, seed: int = 0, shared_expert_gain: float 
     for projection in (model.talker.text_projection, model.talker.hidden_projection):
         _redraw(projection, PROJECTION_GAIN)
     _draw_thinker(model.thinker, THINKER_GAIN)
-    if shared_expert_gain is not None:
-        _draw_shared_experts(model.talker, shared_expert_gain)
     # The reply's end: the engine stops at the ids generation_config.json names (a real
     # checkpoint's tokenizer has <|im_end|> as its EOS; the tiny one's specials are past it).
     model.generation_config.eos_token_id = config.im_end_token_id
