@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mstar.engine.chain.speech_chain import SpeechChain
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.runner.pooling import bytes_vector
@@ -29,6 +30,10 @@ class GenerationResult:
     embedding: bytes | None = None  # a pooling request's vector (little-endian float32)
     logprobs: list[float] = field(default_factory=list)  # of token_ids, where asked
     no_speech_prob: float | None = None  # Whisper's (mstar.engine.runner.no_speech)
+    # A spoken reply (SamplingParams.speaker, a chained model): mono float32 samples at
+    # ``sample_rate``, the codec node's chunks joined
+    audio: Any = None
+    sample_rate: int | None = None
 
 
 @dataclass
@@ -51,6 +56,14 @@ def read_audio(audio, rate: int):
     return mono if source_rate == rate else soxr.resample(mono, source_rate, rate)
 
 
+def joined_audio(chunks):
+    """A request's ``AudioChunk``s as one float32 array and its rate."""
+    import numpy as np
+
+    samples = np.concatenate([np.frombuffer(c.samples, dtype="<f4") for c in chunks])
+    return samples, chunks[-1].rate
+
+
 class LLM:
     """Runs requests to completion in-process.
 
@@ -66,6 +79,9 @@ class LLM:
         start_logging(loaded)  # every settings warning is logged before the engine loads
         self.settings = loaded.settings
         self.engine = LLMEngine(self.settings)
+        # Qwen3-Omni: a second language model (the talker) and code2wav for spoken replies
+        self.chain = (SpeechChain(self.engine) if self.engine.model_runner.entry.talker
+                      else None)
         self.tokenizer = self.engine.tokenizer
         self._next_id = 0
         self._vision_processor = None  # a vision model's processor, loaded at its first image
@@ -225,29 +241,32 @@ class LLM:
         for p in params:  # a bad constraint is refused before any request of the call runs
             if p.structured_output is not None:
                 self.engine.grammars.check(p.structured_output)
+        engine = self.chain or self.engine  # a chained model's requests walk its chain
         ids = []
         results = {}
         texts = {}
+        audio = {}
         for prompt, p in zip(prompts, params, strict=True):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
             try:
-                self.engine.add_request(rid, prompt.token_ids, p, prompt.parts,
-                                        feed=prompt.feed)
+                engine.add_request(rid, prompt.token_ids, p, prompt.parts, feed=prompt.feed)
             except ValueError:  # a rejected request (bad schema, too long): none of them runs
                 for added in ids:
-                    self.engine.abort_request(added)
+                    engine.abort_request(added)
                 raise
             ids.append(rid)
             results[rid] = GenerationResult(prompt_token_ids=list(prompt.token_ids))
             texts[rid] = RequestText(self.tokenizer, prompt.token_ids, p)
-        while self.engine.has_unfinished_requests():
-            for out in self.engine.step():
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.new_audio is not None:
+                    audio.setdefault(out.request_id, []).append(out.new_audio)
                 text = texts[out.request_id].to_text(out)
                 if text is None:  # ended at a stop string; the engine's abort is on its way
                     continue
                 if ends_in_engine(text, out):
-                    self.engine.abort_request(out.request_id)
+                    engine.abort_request(out.request_id)
                 r = results[out.request_id]
                 r.text += text.new_text
                 r.token_ids += text.new_token_ids
@@ -258,6 +277,8 @@ class LLM:
                 if text.finished:
                     r.finish_reason = text.finish_reason
                     r.embedding = text.embedding
+        for rid, chunks in audio.items():
+            results[rid].audio, results[rid].sample_rate = joined_audio(chunks)
         self.engine.take_rejected()  # their outputs ended as "abort"; the server's answer is unused
         return [results[rid] for rid in ids]
 

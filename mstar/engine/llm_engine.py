@@ -65,9 +65,12 @@ class LLMEngine:
 
     def __init__(self, settings: WorkerSettings, timer_label: int = 0,
                  parallel: TensorParallel | None = None,
-                 placed_nodes: dict[str, Callable] | None = None) -> None:
+                 placed_nodes: dict[str, Callable] | None = None,
+                 architecture: str | None = None) -> None:
         """``placed_nodes``: the calls of the encoder nodes MSTAR_ENCODER_PLACEMENT runs in a
-        process of their own (the worker starts them, ``mstar.worker.encoder_node``)."""
+        process of their own (the worker starts them, ``mstar.worker.encoder_node``).
+        ``architecture``: the registry entry to run from the checkpoint in place of its config's
+        (a chained walk's second language model, ``mstar.engine.chain``)."""
         start = time.perf_counter()
         self.settings = settings
         torch.manual_seed(settings.seed)
@@ -76,7 +79,7 @@ class LLMEngine:
         self.model_dir = model_dir = resolve_model_dir(settings)
         self.model_name = settings.model
         self.device, self.dtype = resolve_device_dtype(settings, model_dir)
-        hf_config = node_config(AutoConfig.from_pretrained(model_dir))
+        hf_config = node_config(AutoConfig.from_pretrained(model_dir), architecture)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.max_model_len = model_max_len(hf_config, settings.max_model_len)
         self.eos_token_ids = eos_token_ids(self.tokenizer, model_dir)
@@ -180,6 +183,9 @@ class LLMEngine:
         if params.thinker_rows and not self.model_runner.entry.thinker_rows:
             raise RequestRejected("this model has no thinker rows for a talker (only "
                                   "Qwen3-Omni's thinker hands them out)", "thinker_rows")
+        if params.speaker is not None:  # a chain (mstar.engine.chain) takes it off its nodes'
+            raise RequestRejected("this engine runs no audio-out walk: a spoken reply needs a "
+                                  "model whose graph speaks (Qwen3-Omni, run chained)", "speaker")
         if params.lora is not None and params.lora not in self.lora_names():
             raise RequestRejected(f"the model {params.lora!r} does not exist", "model", 404)
         spec = params.structured_output

@@ -87,3 +87,14 @@ def check_codec_memory(voice: Voice, bound: int) -> None:
         raise ValueError(f"this speech model's codec holds {need} bytes per request (its "
                          f"window of {voice.chunk.held_frames} frames and their samples), more "
                          f"than MSTAR_MAX_SPEECH_CODEC_BYTES ({bound}): raise it to serve it")
+
+
+def speech_chain(engine):
+    """The chained walk that runs ``engine`` with its talker and code2wav (a Qwen3-Omni
+    directory: its registry entry names a talker; ``mstar.engine.chain``), or None. Its outputs
+    carry the audio itself (``new_audio``), so ``SpeechOut`` is not used for it."""
+    if engine.model_runner.entry.talker is None:
+        return None
+    from mstar.engine.chain.speech_chain import SpeechChain
+
+    return SpeechChain(engine)

@@ -24,6 +24,7 @@ from mstar.worker.lora_update import apply_lora_update
 from mstar.worker.tracing import WorkerTracing
 
 if TYPE_CHECKING:
+    from mstar.engine.chain.speech_chain import SpeechChain
     from mstar.engine.llm_engine import LLMEngine
     from mstar.engine.request.outputs import RequestOutput
     from mstar.models.families.parallel import TensorParallel
@@ -51,6 +52,9 @@ class Worker:
         self._last_stats_at = 0.0
         self.tracing: WorkerTracing | None = None  # MSTAR_OTLP_ENDPOINT set: spans (run)
         self.speech: SpeechOut | None = None  # speech out's codec node (_load)
+        # where requests go: the engine, or the chain that runs it with its talker and code2wav
+        # (a model whose registry entry names a talker: mstar.engine.chain), chosen at load
+        self.steps: LLMEngine | SpeechChain | None = None
 
     def run(self) -> None:
         self.engine = self._load()
@@ -66,14 +70,14 @@ class Worker:
                 running = self.take_commands()
                 if running:
                     started = time.time_ns()
-                    outputs = self.engine.step()
+                    outputs = self.steps.step()
                     if self.tracing is not None:
                         self.tracing.observe(self.engine.seqs, outputs, started)
                     with self.engine.loop.timer.phase("publish"):
                         self.publish(outputs)
                 self.report_stats()
         finally:
-            self.engine.shutdown()
+            self.steps.shutdown()
             for node in self.nodes.values():
                 node.close()
             if self.tracing is not None:
@@ -82,7 +86,7 @@ class Worker:
     def take_commands(self) -> bool:
         """Apply the commands in the inbox, waiting for one only when idle; False: shut down.
         Busy, the take is timed as the "inbox" phase (MSTAR_PHASE_TIMING)."""
-        busy = self.engine.has_unfinished_requests()
+        busy = self.steps.has_unfinished_requests()
         timer = self.engine.loop.timer
         with timer.phase("inbox") if busy else nullcontext():
             running = True
@@ -94,7 +98,7 @@ class Worker:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
         from mstar.worker.encoder_node import start_placed_nodes
-        from mstar.worker.speech_out import speech_out
+        from mstar.worker.speech_out import speech_chain, speech_out
 
         start = time.perf_counter()
         apart = placed_apart(self.settings.encoder_placement)
@@ -108,6 +112,7 @@ class Worker:
         # speech out (a graph emitting audio): the codec node runs here, on each step's frames,
         # before publishing (mstar.worker.speech_out); its prompts are text tokens
         self.speech = speech_out(engine)
+        self.steps = speech_chain(engine) or engine
         vocab = engine.vocab_size if self.speech is None else self.speech.prompt_vocab_size
         self.channel.admit_model(vocab, engine.max_model_len)  # the inbox checks
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
@@ -124,7 +129,7 @@ class Worker:
             self.add(msg)
         elif isinstance(msg, m.AbortRequests):
             for rid in msg.request_ids:  # one this worker no longer holds is ignored
-                self.engine.abort_request(rid)
+                self.steps.abort_request(rid)
                 if self.tracing is not None:
                     self.tracing.end(rid, "abort")
             if self.speech is not None:  # their codec state too
@@ -142,8 +147,8 @@ class Worker:
     def add(self, msg: m.AddRequest) -> None:
         try:
             prompt = msg.prompt()
-            self.engine.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.parts,
-                                    msg.priority)
+            self.steps.add_request(msg.request_id, prompt.token_ids, msg.params, prompt.parts,
+                                   msg.priority)
             if self.tracing is not None and msg.traceparent:
                 self.tracing.added(msg.request_id, msg.traceparent, len(prompt.token_ids),
                                    msg.priority)
@@ -160,7 +165,7 @@ class Worker:
 
     def report_stats(self) -> None:
         """Send load gauges when they change (throttled), and always once idle."""
-        s = self.engine.stats()
+        s = self.steps.stats()
         stats = m.WorkerStats(self.index, s.running, s.waiting, round(s.kv_cache_usage, 4),
                               s.preemptions, s.encoder_cache_hits, s.encoder_cache_misses,
                               s.encoder_seconds, s.spec_method, s.spec_proposed, s.spec_accepted,

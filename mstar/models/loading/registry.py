@@ -34,6 +34,10 @@ class ModelEntry:
     # The part of the checkpoint's config the model is built from (its sub-config's attribute
     # name; None: the whole config). Qwen3-Omni's talker: ``talker_config``.
     config_part: str | None = None
+    # The audio-out walk (Qwen3-Omni: thinker -> talker -> code2wav): the registry entry of the
+    # second language-model node, built from the same checkpoint (``mstar.engine.chain``). A
+    # request with ``SamplingParams.speaker`` walks it; None: the model speaks no reply.
+    talker: str | None = None
 
 
 def _text(module: str, cls: str) -> ModelEntry:
@@ -76,7 +80,7 @@ _MODELS = {
     # No vision encoder node: images are refused by name.
     "Qwen3OmniMoeForConditionalGeneration": ModelEntry(
         "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", AUDIO_PLACEHOLDERS,
-        thinker_rows=True),
+        thinker_rows=True, talker="Qwen3OmniMoeTalkerForConditionalGeneration"),
     # Speech out: the backbone runs in the engine, its frames stream to the codec node
     # (docs/speech.rst); the depth decoder is the runner's frame head.
     "CsmForConditionalGeneration": ModelEntry(
@@ -131,6 +135,16 @@ def output_modalities(architectures: list[str] | None) -> tuple[str, ...]:
     return _graph_of(architectures).output_modalities()
 
 
+def speaks_replies(architectures: list[str] | None) -> bool:
+    """Whether a request may ask for its reply spoken (``SamplingParams.speaker``): the entry
+    names a talker (``ModelEntry.talker``, Qwen3-Omni: the worker runs the chained walk). No
+    torch import: the API server asks it."""
+    try:
+        return entry_for(architectures).talker is not None
+    except ValueError:
+        return False
+
+
 def _graph_of(architectures: list[str] | None) -> WalkGraph:
     """The architecture's walk graph; an unknown one's is text only (its worker refuses it at
     start, by name)."""
@@ -140,9 +154,12 @@ def _graph_of(architectures: list[str] | None) -> WalkGraph:
         return TEXT
 
 
-def node_config(config):
+def node_config(config, architecture: str | None = None):
     """The config the architecture's model is built from: ``config``, or its part the entry
-    names (``config_part``), which takes ``config``'s architectures."""
+    names (``config_part``), which takes ``config``'s architectures. ``architecture``: another
+    entry's node in the same checkpoint (a chained walk's talker); None: the config's own."""
+    if architecture is not None:
+        config.architectures = [architecture]
     part = model_entry(config).config_part
     if part is None:
         return config

@@ -45,8 +45,10 @@ def _user_rows(talker, config, prompt: list[int], embeds, hidden) -> torch.Tenso
     does: the same rows in one matmul give the same rounding)."""
     thinker = config.thinker_config
     media = torch.tensor([t in (thinker.audio_token_id, thinker.image_token_id,
-                                thinker.video_token_id) for t in prompt])
-    rows = torch.empty(len(prompt), talker.config.text_config.hidden_size, dtype=embeds.dtype)
+                                thinker.video_token_id) for t in prompt],
+                         device=embeds.device)
+    rows = torch.empty(len(prompt), talker.config.text_config.hidden_size, dtype=embeds.dtype,
+                       device=embeds.device)
     if media.any():
         rows[media] = talker.hidden_projection(hidden[:len(prompt)][media])
     rows[~media] = talker.text_projection(embeds[:len(prompt)][~media])
@@ -65,20 +67,47 @@ def talker_inputs(talker, config, ids: list[int], prompt_len: int, embeds: torch
     width], the input embeddings of tts_bos, tts_eos, tts_pad; ``speaker``: the talker's
     speaker id (``talker_config.speaker_id[name]``). The thinker's end token is
     ``config.im_end_token_id`` (Qwen3-Omni's ``<|im_end|>``)."""
-    talk = config.talker_config
     bos, eos, pad = talker.text_projection(tts)
-    start = _assistant_start(ids[:prompt_len], config.im_start_token_id,
-                             config.assistant_token_id)
+    start = assistant_start(ids[:prompt_len], config)
     said = talker.text_projection(embeds[start:])  # <|im_start|>assistant\n, then the reply
-    codec = talker.model.codec_embedding(torch.tensor(
-        [talk.codec_nothink_id, talk.codec_think_bos_id, talk.codec_think_eos_id, speaker,
-         talk.codec_pad_id, talk.codec_bos_id]))
-    text_rows = torch.cat([said[:3], pad.expand(4, -1), bos[None], said[3:4]])
-    codec_rows = torch.cat([torch.zeros(3, codec.shape[1], dtype=codec.dtype), codec])
-    user = _user_rows(talker, config, ids[:prompt_len], embeds, hidden)
-    prompt = torch.cat([user, text_rows + codec_rows])
+    prompt = prefill_rows(talker, config, ids[:prompt_len], embeds, hidden, said[:4],
+                          (bos, pad), speaker)
     return TalkerInputs(prompt, _text_rows(said[4:], ids[prompt_len:], eos, pad,
                                            config.im_end_token_id), pad)
+
+
+def assistant_start(prompt: list[int], config) -> int:
+    """Where the assistant turn the talker speaks opens in ``prompt``."""
+    return _assistant_start(prompt, config.im_start_token_id, config.assistant_token_id)
+
+
+OPENING_ROWS = 9  # the assistant turn's rows in the prefill (``prefill_rows``)
+
+
+def prefill_length(prompt: list[int], config) -> int:
+    """How many rows ``prefill_rows`` makes for ``prompt``: its user turns' positions and the
+    assistant turn's opening (known before the thinker runs: admission counts it)."""
+    roles = _roles(prompt, config.im_start_token_id)
+    return sum(role == config.user_token_id for role in roles) + OPENING_ROWS
+
+
+def prefill_rows(talker, config, prompt: list[int], embeds: torch.Tensor, hidden: torch.Tensor,
+                 opening: torch.Tensor, bos_pad: tuple, speaker: int) -> torch.Tensor:
+    """The talker's prefill [T, H]: the user turns' rows, then the assistant turn's opening
+    (``opening``: the projected rows of ``<|im_start|>assistant\\n`` and the reply's first
+    token, which a reply of one token lacks) beside the codec's think/speaker/bos rows.
+    ``embeds``/``hidden``: the thinker's rows at the prompt's positions (at least);
+    ``bos_pad``: the projected tts_bos and tts_pad rows."""
+    talk = config.talker_config
+    bos, pad = bos_pad
+    codec = talker.model.codec_embedding(torch.tensor(
+        [talk.codec_nothink_id, talk.codec_think_bos_id, talk.codec_think_eos_id, speaker,
+         talk.codec_pad_id, talk.codec_bos_id], device=opening.device))
+    text_rows = torch.cat([opening[:3], pad.expand(4, -1), bos[None], opening[3:4]])
+    codec_rows = torch.cat([torch.zeros(3, codec.shape[1], dtype=codec.dtype,
+                                        device=codec.device), codec])
+    user = _user_rows(talker, config, prompt, embeds, hidden)
+    return torch.cat([user, text_rows + codec_rows])
 
 
 def _text_rows(later: torch.Tensor, made: list[int], eos, pad, end_id: int) -> torch.Tensor:

@@ -66,6 +66,11 @@ class EngineKnobs(BaseModel):
     num_kv_blocks: int | None = _engine(
         None, "KV-cache blocks to allocate. Unset = sized from MSTAR_KV_CACHE_MEMORY_FRACTION "
         "(CUDA) or MSTAR_CPU_KV_CACHE_GB (CPU).", unit="blocks", ge=1, le=MAX_COUNT)
+    talker_num_kv_blocks: int | None = _engine(
+        None, "KV-cache blocks of a chained model's second language model (Qwen3-Omni's "
+        "talker, its own cache beside the thinker's; docs/speech.rst). Unset = sized as "
+        "MSTAR_NUM_KV_BLOCKS is (so on CUDA set it, or the thinker's cache takes its share of "
+        "free memory first).", unit="blocks", ge=1, le=MAX_COUNT)
     kv_cache_memory_fraction: float = _engine(
         0.9, "Fraction of free accelerator memory given to the KV cache when "
         "MSTAR_NUM_KV_BLOCKS is unset.", ge=0.01, le=1.0)

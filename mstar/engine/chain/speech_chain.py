@@ -1,0 +1,199 @@
+"""A chained walk in one process (issue 35): Qwen3-Omni's ``thinker -> talker -> code2wav`` for
+the requests that ask for a spoken reply (``SamplingParams.speaker``).
+
+Two language-model nodes, each an ``LLMEngine`` with its own scheduler, KV cache and block budget
+(the talker's settings may differ: ``talker_settings``), stepped by one loop (``step``): the
+thinker's step, then the talker's. Between them runs the streaming edge (``TalkerEdge``): the
+request's talker prefill once the thinker's first token is out, a row per later token into its
+``RowFeed``, ``tts_eos`` and the feed's finish at the thinker's end; a talker request whose next
+row has not arrived waits (``feed_cut``). The talker's frames go through code2wav in the graph's
+windows (``Code2Wav``'s ``CodecStream``) and leave as ``AudioChunk``s in the request's outputs,
+beside the thinker's ``new_token_ids`` (the frames themselves too, in ``new_frames``, as a speech
+model's outputs carry them). A request finishes when both nodes have: its last output
+carries the thinker's last tokens and finish reason (held back while the talker still speaks) and
+the last audio. docs/speech.rst, "The chained walk", says why one scheduler per node.
+
+A request without ``speaker`` is a plain thinker request (its outputs pass through untouched), and
+a model whose registry entry names no talker gets no chain (``mstar.llm.LLM`` runs its engine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import structlog
+import torch
+
+from mstar.engine.chain.talker_edge import EdgeModules, TalkerEdge, speaker_id
+from mstar.engine.engine_stats import EngineStats
+from mstar.engine.llm_engine import LLMEngine
+from mstar.engine.request.errors import RequestRejected
+from mstar.engine.request.limits import check_request_fits
+from mstar.engine.request.outputs import AudioChunk, RequestOutput
+from mstar.engine.request.sampling_params import SamplingParams
+from mstar.engine.schedule.priority import NORMAL
+from mstar.models.media_part import MediaPart
+from mstar.models.speech.codec_node import CodecStream
+from mstar.models.speech.omni_code2wav import Code2Wav
+from mstar.models.speech.omni_talker_inputs import prefill_length
+from mstar.models.speech.row_feed import RowFeed
+from mstar.models.speech.utterance import frames_in
+from mstar.settings import WorkerSettings
+
+log = structlog.get_logger(__name__)
+
+
+def talker_engine_settings(settings: WorkerSettings) -> WorkerSettings:
+    """The talker engine's settings: the thinker's, with its own block budget
+    (MSTAR_TALKER_NUM_KV_BLOCKS, where set)."""
+    if settings.talker_num_kv_blocks is None:
+        return settings
+    return settings.model_copy(update={"num_kv_blocks": settings.talker_num_kv_blocks})
+
+
+@dataclass
+class Spoken:
+    """One chained request's state between its nodes."""
+
+    edge: TalkerEdge
+    codec: CodecStream
+    talking: bool = False  # the talker request was added
+    talked: bool = False  # the talker finished (or will never run)
+    last: RequestOutput | None = None  # the thinker's finishing output, while the talker runs
+
+
+class SpeechChain:
+    def __init__(self, thinker: LLMEngine, talker_settings: WorkerSettings | None = None) -> None:
+        """``thinker``: the engine of a model whose registry entry names a talker;
+        ``talker_settings``: the talker node's engine settings; None: the thinker's, with
+        MSTAR_TALKER_NUM_KV_BLOCKS as its block budget (``talker_engine_settings``)."""
+        from transformers import AutoConfig
+
+        entry = thinker.model_runner.entry
+        if entry.talker is None:
+            raise ValueError("this model's graph has no audio-out walk to chain")
+        self.thinker = thinker
+        settings = talker_settings or talker_engine_settings(thinker.settings)
+        self.talker = LLMEngine(settings, architecture=entry.talker)
+        self.config = AutoConfig.from_pretrained(thinker.model_dir)
+        self.edge = EdgeModules.load(thinker.model_dir, self.config.talker_config,
+                                     thinker.device, thinker.dtype)
+        self.code2wav = Code2Wav.load(thinker.model_dir, self.talker.device, self.talker.dtype)
+        self.max_frames = frames_in(settings.max_speech_seconds)
+        self.embed = thinker.model_runner.model.embed
+        self.spoken: dict[str, Spoken] = {}
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    parts: tuple[MediaPart, ...] = (), priority: int = NORMAL,
+                    feed: RowFeed | None = None) -> None:
+        """``LLMEngine.add_request``'s arguments; with ``params.speaker``, a spoken reply."""
+        if params.speaker is None:
+            self.thinker.add_request(request_id, prompt_token_ids, params, parts, priority, feed)
+            return
+        voice = speaker_id(self.config, params.speaker)
+        self._check_talker_fits(prompt_token_ids)
+        edge = TalkerEdge(self.edge, self.config, self.embed, list(prompt_token_ids), voice)
+        thinker_params = msgspec.structs.replace(params, speaker=None, thinker_rows=True)
+        self.thinker.add_request(request_id, prompt_token_ids, thinker_params, parts, priority,
+                                 feed)
+        self.spoken[request_id] = Spoken(edge, self.code2wav.stream())
+
+    def _check_talker_fits(self, prompt: list[int]) -> None:
+        """The talker request the prompt will make (its prefill rows and up to ``max_frames``
+        frames) fits the talker's context and whole KV budget: refused at admission, not once
+        the thinker has run."""
+        rows = prefill_length(prompt, self.config)
+        check_request_fits(rows, self.max_frames, self.talker.max_model_len, "prompt",
+                           "max_speech_seconds")
+        need = self.talker.block_manager.blocks_needed(rows + self.max_frames)
+        if need > self.talker.block_manager.num_blocks:
+            raise RequestRejected(
+                f"the spoken reply needs {need} talker KV blocks ({rows} prefill rows and "
+                f"{self.max_frames} frames, MSTAR_MAX_SPEECH_SECONDS) but the talker's cache has "
+                f"{self.talker.block_manager.num_blocks}", "max_speech_seconds")
+
+    def has_unfinished_requests(self) -> bool:
+        return self.thinker.has_unfinished_requests() or self.talker.has_unfinished_requests()
+
+    def abort_request(self, request_id: str) -> None:
+        """Both nodes' work for the request stops; its blocks go back in both caches."""
+        self.thinker.abort_request(request_id)
+        self.talker.abort_request(request_id)
+        self.spoken.pop(request_id, None)
+
+    def stats(self) -> EngineStats:
+        """Both nodes' load as one engine's (the worker's gauges, so /metrics): requests in a
+        batch or waiting, per node, summed; blocks and their usage over both caches; the
+        thinker's other counters."""
+        a, b = self.thinker.stats(), self.talker.stats()
+        total = self.thinker.block_manager.num_blocks + self.talker.block_manager.num_blocks
+        free = a.free_blocks + b.free_blocks
+        return dataclasses.replace(a, running=a.running + b.running,
+                                   waiting=a.waiting + b.waiting, free_blocks=free,
+                                   kv_cache_usage=1.0 - free / total,
+                                   preemptions=a.preemptions + b.preemptions)
+
+    def shutdown(self) -> None:
+        self.thinker.shutdown()
+        self.talker.shutdown()
+
+    def step(self) -> list[RequestOutput]:
+        """One step of each node that has work: the thinker's, then the talker's."""
+        outputs = []
+        if self.thinker.has_unfinished_requests():
+            outputs += [o for o in map(self._from_thinker, self.thinker.step()) if o is not None]
+        if self.talker.has_unfinished_requests():
+            outputs += [o for o in map(self._from_talker, self.talker.step()) if o is not None]
+        return outputs
+
+    def _from_thinker(self, out: RequestOutput) -> RequestOutput | None:
+        state = self.spoken.get(out.request_id)
+        if state is None:
+            return out
+        feed = state.edge.take(out)
+        return self._after_thinker(msgspec.structs.replace(out, thinker_rows=None), state, feed)
+
+    def _after_thinker(self, out: RequestOutput, state: Spoken, feed) -> RequestOutput | None:
+        if feed is not None:
+            params = SamplingParams(max_tokens=self.max_frames, temperature=0.0)
+            try:  # admission checked the fit (``_check_talker_fits``); a refusal here is a bug
+                self.talker.add_request(out.request_id, feed.placeholder_ids(), params,
+                                        feed=feed)
+            except RequestRejected:
+                log.exception("talker_refused", request_id=out.request_id)
+                self.abort_request(out.request_id)
+                return msgspec.structs.replace(out, finished=True, finish_reason="abort")
+            state.talking = True
+        if not out.finished:
+            return out
+        if out.finish_reason == "abort" or not state.talking:  # nothing (more) to speak
+            self.talker.abort_request(out.request_id)
+            state.talked = True
+        if state.talked:
+            self.spoken.pop(out.request_id)
+            return out
+        state.last = out  # held whole (its stop token ends the text): the talker's finish sends it
+        return None
+
+    def _from_talker(self, out: RequestOutput) -> RequestOutput | None:
+        state = self.spoken.get(out.request_id)
+        if state is None:  # aborted
+            return None
+        chunks = [c for f in out.new_frames or [] for c in state.codec.push(torch.tensor(f))]
+        if out.finished:
+            chunks += state.codec.finish()
+            state.talked = True
+        audio = None
+        if chunks or (out.finished and state.last is not None):
+            samples = np.concatenate(chunks or [np.zeros(0)]).astype("<f4").tobytes()
+            audio = AudioChunk(samples, self.code2wav.sample_rate)
+        frames = out.new_frames or None  # the codes, as a speech model's outputs carry them
+        if state.talked and state.last is not None:  # both nodes are done
+            self.spoken.pop(out.request_id)
+            return msgspec.structs.replace(state.last, new_audio=audio, new_frames=frames)
+        if audio is None and frames is None:
+            return None
+        return RequestOutput(out.request_id, new_audio=audio, new_frames=frames)
