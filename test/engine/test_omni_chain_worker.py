@@ -15,6 +15,7 @@ import pytest
 from omni_helpers import save_tiny_thinker, thinker_prompt
 
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.graph.speech import OMNI_CHUNK_FRAMES
 from mstar.ipc import messages as m
 from mstar.settings import WorkerSettings
 from mstar.worker.worker import Worker
@@ -70,6 +71,7 @@ def _worker(omni_dir, device):
     settings = WorkerSettings(model=str(omni_dir), device=device, dtype="float32",
                               kv_block_size=4, num_kv_blocks=256,
                               max_speech_seconds=SPEECH_SECONDS,
+                              speech_chunk_frames=OMNI_CHUNK_FRAMES,  # the oracle's windows
                               prefill_share_beside_decodes=0.0)
     channel = Channel()
     worker = Worker(settings, 0, channel)
