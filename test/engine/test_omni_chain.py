@@ -181,7 +181,7 @@ def test_llm_generate_returns_text_and_audio(omni_dir, oracle, device):
 
     llm = LLM(str(omni_dir), device=device, dtype="float32", kv_block_size=4,
               num_kv_blocks=256, max_speech_seconds=SPEECH_SECONDS,
-              prefill_share_beside_decodes=0.0)
+              speech_chunk_frames=OMNI_CHUNK_FRAMES, prefill_share_beside_decodes=0.0)
     ids, parts = _requests(oracle.model.config)["other"]
     spoken, plain = llm.generate([{"prompt_token_ids": ids}] * 2, [
         SamplingParams(temperature=0.0, max_tokens=MAX_NEW, speaker="ethan"),

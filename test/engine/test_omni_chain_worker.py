@@ -116,7 +116,7 @@ def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_dir, dev
     assert not thread.is_alive() and not channel.after_done
     llm = LLM(str(omni_dir), device=device, dtype="float32", kv_block_size=4,
               num_kv_blocks=256, max_speech_seconds=SPEECH_SECONDS,
-              prefill_share_beside_decodes=0.0)
+              speech_chunk_frames=OMNI_CHUNK_FRAMES, prefill_share_beside_decodes=0.0)
     (ref,) = llm.generate({"prompt_token_ids": ids}, SamplingParams(**params, speaker="ethan"))
     assert channel.tokens["spoken"] == channel.tokens["plain"]
     assert "plain" not in channel.audio
