@@ -178,7 +178,11 @@ class LLM:
         from mstar.models.speech.utterance import check_max_frames, frames_in
         from mstar.models.speech.voice import Voice
 
-        self.engine.graph.walk_emitting("audio")  # a ValueError for a model without audio out
+        graph = self.engine.graph
+        if not graph.speaks_frames:  # the codec after the engine's own language model (CSM)
+            raise ValueError(f"this model outputs {', '.join(graph.output_modalities())}; not "
+                             "audio from its own frames (speak runs a model whose language "
+                             "model streams frames to a codec: CSM)")
         if max_frames is None:  # the seconds bound's frames (MSTAR_MAX_SPEECH_SECONDS)
             max_frames = frames_in(self.settings.max_speech_seconds)
         check_max_frames(max_frames)

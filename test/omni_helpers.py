@@ -18,6 +18,9 @@ CODE_GROUPS = 4  # codebooks per frame (the talker's first code, the code predic
 CODEBOOK = 32  # codes per codebook
 SAMPLES_PER_FRAME = 8  # code2wav's upsampling: upsample_rates 2 x 2, upsampling_ratios 2
 EXTRA_IDS = 16  # special text ids placed after the tokenizer's vocabulary
+# Samples the tiny code2wav's upsampling cuts at each window's end (omni_code2wav), as
+# transformers' chunked_decode cuts them
+CODEC_CUT = 6
 # code2wav's weights are drawn again at this gain over sqrt(fan-in): transformers' own init
 # gives a near-silent decoder (peak 4e-5 here) whose samples barely depend on the codes; at 0.5
 # the peak is about 0.1 (no sample reaches the +-1 clamp), and a window with one frame less of
@@ -34,18 +37,56 @@ PROJECTION_GAIN = 1.0
 ROPE = dict(rope_type="default", rope_theta=10000.0, interleaved=True)
 
 
+SPECIALS = ("im_start", "im_end", "tts_pad", "tts_bos", "tts_eos", "system", "user",
+            "assistant", "audio", "image", "video", "audio_start", "vision_start",
+            "talker_audio_start")
+# The saved tokenizer's chat template: Qwen3-Omni's turns (``<|im_start|>user\n...``) in the
+# config's ids, the role a token of its own as the talker reads it (the token after
+# ``<|im_start|>``); a real checkpoint's are ordinary vocabulary ids, the tiny one's are past it.
+OMNI_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|omni_im_start|><|omni_{{ m['role'] }}|>\n{{ m['content'] }}"
+    "<|omni_im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|omni_im_start|><|omni_assistant|>\n{% endif %}")
+
+
 def _specials(text_vocab: int) -> dict[str, int]:
-    names = ("im_start", "im_end", "tts_pad", "tts_bos", "tts_eos", "system", "user",
-             "assistant", "audio", "image", "video", "audio_start", "vision_start",
-             "talker_audio_start")
-    return {name: text_vocab + i for i, name in enumerate(names)}
+    return {name: text_vocab + i for i, name in enumerate(SPECIALS)}
 
 
-def _thinker(vocab: int, ids: dict[str, int]) -> dict:
+def omni_tokenizer(tokenizer, path):
+    """``tokenizer`` saved under ``path`` with Qwen3-Omni's special tokens added at the config's
+    ids (``_specials``: ``<|omni_im_start|>`` ...), a chat template that renders them (so a
+    served chat request's prompt has the turns the talker reads) and ``<|omni_im_end|>`` as its
+    EOS (a real checkpoint's ``<|im_end|>``: where ``OmniSpeaker.answer`` stops too), saved as
+    an audio processor with the thinker tests' feature extractor (``clip_extractor``: the API
+    server loads a model's processor for audio in; the released ``Qwen3OmniMoeProcessor`` needs
+    torchvision for its video part); returns it as reloaded."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer, Qwen2AudioProcessor
+
+    ids = _specials(len(tokenizer))
+    tokenizer.save_pretrained(path)
+    omni = AutoTokenizer.from_pretrained(path)
+    omni.add_tokens([AddedToken(f"<|omni_{name}|>", special=True) for name in SPECIALS],
+                    special_tokens=True)
+    got = {name: omni.convert_tokens_to_ids(f"<|omni_{name}|>") for name in SPECIALS}
+    assert got == ids, got
+    omni.chat_template = OMNI_CHAT_TEMPLATE
+    omni.eos_token = "<|omni_im_end|>"
+    Qwen2AudioProcessor(feature_extractor=clip_extractor(), tokenizer=omni,
+                        chat_template=OMNI_CHAT_TEMPLATE).save_pretrained(path)
+    return omni
+
+
+POSITIONS = 512  # the thinker's and the talker's max_position_embeddings
+
+
+def _thinker(vocab: int, ids: dict[str, int], positions: int = POSITIONS) -> dict:
     text = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                 moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
-                max_position_embeddings=512, rope_parameters=dict(ROPE, mrope_section=[1, 1, 2]))
+                max_position_embeddings=positions,
+                rope_parameters=dict(ROPE, mrope_section=[1, 1, 2]))
     audio = dict(num_mel_bins=16, encoder_layers=1, encoder_attention_heads=2,
                  encoder_ffn_dim=32, d_model=16, output_dim=32, max_source_positions=64,
                  n_window=4, n_window_infer=8, conv_chunksize=16, downsample_hidden_size=8)
@@ -59,13 +100,13 @@ def _thinker(vocab: int, ids: dict[str, int]) -> dict:
                 user_token_id=ids["user"], vision_start_token_id=ids["vision_start"])
 
 
-def _talker(ids: dict[str, int]) -> dict:
+def _talker(ids: dict[str, int], positions: int = POSITIONS) -> dict:
     codec = {name: CODEBOOK + i for i, name in enumerate(
         ("eos", "pad", "bos", "nothink", "think_bos", "think_eos", "speaker"))}
     text = dict(vocab_size=CODEBOOK + EXTRA_IDS, hidden_size=24, intermediate_size=48,
                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=6,
                 moe_intermediate_size=12, shared_expert_intermediate_size=12, num_experts=4,
-                num_experts_per_tok=2, max_position_embeddings=512,
+                num_experts_per_tok=2, max_position_embeddings=positions,
                 rope_parameters=dict(ROPE, mrope_section=[1, 1, 1]))
     predictor = dict(vocab_size=CODEBOOK, hidden_size=24, intermediate_size=48,
                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
@@ -88,13 +129,15 @@ def _code2wav() -> dict:
                 upsampling_ratios=[2], decoder_dim=16, max_position_embeddings=1024)
 
 
-def omni_config(text_vocab: int):
-    """A tiny ``Qwen3OmniMoeConfig``; its special text ids follow ``text_vocab``."""
+def omni_config(text_vocab: int, positions: int = POSITIONS):
+    """A tiny ``Qwen3OmniMoeConfig``; its special text ids follow ``text_vocab``; ``positions``:
+    the thinker's and the talker's context."""
     from transformers import Qwen3OmniMoeConfig
 
     ids = _specials(text_vocab)
     return Qwen3OmniMoeConfig(
-        thinker_config=_thinker(text_vocab + EXTRA_IDS, ids), talker_config=_talker(ids),
+        thinker_config=_thinker(text_vocab + EXTRA_IDS, ids, positions),
+        talker_config=_talker(ids, positions),
         code2wav_config=_code2wav(), im_start_token_id=ids["im_start"],
         im_end_token_id=ids["im_end"], tts_pad_token_id=ids["tts_pad"],
         tts_bos_token_id=ids["tts_bos"], tts_eos_token_id=ids["tts_eos"],
@@ -136,14 +179,17 @@ def _draw_shared_experts(talker, gain: float) -> None:
                 param.normal_(0.0, gain / math.sqrt(param.shape[-1]))
 
 
-def save_tiny_omni(path, tokenizer, seed: int = 0, shared_expert_gain: float | None = None):
-    """A tiny random Qwen3-Omni saved with ``tokenizer`` under ``path``; returns the path.
-    ``shared_expert_gain``: the talker's shared experts drawn at it (``_draw_shared_experts``);
-    None: transformers' init, as the offline tests have it."""
+def save_tiny_omni(path, tokenizer, seed: int = 0, shared_expert_gain: float | None = None,
+                   positions: int = POSITIONS):
+    """A tiny random Qwen3-Omni saved with ``tokenizer`` (its specials added at the config's
+    ids: ``omni_tokenizer``) under ``path``; returns the path. ``shared_expert_gain``: the
+    talker's shared experts drawn at it (``_draw_shared_experts``); None: transformers' init, as
+    the offline tests have it. ``positions``: the thinker's and the talker's context
+    (``omni_config``)."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(seed)
-    model = Qwen3OmniMoeForConditionalGeneration(omni_config(len(tokenizer))).eval()
+    model = Qwen3OmniMoeForConditionalGeneration(omni_config(len(tokenizer), positions)).eval()
     _draw_talker_moe(model.talker, TALKER_MOE_GAIN)
     _redraw(model.code2wav, CODE2WAV_GAIN)
     for projection in (model.talker.text_projection, model.talker.hidden_projection):
@@ -151,7 +197,7 @@ def save_tiny_omni(path, tokenizer, seed: int = 0, shared_expert_gain: float | N
     if shared_expert_gain is not None:
         _draw_shared_experts(model.talker, shared_expert_gain)
     model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    omni_tokenizer(tokenizer, path)
     return path
 
 

@@ -153,7 +153,7 @@ def served_app(loaded: LoadedSettings, client: EngineClient, ready: Any, tokeniz
     running = RunningSettings(settings, loaded)
     model = ServedModel(name or ready.model_name, ready.max_model_len, running, media.modalities,
                         labels=media.labels, generates=media.generates, outputs=media.outputs,
-                        voices=media.voices,
+                        voices=media.voices, speaks_replies=media.speaks_replies,
                         adapters=AdapterNames(settings.lora_modules))
     admission = Admission(lambda: client.failure)
     app = build_app(client, tokenizer, running, model, admission, Metrics(), media.processor,

@@ -8,10 +8,16 @@ frame to the next (its short cache starts empty every frame), so it needs no KV 
 scheduling of its own and no edge (docs/speech.rst says more). Frames go to Mimi's decoder in
 windows of ``CSM_CHUNK_FRAMES`` after ``CSM_LEFT_CONTEXT`` frames of context.
 
-Qwen3-Omni (``qwen3_omni_moe``): ``thinker -> talker -> code2wav``; the talker's codes go to
+Qwen3-Omni (``qwen3_omni_moe``): ``thinker -> talker -> code2wav``, the thinker fed by its audio
+encoder as Qwen2-Audio's language model is (``audio_encoder -> thinker``, placeholder rows); the
+registry's Qwen3-Omni entry has this graph, so the served model emits text and audio. The thinker's
+engine runs the thinker (``WalkGraph.language_model``: the first walk's); the talker and code2wav
+run in the chain beside it (``mstar.engine.chain``). The talker's codes go to
 code2wav in windows of ``OMNI_CHUNK_FRAMES`` after ``OMNI_LEFT_CONTEXT`` frames of context, the
 numbers of transformers' ``Qwen3OmniMoeCode2Wav.chunked_decode`` as its ``generate`` calls it
-(``mstar.models.speech.omni_code2wav``; test/models/test_omni_code2wav.py).
+(``mstar.models.speech.omni_code2wav``; test/models/test_omni_code2wav.py): the parity
+reference. A server's windows are shorter, for a sooner first audio (MSTAR_SPEECH_CHUNK_FRAMES,
+``mstar.engine.chain.speech_chain.served_windows``).
 
 Qwen3-Omni's talker by itself (``talker_alone``): the talker node reads embedding rows the
 request carries (``ROWS``: ``mstar.models.speech.row_feed.RowFeed``, the thinker's part already
@@ -39,6 +45,7 @@ BACKBONE, CODEC, SPEAK = "backbone", "codec", "speak"
 OMNI_CHUNK_FRAMES = 300
 OMNI_LEFT_CONTEXT = 25
 THINKER, TALKER, CODE2WAV = "thinker", "talker", "code2wav"
+AUDIO_ENCODER = "audio_encoder"  # Qwen3-Omni's thinker takes audio (as Qwen2-Audio's model does)
 # What a language-model node reads from the request when it is not text: embedding rows, one per
 # prompt position and then one per decode step (Qwen3-Omni's talker).
 ROWS = "rows"
@@ -60,17 +67,19 @@ def codec_after(lm: str = BACKBONE, codec: str = CODEC,
 def thinker_talker(chunk: ChunkPolicy = frame_windows(OMNI_CHUNK_FRAMES, OMNI_LEFT_CONTEXT)
                    ) -> WalkGraph:
     """Qwen3-Omni's shape: the thinker's tokens (with hidden states) stream to the talker, whose
-    codes stream to code2wav. Text alone walks the thinker; speech walks all three, and ends
-    at the talker's finish signal (it goes on after the thinker's last token). What the talker
+    codes stream to code2wav. Text alone walks the thinker (audio in: after the audio encoder,
+    whose rows fill the prompt's placeholders); speech walks all three, and ends at the talker's
+    finish signal (it goes on after the thinker's last token). What the talker
     reads of each token, as transformers builds it: the token's input embedding; hidden states
     (of the config's ``accept_hidden_layer``) only at the prompt's audio, image and video
     positions (``mstar.models.speech.omni_talker_inputs``; docs/speech.rst)."""
     return WalkGraph(
-        (Node(THINKER, NodeKind.LANGUAGE_MODEL), Node(TALKER, NodeKind.LANGUAGE_MODEL),
-         Node(CODE2WAV, NodeKind.CODEC)),
-        (Edge("hidden", THINKER, TALKER, EdgeKind.STREAM, every_token(with_hidden=True)),
+        (Node(THINKER, NodeKind.LANGUAGE_MODEL), Node(AUDIO_ENCODER, NodeKind.ENCODER, "audio"),
+         Node(TALKER, NodeKind.LANGUAGE_MODEL), Node(CODE2WAV, NodeKind.CODEC)),
+        (Edge("audio_embeds", AUDIO_ENCODER, THINKER),
+         Edge("hidden", THINKER, TALKER, EdgeKind.STREAM, every_token(with_hidden=True)),
          Edge("codes", TALKER, CODE2WAV, EdgeKind.STREAM, chunk)),
-        (Walk("text", (THINKER,)),
+        (Walk("text", (THINKER,)), Walk("prefill_audio", (AUDIO_ENCODER, THINKER)),
          Walk(SPEAK, (THINKER, TALKER, CODE2WAV), finish=TALKER)),
         (Emit(THINKER, "text"), Emit(CODE2WAV, "audio")))
 

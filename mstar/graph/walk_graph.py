@@ -17,9 +17,10 @@ Speech out (issue 35, ``mstar.graph.speech``): a graph may hold several language
 its own KV cache and block budget, ``mstar.graph.budgets``), a codec node after a language model,
 STREAM edges cut by a chunk policy (``mstar.graph.chunks``), walks that loop until a named
 language model's finish signal, and audio emitted to the client. The rules are in
-``mstar.graph.rules``. The engine's runner still runs graphs with one language model
-(``WalkGraph.language_model`` refuses the others by name); CSM's depth decoder is its backbone
-node's per-frame head, so CSM's graph has one (docs/speech.rst).
+``mstar.graph.rules``. An engine's runner runs one language model (``WalkGraph.language_model``:
+the first walk's); Qwen3-Omni's talker runs in a second engine beside its thinker's, chained
+(``mstar.engine.chain``); CSM's depth decoder is its backbone node's per-frame head, so CSM's
+graph has one language model (docs/speech.rst).
 
 The graph names nodes and never says where they run: placing a node on another worker is a map
 from node names to workers, kept outside this description.
@@ -94,12 +95,24 @@ class WalkGraph:
 
     @property
     def language_model(self) -> Node:
-        """The one language model the runner runs (graphs with several are the next step)."""
-        lms = self.language_models
-        if len(lms) != 1:
-            raise ValueError(f"the engine runs one language model per graph; this one has "
-                             f"{', '.join(n.name for n in lms)}")
-        return lms[0]
+        """The language model the engine runs: the first walk's first (Qwen3-Omni: the thinker;
+        a chained walk's later language models run in engines of their own beside it,
+        ``mstar.engine.chain``)."""
+        names = self.language_model_names
+        return self._node(next(n for n in self.walks[0].nodes if n in names))
+
+    @property
+    def speaks_frames(self) -> bool:
+        """Whether the engine's language model streams its frames to a codec node (CSM's
+        backbone; Qwen3-Omni's talker run alone): its steps sample frames (its frame head) and
+        the codec runs in its worker (``mstar.worker.speech_out``). Qwen3-Omni's thinker streams
+        text to its talker: its engine samples text, and its chain speaks."""
+        codecs = {n.name for n in self.codecs}
+        return any(e.source == self.language_model.name and e.target in codecs
+                   for e in self.edges)
+
+    def _node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
 
     @property
     def encoders(self) -> tuple[Node, ...]:

@@ -3,7 +3,8 @@
 and the audio that became ready leaves with the output as an ``AudioChunk`` (float32 bytes), so
 the API server only frames bytes and never imports torch for speech.
 
-The worker makes one at load when the model's graph emits audio (``speech_out``), and only then
+The worker makes one at load when the model's language model streams frames to a codec
+(``speech_out``: ``WalkGraph.speaks_frames``), and only then
 routes its outputs through ``sound``: a text model's publish path is unchanged. A request's codec
 state lives from its first frame to its finish (end frame, ``max_tokens`` frames, a failure's
 abort output) or its abort by the API server (``forget``: the engine emits nothing then); it is
@@ -70,9 +71,10 @@ class SpeechOut:
 
 
 def speech_out(engine) -> SpeechOut | None:
-    """The worker's codec node for ``engine``'s model: None unless its graph emits audio; a
-    ValueError (the worker does not start) when its codec state is over its bound."""
-    if "audio" not in engine.graph.output_modalities():
+    """The worker's codec node for ``engine``'s model: None unless its language model streams
+    frames to a codec (``WalkGraph.speaks_frames``: CSM; Qwen3-Omni's chain sounds its own);
+    a ValueError (the worker does not start) when its codec state is over its bound."""
+    if not engine.graph.speaks_frames:
         return None
     voice = Voice.load(engine.model_dir)
     check_codec_memory(voice, engine.settings.max_speech_codec_bytes)

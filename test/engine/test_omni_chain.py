@@ -13,11 +13,18 @@ import numpy as np
 import pytest
 import torch
 from alm_helpers import clip
-from omni_helpers import SAMPLES_PER_FRAME, save_tiny_thinker, thinker_generate, thinker_prompt
+from omni_helpers import (
+    CODEC_CUT,
+    SAMPLES_PER_FRAME,
+    save_tiny_thinker,
+    thinker_generate,
+    thinker_prompt,
+)
 
 from mstar.engine.chain.speech_chain import SpeechChain
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.graph.speech import OMNI_CHUNK_FRAMES
 from mstar.models.speech.omni_speaker import OmniSpeaker
 from mstar.models.speech.omni_talker_inputs import talker_inputs
 
@@ -27,7 +34,6 @@ MAX_FRAMES = 30
 # The talker's budget in the preemption test: room for either request alone (up to 31 + 30
 # positions) and both prefills (15 and 31 rows), not both replies
 TALKER_BLOCKS = 16
-CODEC_CUT = 6  # samples the tiny code2wav's upsampling cuts at a window's end (omni_code2wav)
 WAVE_TOLERANCE = 1e-6  # of the peak, as test/models/test_omni_speech.py states it
 
 
@@ -62,11 +68,13 @@ def _reference(oracle: OmniSpeaker, ids, parts):
 
 
 def _chain(omni_dir, make_engine, thinker_blocks=256, talker_blocks=256, **knobs):
-    """The talker's budget through its knob (MSTAR_TALKER_NUM_KV_BLOCKS); ``knobs``: both
+    """The talker's budget through its knob (MSTAR_TALKER_NUM_KV_BLOCKS); code2wav's windows
+    the oracle's (transformers' 300 after 25, MSTAR_SPEECH_CHUNK_FRAMES); ``knobs``: both
     nodes' other settings."""
     thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=thinker_blocks,
                           enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
-                          talker_num_kv_blocks=talker_blocks, **knobs)
+                          talker_num_kv_blocks=talker_blocks,
+                          speech_chunk_frames=OMNI_CHUNK_FRAMES, **knobs)
     return SpeechChain(thinker)
 
 
@@ -173,7 +181,7 @@ def test_llm_generate_returns_text_and_audio(omni_dir, oracle, device):
 
     llm = LLM(str(omni_dir), device=device, dtype="float32", kv_block_size=4,
               num_kv_blocks=256, max_speech_seconds=SPEECH_SECONDS,
-              prefill_share_beside_decodes=0.0)
+              speech_chunk_frames=OMNI_CHUNK_FRAMES, prefill_share_beside_decodes=0.0)
     ids, parts = _requests(oracle.model.config)["other"]
     spoken, plain = llm.generate([{"prompt_token_ids": ids}] * 2, [
         SamplingParams(temperature=0.0, max_tokens=MAX_NEW, speaker="ethan"),

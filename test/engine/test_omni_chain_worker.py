@@ -15,6 +15,7 @@ import pytest
 from omni_helpers import save_tiny_thinker, thinker_prompt
 
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.graph.speech import OMNI_CHUNK_FRAMES
 from mstar.ipc import messages as m
 from mstar.settings import WorkerSettings
 from mstar.worker.worker import Worker
@@ -70,6 +71,7 @@ def _worker(omni_dir, device):
     settings = WorkerSettings(model=str(omni_dir), device=device, dtype="float32",
                               kv_block_size=4, num_kv_blocks=256,
                               max_speech_seconds=SPEECH_SECONDS,
+                              speech_chunk_frames=OMNI_CHUNK_FRAMES,  # the oracle's windows
                               prefill_share_beside_decodes=0.0)
     channel = Channel()
     worker = Worker(settings, 0, channel)
@@ -114,7 +116,7 @@ def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_dir, dev
     assert not thread.is_alive() and not channel.after_done
     llm = LLM(str(omni_dir), device=device, dtype="float32", kv_block_size=4,
               num_kv_blocks=256, max_speech_seconds=SPEECH_SECONDS,
-              prefill_share_beside_decodes=0.0)
+              speech_chunk_frames=OMNI_CHUNK_FRAMES, prefill_share_beside_decodes=0.0)
     (ref,) = llm.generate({"prompt_token_ids": ids}, SamplingParams(**params, speaker="ethan"))
     assert channel.tokens["spoken"] == channel.tokens["plain"]
     assert "plain" not in channel.audio

@@ -22,7 +22,7 @@ from mstar.graph import (
     text_only,
 )
 from mstar.graph.budgets import node_blocks, split_blocks
-from mstar.graph.speech import CSM, codec_after, thinker_talker
+from mstar.graph.speech import CSM, codec_after, talker_alone, thinker_talker
 
 LM, CODEC = NodeKind.LANGUAGE_MODEL, NodeKind.CODEC
 
@@ -93,10 +93,14 @@ def test_speech_graphs_hold_several_language_models_a_codec_and_emits():
     assert omni.walk_emitting("audio").nodes == ("thinker", "talker", "code2wav")
     assert omni.walk_emitting("text").name == "text"
     assert omni.prefill_walk({"text"}).name == "text"
+    assert omni.prefill_walk({"text", "audio"}).nodes == ("audio_encoder", "thinker")
+    assert omni.modalities() == ("text", "audio")
     assert omni.edge_from("thinker").chunk.with_hidden
-    with pytest.raises(ValueError, match="one language model per graph; this one has thinker"):
-        omni.language_model  # noqa: B018  (the runner runs one until chained walks land)
-    assert codec_after() == CSM and CSM.language_model.name == "backbone"
+    # its engine runs the thinker, whose tokens are text (the chain runs the talker beside it)
+    assert omni.language_model.name == "thinker" and not omni.speaks_frames
+    assert codec_after() == CSM and CSM.language_model.name == "backbone" and CSM.speaks_frames
+    assert talker_alone().language_model.name == "talker" and talker_alone().speaks_frames
+    assert not text_only().speaks_frames
     assert CSM.output_modalities() == ("audio",) and CSM.walk("speak").finish == "backbone"
     assert text_only().output_modalities() == ("text",)
     with pytest.raises(ValueError, match="outputs text; not audio"):

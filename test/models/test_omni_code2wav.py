@@ -16,9 +16,11 @@ import pytest
 import torch
 from omni_helpers import SAMPLES_PER_FRAME, random_codes, save_tiny_omni
 
-from mstar.graph.chunks import frame_windows
+from mstar.engine.chain.speech_chain import served_windows
+from mstar.graph.chunks import ChunkPolicy, frame_windows
 from mstar.graph.speech import OMNI_CHUNK_FRAMES, OMNI_LEFT_CONTEXT, QWEN3_OMNI, TALKER
 from mstar.models.speech.omni_code2wav import Code2Wav
+from mstar.settings import WorkerSettings
 
 # Largest sample difference allowed against transformers' chunked_decode, relative to its peak:
 # the same windows through the same module with the same weights, so only float32 rounding may
@@ -27,6 +29,9 @@ from mstar.models.speech.omni_code2wav import Code2Wav
 WAVE_TOLERANCE = 1e-6
 # Shorter than one window; two whole windows; three windows with a ragged last one.
 LENGTHS = (7, 2 * OMNI_CHUNK_FRAMES, 2 * OMNI_CHUNK_FRAMES + 37)
+# The served windows: MSTAR_SPEECH_CHUNK_FRAMES and MSTAR_SPEECH_LEFT_CONTEXT's defaults, and the
+# served test's (test/api/test_chat_audio_serve.py: 4 after 8)
+SERVED = (served_windows(WorkerSettings()), frame_windows(4, 8))
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +49,12 @@ def reference(tiny_omni):
     return model.code2wav.eval()
 
 
-def _reference_wave(code2wav, codes: torch.Tensor) -> np.ndarray:
+def _reference_wave(code2wav, codes: torch.Tensor,
+                    chunk: ChunkPolicy = frame_windows(OMNI_CHUNK_FRAMES, OMNI_LEFT_CONTEXT)
+                    ) -> np.ndarray:
     with torch.no_grad():
-        wave = code2wav.chunked_decode(codes.T.unsqueeze(0), chunk_size=OMNI_CHUNK_FRAMES,
-                                       left_context_size=OMNI_LEFT_CONTEXT)
+        wave = code2wav.chunked_decode(codes.T.unsqueeze(0), chunk_size=chunk.frames,
+                                       left_context_size=chunk.left_context)
     return wave[0, 0].numpy()
 
 
@@ -95,3 +102,18 @@ def test_a_wrong_left_context_is_not_within_tolerance(tiny_omni, reference):
     ours, wave = _joined(_streamed(wrong, codes)), _reference_wave(reference, codes)
     assert ours.shape == wave.shape
     assert np.abs(ours - wave).max() > 100 * WAVE_TOLERANCE * np.abs(wave).max()
+
+
+@pytest.mark.parametrize("chunk", SERVED, ids=lambda c: f"{c.frames}after{c.left_context}")
+def test_served_windows_are_chunked_decode_with_the_same_numbers(tiny_omni, reference, chunk):
+    """A server's shorter windows (a sooner first audio) against transformers' ``chunked_decode``
+    given the same numbers: the same tolerance (WAVE_TOLERANCE of the peak); a chunk goes out as
+    soon as its window is whole."""
+    codec = Code2Wav(Code2Wav.load(tiny_omni).module, chunk)
+    frames = 3 * chunk.frames + chunk.left_context + 3  # whole windows with context, then a tail
+    codes = random_codes(frames, seed=chunk.frames)
+    chunks = _streamed(codec, codes)
+    ours, wave = _joined(chunks), _reference_wave(reference, codes, chunk)
+    assert ours.shape == wave.shape
+    assert np.abs(ours - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
+    assert [at for at, _ in chunks][0] == chunk.frames

@@ -4,7 +4,8 @@ served or refused by name: ``response_format`` wav, pcm, flac, mp3 or opus
 so), ``instructions`` refused (CSM takes no style prompt), ``stream_format`` "audio" (the
 formats whose encoders only append: wav, pcm, opus) or "sse" (pcm only: OpenAI's events carry
 raw samples).
-``voice`` is a CSM speaker id, "0" .. "9" (``utterance.CSM_SPEAKERS``); ``max_frames`` (an
+``voice`` is a CSM speaker id, "0" .. "9" (``utterance.CSM_SPEAKERS``), or Qwen3-Omni's voice
+(``speak_reply``); ``max_frames`` (an
 extra) bounds the audio: Mimi makes 12.5 frames a second. The bounds (input characters, seconds
 of audio) are ``speak_bounds``'s."""
 
@@ -23,7 +24,9 @@ class SpeechRequest(StrictModel):
     input: str = Field(min_length=1, description="The text to say (at most "
                        "MSTAR_MAX_SPEECH_INPUT_CHARS characters, and its tokens must fit "
                        "max_model_len).")
-    voice: str = Field("0", description="A speaker id of the model: \"0\" .. \"9\".")
+    voice: str = Field("0", description="A voice of the model: CSM's speaker ids \"0\" .. "
+                       "\"9\"; Qwen3-Omni's talker speakers (talker_config.speaker_id's keys, "
+                       "e.g. \"ethan\").")
     instructions: str | None = Field(None, description="Not supported: a 400 unless empty "
                                      "(the field table's rejection).")
     response_format: str = Field("wav", description="wav (16-bit mono; the default), pcm "
@@ -48,7 +51,8 @@ class SpeechRequest(StrictModel):
 
 
 def check_speech_fields(req: SpeechRequest) -> None:
-    """The fields served partly: each refusal a 400 naming its field."""
+    """The fields served partly: each refusal a 400 naming its field (``voice``: the route's,
+    per model: ``speaker`` for CSM, ``speak_reply.reply_voice`` for a spoken chat reply)."""
     if req.response_format not in FORMATS:
         why = NO_ENCODER.get(req.response_format, "not a format of this route")
         raise APIError(400, f"`response_format`: {req.response_format!r} is not supported "
@@ -57,7 +61,6 @@ def check_speech_fields(req: SpeechRequest) -> None:
         raise APIError(400, f"`speed`: only 1.0 is supported (the audio is not time-stretched), "
                        f"not {req.speed}", "speed")
     check_stream_format(req.stream_format, req.response_format)
-    req.speaker()
 
 
 def check_stream_format(stream_format: str | None, response_format: str) -> None:

@@ -1,6 +1,9 @@
-"""POST /v1/audio/speech: text in, speech out, from a model whose walk graph emits audio (CSM).
+"""POST /v1/audio/speech: text in, speech out, from a model whose walk graph emits audio: CSM, or
+Qwen3-Omni, whose speech is a chat reply (``speak_reply``: ``input`` as a user turn through the
+chat template, ``voice`` one of its talker's speakers; its worker's chain sends the audio the same
+way, ``mstar.engine.chain``). One rule picks the prompt: ``ServedModel.speaks_replies``.
 
-The prompt is CSM's turn (``utterance.csm_turn``) tokenized here under the speech bounds
+CSM's prompt is its turn (``utterance.csm_turn``) tokenized here under the speech bounds
 (``speak_bounds``: MSTAR_MAX_SPEECH_INPUT_CHARS) and the prompt bounds of every route
 (``given_prompts``: MSTAR_MAX_PROMPT_CHARS, max_model_len); it runs in a worker as a greedy
 request of at most ``max_frames`` frames (``speak_bounds.speech_frames``). That worker's codec
@@ -26,6 +29,7 @@ from mstar.api_server.audio.refusal import model_refusal
 from mstar.api_server.audio.routes import replay_one
 from mstar.api_server.audio.speak_bounds import check_speech_input, speech_frames
 from mstar.api_server.audio.speak_protocol import SpeechRequest, check_speech_fields
+from mstar.api_server.audio.speak_reply import check_reply_fields, reply_job
 from mstar.api_server.generation.run import Job, first_output, new_request_id
 from mstar.api_server.http import framing
 from mstar.api_server.http.errors import APIError, error_body
@@ -81,8 +85,14 @@ async def speech(req: SpeechRequest, request: Request) -> Any:
 
 
 async def _job(state: Any, req: SpeechRequest) -> Job:
-    """The greedy request: the turn's ids, and its frames within the speech bounds."""
+    """The greedy request: the turn's ids, and its frames within the speech bounds; for a model
+    whose speech is a chat reply (Qwen3-Omni), ``speak_reply.reply_job``'s."""
     settings = state.running.settings
+    if state.model.speaks_replies:  # the one rule that picks the prompt
+        check_reply_fields(req, state.model)
+        check_speech_input(req.input, settings)
+        return await reply_job(state, req)
+    req.speaker()  # CSM: a speaker id
     check_speech_input(req.input, settings)
     (prompt,) = await state.generation.given_prompts([csm_turn(req.input, req.speaker())],
                                                      "input")

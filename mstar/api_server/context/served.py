@@ -33,6 +33,10 @@ class ServedModel:
     # The voices of a model that speaks (chat's audio.voice; Qwen3-Omni: the keys of
     # talker_config.speaker_id, ``media.model.model_voices``); () for one that does not
     voices: tuple[str, ...] = ()
+    # Its speech is a chat reply (``models.loading.registry.speaks_replies``: Qwen3-Omni, whose
+    # /v1/audio/speech ``input`` is a user turn through the chat template); False for a model
+    # that speaks a turn of its own (CSM: ``utterance.csm_turn``) or does not speak
+    speaks_replies: bool = False
     # LoRA adapters: more model names, each selecting its adapter (docs/lora.rst)
     adapters: AdapterNames = field(default_factory=lambda: AdapterNames(None))
 

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from mstar.api_server.context.heads import model_generates, model_labels
-from mstar.models.loading.registry import accepted_modalities, output_modalities
+from mstar.models.loading.registry import (
+    accepted_modalities,
+    output_modalities,
+    speaks_replies,
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,9 @@ class ModelMedia:
     generates: bool = True
     outputs: tuple[str, ...] = ("text",)  # what its graph emits (speech out: "audio")
     voices: tuple[str, ...] = ()  # a speaking model's voices (``model_voices``)
+    # its speech is a chat reply (``registry.speaks_replies``: Qwen3-Omni), not a turn of its
+    # own (CSM)
+    speaks_replies: bool = False
 
 
 def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
@@ -40,6 +47,7 @@ def model_media(model_dir: Path, score_tokens: str | None = None) -> ModelMedia:
     heads["outputs"] = output_modalities(archs)
     if "audio" in heads["outputs"]:
         heads["voices"] = model_voices(facts)
+    heads["speaks_replies"] = speaks_replies(archs)
     if "image" in modalities:
         from mstar.models.vision.inputs import load_processor
 

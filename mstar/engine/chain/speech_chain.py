@@ -6,12 +6,14 @@ Two language-model nodes, each an ``LLMEngine`` with its own scheduler, KV cache
 thinker's step, then the talker's. Between them runs the streaming edge (``TalkerEdge``): the
 request's talker prefill once the thinker's first token is out, a row per later token into its
 ``RowFeed``, ``tts_eos`` and the feed's finish at the thinker's end; a talker request whose next
-row has not arrived waits (``feed_cut``). The talker's frames go through code2wav in the graph's
-windows (``Code2Wav``'s ``CodecStream``) and leave as ``AudioChunk``s in the request's outputs,
-beside the thinker's ``new_token_ids`` (the frames themselves too, in ``new_frames``, as a speech
-model's outputs carry them). A request finishes when both nodes have: its last output
-carries the thinker's last tokens and finish reason (held back while the talker still speaks) and
-the last audio. docs/speech.rst, "The chained walk", says why one scheduler per node.
+row has not arrived waits (``feed_cut``). The talker's frames go through code2wav in the served
+windows (``served_windows``: MSTAR_SPEECH_CHUNK_FRAMES after MSTAR_SPEECH_LEFT_CONTEXT; the graph
+declares transformers' 300 after 25, whose first audio comes 24 s of frames in) and leave as
+``AudioChunk``s in the request's outputs, beside the thinker's ``new_token_ids`` (the frames
+themselves too, in ``new_frames``, as a speech model's outputs carry them). A request finishes
+when both nodes have: its last output carries the thinker's last tokens and finish reason (held
+back while the talker still speaks) and the last audio. docs/speech.rst, "The chained walk", says
+why one scheduler per node.
 
 A request without ``speaker`` is a plain thinker request (its outputs pass through untouched), and
 a model whose registry entry names no talker gets no chain (``mstar.llm.LLM`` runs its engine).
@@ -35,6 +37,7 @@ from mstar.engine.request.limits import check_request_fits
 from mstar.engine.request.outputs import AudioChunk, RequestOutput
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.schedule.priority import NORMAL
+from mstar.graph.chunks import ChunkPolicy, frame_windows
 from mstar.models.media_part import MediaPart
 from mstar.models.speech.codec_node import CodecStream
 from mstar.models.speech.omni_code2wav import Code2Wav
@@ -44,6 +47,13 @@ from mstar.models.speech.utterance import frames_in
 from mstar.settings import WorkerSettings
 
 log = structlog.get_logger(__name__)
+
+
+def served_windows(settings: WorkerSettings) -> ChunkPolicy:
+    """code2wav's windows as served: MSTAR_SPEECH_CHUNK_FRAMES new frames after
+    MSTAR_SPEECH_LEFT_CONTEXT (transformers' ``chunked_decode`` gives the same samples for the
+    same numbers: test/models/test_omni_code2wav.py)."""
+    return frame_windows(settings.speech_chunk_frames, settings.speech_left_context)
 
 
 def talker_engine_settings(settings: WorkerSettings) -> WorkerSettings:
@@ -81,7 +91,8 @@ class SpeechChain:
         self.config = AutoConfig.from_pretrained(thinker.model_dir)
         self.edge = EdgeModules.load(thinker.model_dir, self.config.talker_config,
                                      thinker.device, thinker.dtype)
-        self.code2wav = Code2Wav.load(thinker.model_dir, self.talker.device, self.talker.dtype)
+        self.code2wav = Code2Wav.load(thinker.model_dir, self.talker.device, self.talker.dtype,
+                                      served_windows(settings))
         self.max_frames = frames_in(settings.max_speech_seconds)
         self.embed = thinker.model_runner.model.embed
         self.spoken: dict[str, Spoken] = {}

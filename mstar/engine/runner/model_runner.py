@@ -67,7 +67,7 @@ class ModelRunner:
         # The architecture's one declaration: its walk graph and the features it needs.
         self.entry = model_entry(hf_config)
         self.graph = self.entry.graph
-        self.language_model = self.graph.language_model  # the one it runs (several: refused)
+        self.language_model = self.graph.language_model  # the one it runs (the first walk's)
         lora = serves_lora(settings)
         if lora:
             check_lora_supported(settings)
@@ -123,12 +123,13 @@ class ModelRunner:
         self.no_speech = no_speech_for(self.logits_rules)
         self.mtp = (MtpProposer(self.model, model_dir, settings, device, dtype, max_model_len)
                     if mtp_head else None)
-        # Speech models (the graph has a codec node: CSM, Qwen3-Omni's talker): each frame
+        # Speech models (its language model streams to a codec node: CSM, Qwen3-Omni's talker,
+        # ``WalkGraph.speaks_frames``; not Qwen3-Omni's thinker, which streams text): each frame
         # position's input is its frame's embedding, and the model's frame head (CSM's depth
         # decoder, the talker's code predictor) makes each sampled row's frame. None for the
         # rest, chosen here once: a text model's step never looks further.
         self.frames = (frame_head(self.model, model_dir, hf_config, device, dtype)
-                       if self.graph.codecs else None)
+                       if self.graph.speaks_frames else None)
         # Qwen3-Omni's thinker: the talker's rows, for the requests that ask; None for the rest.
         self.thinker_rows = ThinkerRowsHead(self.model) if self.entry.thinker_rows else None
 

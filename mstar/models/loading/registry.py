@@ -8,11 +8,11 @@ import importlib
 from dataclasses import dataclass
 
 from mstar.graph import WalkGraph, cross_attention_encoder, text_only, with_encoder
-from mstar.graph.speech import CSM, OMNI_TALKER
+from mstar.graph.speech import CSM, OMNI_TALKER, QWEN3_OMNI
 
 TEXT = text_only()
 VISION = with_encoder("vision_encoder", "image", "image_embeds")
-# Qwen2-Audio, Voxtral, Qwen3-Omni's thinker
+# Qwen2-Audio, Voxtral
 AUDIO_PLACEHOLDERS = with_encoder("audio_encoder", "audio", "audio_embeds")
 AUDIO_CROSS_ATTENTION = cross_attention_encoder("audio_encoder", "audio", "encoder_hidden_states")
 
@@ -74,12 +74,12 @@ _MODELS = {
         "mstar.models.audio.voxtral", "VoxtralForConditionalGeneration", AUDIO_PLACEHOLDERS),
     "WhisperForConditionalGeneration": ModelEntry(
         "mstar.models.audio.whisper", "WhisperForConditionalGeneration", AUDIO_CROSS_ATTENTION),
-    # Qwen3-Omni's thinker, text and audio in: the engine runs one language model per graph,
-    # so the entry's graph is the audio-in one (its language model the thinker); graph.speech's
-    # QWEN3_OMNI (thinker -> talker -> code2wav) takes its place once the engine chains them.
-    # No vision encoder node: images are refused by name.
+    # Qwen3-Omni: text and audio in, text and audio out (graph.speech's QWEN3_OMNI: audio
+    # encoder -> thinker -> talker -> code2wav). Its engine runs the thinker (the graph's first
+    # walk); the worker chains the talker (``talker``) and code2wav beside it. No vision encoder
+    # node: images are refused by name.
     "Qwen3OmniMoeForConditionalGeneration": ModelEntry(
-        "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", AUDIO_PLACEHOLDERS,
+        "mstar.models.audio.qwen3_omni_thinker", "Qwen3OmniThinker", QWEN3_OMNI,
         thinker_rows=True, talker="Qwen3OmniMoeTalkerForConditionalGeneration"),
     # Speech out: the backbone runs in the engine, its frames stream to the codec node
     # (docs/speech.rst); the depth decoder is the runner's frame head.
@@ -137,8 +137,9 @@ def output_modalities(architectures: list[str] | None) -> tuple[str, ...]:
 
 def speaks_replies(architectures: list[str] | None) -> bool:
     """Whether a request may ask for its reply spoken (``SamplingParams.speaker``): the entry
-    names a talker (``ModelEntry.talker``, Qwen3-Omni: the worker runs the chained walk). No
-    torch import: the API server asks it."""
+    names a talker (``ModelEntry.talker``, Qwen3-Omni: the worker runs the chained walk), so its
+    speech is a chat reply; a model whose graph emits audio and names no talker (CSM) speaks
+    its own frames from a turn of its own. No torch import: the API server asks it."""
     try:
         return entry_for(architectures).talker is not None
     except ValueError:

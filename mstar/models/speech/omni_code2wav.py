@@ -56,8 +56,9 @@ class Code2Wav:
 
     @classmethod
     def load(cls, model_dir, device: torch.device | None = None,
-             dtype: torch.dtype = torch.float32) -> Code2Wav:
-        return cls(load_code2wav(model_dir, device, dtype))
+             dtype: torch.dtype = torch.float32,
+             chunk: ChunkPolicy = QWEN3_OMNI.edge_from(TALKER).chunk) -> Code2Wav:
+        return cls(load_code2wav(model_dir, device, dtype), chunk)
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> np.ndarray:

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mstar.graph.chunks import ChunkPolicy
+from mstar.graph.speech import QWEN3_OMNI, TALKER
 from mstar.models.speech.omni_code2wav import Code2Wav
 from mstar.models.speech.omni_talker import TalkerFrames
 from mstar.models.speech.omni_talker_inputs import TalkerInputs, talker_inputs
@@ -27,9 +29,10 @@ DEFAULT_SPEAKER = "ethan"  # Qwen3-Omni's default voice (transformers' ``generat
 
 
 class OmniSpeaker:
-    def __init__(self, model) -> None:
+    def __init__(self, model, chunk: ChunkPolicy = QWEN3_OMNI.edge_from(TALKER).chunk) -> None:
         """``model``: a local Qwen3-Omni directory or a loaded
-        ``Qwen3OmniMoeForConditionalGeneration`` with its talker."""
+        ``Qwen3OmniMoeForConditionalGeneration`` with its talker; ``chunk``: code2wav's windows
+        (the graph's: transformers' numbers; a server's are MSTAR_SPEECH_CHUNK_FRAMES')."""
         from transformers import Qwen3OmniMoeForConditionalGeneration
 
         if isinstance(model, (str, Path)):
@@ -37,7 +40,7 @@ class OmniSpeaker:
                                                                          dtype=torch.float32)
         self.model = model.eval()
         self.talker = TalkerFrames(model.talker)
-        self.codec = Code2Wav(model.code2wav)
+        self.codec = Code2Wav(model.code2wav, chunk)
 
     @torch.inference_mode()
     def answer(self, prompt_ids: list[int], max_tokens: int,

@@ -107,3 +107,16 @@ class MediaKnobs(BaseModel):
         "once, when a worker loads the model: a model whose window needs more does not start, "
         "and every request it admits stays within it (CSM: 12 frames, about 92 KiB).",
         unit="bytes", ge=1, le=2**34)
+    # Qwen3-Omni's code2wav windows as served (``engine.chain.speech_chain``): its graph
+    # declares transformers' 300 after 25 (the parity reference), whose first audio comes 24 s
+    # of talker frames in: the whole reply, mostly.
+    speech_chunk_frames: int = _speech(
+        25, "Frames of a chained speech model's talker (Qwen3-Omni) that code2wav decodes per "
+        "chunk: the first audio waits for this many (12.5 a second: 25 is 2 s). transformers' "
+        "own is 300 (24 s). CSM's windows are its graph's (4 after 8).",
+        unit="frames", ge=1, le=MAX_COUNT)
+    speech_left_context: int = _speech(
+        25, "Frames before each chunk code2wav decodes again for continuity, their samples "
+        "dropped (MSTAR_SPEECH_CHUNK_FRAMES's left context; transformers' is 25). Each chunk's "
+        "decode is of this many plus MSTAR_SPEECH_CHUNK_FRAMES frames.",
+        unit="frames", ge=0, le=MAX_COUNT)
