@@ -25,7 +25,7 @@ import torch
 from mstar.models.speech.checkpoint import tensors_under
 from mstar.models.speech.csm_backbone import AUDIO_EMBED, DEPTH_PREFIX, TIED_AUDIO_EMBED
 from mstar.models.speech.csm_frames import depth_codes
-from mstar.models.speech.frame_stop import FrameStop
+from mstar.models.speech.frame_book import FrameBook
 
 
 def load_depth_decoder(model_dir, hf_config, device: torch.device, dtype: torch.dtype):
@@ -41,29 +41,12 @@ def load_depth_decoder(model_dir, hf_config, device: torch.device, dtype: torch.
     return depth.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
-class FrameHead:
+class FrameHead(FrameBook):
     def __init__(self, model, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype) -> None:
-        self.model = model  # a CsmBackbone
-        self.device = device
+        super().__init__(model, device, hf_config.codebook_eos_token_id)  # a CsmBackbone
         self.codebooks = hf_config.num_codebooks
-        self.end_code = hf_config.codebook_eos_token_id
         self.depth = load_depth_decoder(model_dir, hf_config, device, dtype)
-        self.frames: dict[int, list[list[int]]] = {}  # request number -> its frames so far
-        self.prompt_len: dict[int, int] = {}
-
-    def stop(self, speculating: bool) -> FrameStop:
-        """The engine's finish rule for this model's requests."""
-        return FrameStop(self.end_code, speculating)
-
-    def apply(self, out) -> None:
-        """The step's diffs, as the persistent batch takes them: removed first, then new."""
-        for seq_no in out.removed:
-            self.frames.pop(seq_no, None)
-            self.prompt_len.pop(seq_no, None)
-        for req in out.new:
-            self.frames[req.seq_no] = list(req.frames)  # the frames themselves are never changed
-            self.prompt_len[req.seq_no] = req.num_prompt_tokens
 
     def embeds(self, out, input_ids: torch.Tensor) -> torch.Tensor:
         """The step's input embeddings, in the step's token order."""

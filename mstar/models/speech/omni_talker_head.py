@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from mstar.models.speech.checkpoint import tensors_under
+from mstar.models.speech.frame_book import FrameBook
 from mstar.models.speech.frame_stop import FrameStop
 from mstar.models.speech.omni_code_predictor import frame_embeds, residual_codes
 from mstar.models.speech.omni_talker import TALKER_PREFIX
@@ -54,33 +55,23 @@ class TalkerStop(FrameStop):
         return "length" if seq.num_output_tokens >= seq.params.max_tokens else None
 
 
-class TalkerHead:
+class TalkerHead(FrameBook):
+    STOP = TalkerStop
+
     def __init__(self, model, model_dir, hf_config, device: torch.device,
                  dtype: torch.dtype) -> None:
-        self.model = model  # an OmniTalker
-        self.device = device
+        super().__init__(model, device, hf_config.codec_eos_token_id)  # an OmniTalker
         self.groups = hf_config.num_code_groups
-        self.end_code = hf_config.codec_eos_token_id
         self.predictor = load_code_predictor(model_dir, hf_config, device, dtype)
-        self.frames: dict[int, list[list[int]]] = {}  # request number -> its frames so far
-        self.prompt_len: dict[int, int] = {}
         self.feeds: dict = {}  # request number -> its RowFeed
 
-    def stop(self, speculating: bool) -> TalkerStop:
-        return TalkerStop(self.end_code, speculating)
+    def take(self, req) -> None:
+        if req.feed is None:
+            raise ValueError("a talker request carries its embedding rows (a RowFeed)")
+        self.feeds[req.seq_no] = req.feed
 
-    def apply(self, out) -> None:
-        """The step's diffs, as the persistent batch takes them: removed first, then new."""
-        for seq_no in out.removed:
-            self.frames.pop(seq_no, None)
-            self.prompt_len.pop(seq_no, None)
-            self.feeds.pop(seq_no, None)
-        for req in out.new:
-            if req.feed is None:
-                raise ValueError("a talker request carries its embedding rows (a RowFeed)")
-            self.frames[req.seq_no] = list(req.frames)
-            self.prompt_len[req.seq_no] = req.num_prompt_tokens
-            self.feeds[req.seq_no] = req.feed
+    def forget(self, seq_no: int) -> None:
+        self.feeds.pop(seq_no, None)
 
     def embeds(self, out, input_ids: torch.Tensor) -> torch.Tensor:
         """The step's input embeddings, in the step's token order."""
