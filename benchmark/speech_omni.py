@@ -10,9 +10,10 @@ Each request is the same user turn in the talker's one voice, answered with exac
 ``Target.audio`` asks for audio out; its timer keeps the first audio bytes). Per request: the
 time to the first audio chunk and to the last text token (send to last transcript delta); per
 round: how many requests had their first audio before their last text, seconds of audio per
-wall second, and the text tokens per wall second. Each concurrency runs a round with audio on
-and one with audio off (``modalities`` text only: the same chats without the talker and
-code2wav), so text tok/s with audio on and off come from the same run.
+wall second, and text tokens per second of the text stream (to the round's last text token:
+the talker's audio may go on after it). Each concurrency runs a round with audio on and one
+with audio off (``modalities`` text only: the same chats without the talker and code2wav), so
+text tok/s with audio on and off come from the same run.
 
 Seconds of audio: the pcm16 samples over the rate at which a frame is 80 ms
 (``samples_per_frame`` x 12.5 frames a second). The released code2wav makes 1920 samples a frame
@@ -45,6 +46,13 @@ VOICE = "ethan"  # the tiny model's one speaker (test/omni_helpers.py's talker_c
 AUDIO = {"voice": VOICE, "format": "pcm16"}  # OpenAI streams pcm16 only
 BYTES_PER_SAMPLE = 2  # pcm16 mono
 HELPERS = Path(__file__).resolve().parent.parent / "test" / "omni_helpers.py"
+# The saved model's seed: with it the greedy reply to PROMPT runs 128 tokens without the
+# thinker's end token, 119 of them words (others are special ids: no text), and the talker
+# speaks to its bound without its own end (offline, OmniSpeaker: 160 of 160 frames), so the
+# audio lasts as long as the text. At seed 0 the served talker ends after 17 frames of a
+# 128-token reply (code2wav's first 25-frame window never fills); at seed 5 every reply token
+# is a special id, so the stream carries no text at all.
+SEED = 11
 
 
 @dataclass
@@ -56,8 +64,9 @@ class Round:
 
     @property
     def tok_s(self) -> float:
-        """Text tokens (the server's usage count) per second of the round's wall time."""
-        return sum(r.output_tokens for r in self.results) / self.wall_s
+        """Text tokens (the server's usage count) per second of the text stream: from sending
+        the round to its last text token (the talker's audio may go on after it)."""
+        return sum(r.output_tokens for r in self.results) / max(r.last_token for r in self.results)
 
 
 @dataclass
@@ -100,7 +109,7 @@ def save_omni(path: Path) -> Path:
     spec = importlib.util.spec_from_file_location("omni_helpers", HELPERS)
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
-    return helpers.save_tiny_omni(path, word_tokenizer(PROMPT))
+    return helpers.save_tiny_omni(path, word_tokenizer(PROMPT), seed=SEED)
 
 
 def frame_rate(model: Path) -> float:
@@ -109,6 +118,17 @@ def frame_rate(model: Path) -> float:
 
     codec = json.loads((model / "config.json").read_text())["code2wav_config"]
     return math.prod(codec["upsample_rates"] + codec["upsampling_ratios"]) * FRAMES_PER_SECOND
+
+
+def speech_seconds(tokens: int) -> float:
+    """The served speech bound: a talker frame per text token. The talker reads one text row a
+    frame and the random one never ends by itself (``SEED``), so its audio ends with the text,
+    and the thinker's last output, which the server holds until the talker's end
+    (``SpeechChain``: its finish goes with the audio's), comes when the text would: text tok/s
+    with audio on is the text's, not the talker's tail's."""
+    from mstar.models.speech.utterance import FRAMES_PER_SECOND
+
+    return tokens / FRAMES_PER_SECOND
 
 
 async def round_of(url: str, concurrency: int, tokens: int, spoken: bool) -> Round:
@@ -163,7 +183,7 @@ def run(tokens: int, passes: int, serve_env: list[str],
     with tempfile.TemporaryDirectory() as tmp:
         model = save_omni(Path(tmp) / "omni")
         env = ["MSTAR_DTYPE=float32", "MSTAR_DEVICE=cpu", f"MSTAR_SERVED_MODEL_NAMES={NAME}",
-               *serve_env]
+               f"MSTAR_MAX_SPEECH_SECONDS={speech_seconds(tokens)}", *serve_env]
         url, proc = serve(str(model), env)
         try:
             return measure(url, frame_rate(model), tokens, passes, concurrency)
