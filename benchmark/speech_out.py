@@ -10,8 +10,8 @@ first pcm bytes (the codec's first window: ``CSM_CHUNK_FRAMES`` frames). Real-ti
 is **seconds of audio per second of wall time** (higher is faster; above 1 is faster than
 real time), over a round of ``c`` concurrent requests: the opposite way round from the
 transcription table's. "tok/s of the text stream with audio on and off" (issue 35) needs a
-model that makes text and speech at once (a thinker and a talker: Qwen3-Omni, not built); CSM
-makes no text, so it is printed as not measured.
+model that makes text and speech at once: CSM makes no text, so it is printed as not measured
+here; Qwen3-Omni's is ``benchmark.speech_omni`` (``--model omni``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ VOICES = 8
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it rests in the sun."
 CODEBOOKS, CODES, POSITIONS = 8, 64, 4096
 BYTES_PER_SAMPLE = 2  # pcm: 16-bit mono
-NO_TEXT = ("tok/s of the text stream, audio on and off: not measured (it needs a model that "
-           "makes text and speech at once, a thinker and a talker: Qwen3-Omni, not built; CSM "
-           "makes no text)")
+NO_TEXT = ("tok/s of the text stream, audio on and off: not measured on CSM (it makes no text; "
+           "a model that makes text and speech at once: --speech-out --model omni)")
 
 
 @dataclass
