@@ -15,6 +15,13 @@ the same files (jiwer; lower case, punctuation dropped; numbers as digits count 
 Speech out instead (``benchmark.speech_out``): time to the first audio chunk and seconds of
 audio per wall second at 1 and 8 concurrent ``/v1/audio/speech`` streams, against ``mstar
 serve`` on a tiny random CSM the script saves.
+
+    PYTHONPATH=. .venv/bin/python -m benchmark.audio --speech-out --model omni [--tokens 128]
+
+Qwen3-Omni's instead (``benchmark.speech_omni``): streamed chats with audio out at 1 and 8
+concurrent, on a tiny random Qwen3-Omni the script saves: time to the first audio chunk and to
+the last text token, how many requests had audio before their last text, seconds of audio per
+wall second, and text tok/s with audio on and off.
 """
 
 from __future__ import annotations
@@ -99,9 +106,20 @@ def main() -> None:
     parser.add_argument("--speech-out", action="store_true",
                         help="speech out (benchmark.speech_out) instead of transcription")
     parser.add_argument("--frames", type=int, default=100, help="--speech-out: frames a request")
+    parser.add_argument("--model", choices=("csm", "omni"), default="csm",
+                        help="--speech-out: the tiny model served (CSM's /v1/audio/speech or "
+                        "Qwen3-Omni's chat with audio out)")
+    parser.add_argument("--tokens", type=int, default=128,
+                        help="--speech-out --model omni: text tokens a chat (ignore_eos)")
     parser.add_argument("--serve-env", nargs="*", default=[], metavar="MSTAR_X=V",
-                        help="--speech-out: knobs of the served CSM")
+                        help="--speech-out: knobs of the served model")
     args = parser.parse_args()
+    if args.speech_out and args.model == "omni":
+        from benchmark import speech_omni
+
+        speech_omni.report(speech_omni.run(args.tokens, args.passes, args.serve_env),
+                           args.tokens)
+        return
     if args.speech_out:
         from benchmark import speech_out
 

@@ -3,8 +3,12 @@
 TTFT is send -> first chunk carrying at least one token; inter-token latencies are the gaps
 between consecutive token-carrying chunks; the output token count comes from the server's
 usage report when it sends one (so multi-token chunks are counted right), else one per chunk.
+A chat with audio out (``Target.audio``: OpenAI's ``modalities: ["text", "audio"]``) streams
+its text as ``delta.audio.transcript`` (counted as tokens) and its pcm16 as base64
+``delta.audio.data``: the time to the first audio bytes and their count are kept too.
 """
 
+import base64
 import json
 import time
 from dataclasses import dataclass, field
@@ -34,6 +38,13 @@ class RequestResult:
     output_tokens: int = 0
     itls: list[float] = field(default_factory=list)
     finished_at: float = 0.0
+    first_audio: float | None = None  # send -> first audio bytes (a chat with audio out)
+    audio_bytes: int = 0  # the reply's audio, decoded from base64 (pcm16: 2 bytes a sample)
+
+    @property
+    def last_token(self) -> float | None:
+        """Send -> the last token-carrying chunk."""
+        return None if self.ttft is None else self.ttft + sum(self.itls)
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class Target:
     ignore_eos: bool
     temperature: float
     api_key: str | None = None
+    audio: dict | None = None  # chat only: ``{voice, format}``, asking for audio out too
 
     @property
     def url(self) -> str:
@@ -67,6 +79,8 @@ class Target:
         body["stream_options"] = {"include_usage": True}
         if self.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": spec.prompt}]
+            if self.audio is not None:
+                body["modalities"], body["audio"] = ["text", "audio"], self.audio
         else:
             body["prompt"] = spec.prompt
         if self.ignore_eos:
@@ -92,6 +106,11 @@ class _Timer:
             self.result.itls.append(now - self.last)
         self.last = now
         self.chunks += 1
+
+    def audio_chunk(self, size: int) -> None:
+        if self.result.first_audio is None:
+            self.result.first_audio = time.perf_counter() - self.start
+        self.result.audio_bytes += size
 
 
 def _error_message(obj: dict) -> str | None:
@@ -131,8 +150,12 @@ async def _read_sse(resp: httpx.Response, timer: _Timer) -> int:
         text = ""
         for choice in obj.get("choices") or []:
             delta = choice.get("delta") or {}
-            content = delta.get("content") or delta.get("reasoning_content")
+            audio = delta.get("audio") or {}
+            content = (delta.get("content") or delta.get("reasoning_content")
+                       or audio.get("transcript"))
             text += content or choice.get("text") or ""
+            if audio.get("data"):
+                timer.audio_chunk(len(base64.b64decode(audio["data"])))
         if text:
             timer.token_chunk()
     return timer.chunks if usage_tokens is None else usage_tokens

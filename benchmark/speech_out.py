@@ -10,8 +10,8 @@ first pcm bytes (the codec's first window: ``CSM_CHUNK_FRAMES`` frames). Real-ti
 is **seconds of audio per second of wall time** (higher is faster; above 1 is faster than
 real time), over a round of ``c`` concurrent requests: the opposite way round from the
 transcription table's. "tok/s of the text stream with audio on and off" (issue 35) needs a
-model that makes text and speech at once (a thinker and a talker: Qwen3-Omni, not built); CSM
-makes no text, so it is printed as not measured.
+model that makes text and speech at once: CSM makes no text, so it is printed as not measured
+here; Qwen3-Omni's is ``benchmark.speech_omni`` (``--model omni``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ VOICES = 8
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it rests in the sun."
 CODEBOOKS, CODES, POSITIONS = 8, 64, 4096
 BYTES_PER_SAMPLE = 2  # pcm: 16-bit mono
-NO_TEXT = ("tok/s of the text stream, audio on and off: not measured (it needs a model that "
-           "makes text and speech at once, a thinker and a talker: Qwen3-Omni, not built; CSM "
-           "makes no text)")
+NO_TEXT = ("tok/s of the text stream, audio on and off: not measured on CSM (it makes no text; "
+           "a model that makes text and speech at once: --speech-out --model omni)")
 
 
 @dataclass
@@ -47,16 +46,28 @@ class Row:
         return self.audio_s / self.wall_s
 
 
+def word_tokenizer(text: str):
+    """A word-level tokenizer of ``text``'s words and punctuation, a newline a token of its own
+    (chat templates' turns end their role line with one), ``<unk>`` and ``<eos>``: the tiny
+    speech models' (no hub)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    split = pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+|\n"), "removed", invert=True)
+    words = ["<unk>", "<eos>", "\n", *sorted({w for w, _ in split.pre_tokenize_str(text)} - {"\n"})]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = split
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+
+
 def save_csm(path: Path) -> Path:
     """A tiny random CSM (a 4-layer 128-wide backbone, 8 codebooks of 64 codes, a small Mimi at
-    24 kHz) with a word-level tokenizer of the sentence's words, saved at ``path``."""
+    24 kHz) with a word-level tokenizer of the sentence's words (``word_tokenizer``), saved at
+    ``path``."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import CsmConfig, CsmForConditionalGeneration, PreTrainedTokenizerFast
+    from transformers import CsmConfig, CsmForConditionalGeneration
 
-    words = ["<unk>", "<eos>", *sorted(set(SENTENCE.replace(",", " ").replace(".", " ").split()))]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = word_tokenizer(SENTENCE)
     depth = dict(num_codebooks=CODEBOOKS, backbone_hidden_size=128, vocab_size=CODES,
                  hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2,
@@ -66,7 +77,7 @@ def save_csm(path: Path) -> Path:
                 vector_quantization_hidden_dimension=16, upsample_groups=32,
                 num_hidden_layers=2, intermediate_size=64, num_attention_heads=4,
                 num_key_value_heads=4, sliding_window=32)
-    config = CsmConfig(num_codebooks=CODEBOOKS, vocab_size=CODES, text_vocab_size=len(words),
+    config = CsmConfig(num_codebooks=CODEBOOKS, vocab_size=CODES, text_vocab_size=len(tok),
                        hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2,
                        max_position_embeddings=POSITIONS, pad_token_id=1, bos_token_id=0,
@@ -74,7 +85,7 @@ def save_csm(path: Path) -> Path:
                        codebook_eos_token_id=0, depth_decoder_config=depth, codec_config=mimi)
     torch.manual_seed(0)
     CsmForConditionalGeneration(config).eval().save_pretrained(path)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>").save_pretrained(path)
+    tok.save_pretrained(path)
     return path
 
 

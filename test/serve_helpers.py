@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import random
 import re
@@ -17,8 +18,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -212,6 +214,35 @@ def wait_idle(server: Server, timeout_s: float = 10) -> None:
     while any(metric_in(server.metrics_text(), name) for name in IDLE_GAUGES):  # one scrape
         assert time.monotonic() < deadline, "server never went idle"
         time.sleep(0.05)
+
+
+LONG_POSITIONS = 65536  # the speech disconnect tests' models' context
+LONG_SPEECH_SECONDS = 64000 / 12.5  # their MSTAR_MAX_SPEECH_SECONDS: 64000 frames at 12.5 a s
+
+
+def long_speech_server(save: Callable, tokenizer, tmp_path_factory) -> Iterator[Server]:
+    """Body of the speech disconnect tests' module-scoped server fixture: the tiny speech model
+    ``save(path, tokenizer, positions=...)`` saves (``save_tiny_csm``, ``save_tiny_omni``) with
+    ``LONG_POSITIONS`` positions, served float32 with ``LONG_SPEECH_SECONDS`` of speech a
+    request allowed and a KV cache of 0.08 GB, so a request asking for that much runs far longer
+    than a test's patience."""
+    model = save(tmp_path_factory.mktemp("speech-long"), tokenizer, positions=LONG_POSITIONS)
+    yield from running_server(model, tmp_path_factory.mktemp("log") / "serve.log",
+                              {"MSTAR_DTYPE": "float32",
+                               "MSTAR_MAX_SPEECH_SECONDS": str(LONG_SPEECH_SECONDS),
+                               "MSTAR_CPU_KV_CACHE_GB": "0.08"})
+
+
+def raw_post(server: Server, path: str, fields: dict) -> socket.socket:
+    """``fields`` as JSON to ``path`` on a raw connection, so that the test decides when it
+    closes (``abandon_and_require_idle``): not a client's timeout."""
+    url = urlsplit(server.url)
+    body = json.dumps(fields)
+    sock = socket.create_connection((url.hostname, url.port))
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {url.hostname}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                 .encode() + body.encode())
+    return sock
 
 
 def abandon_and_require_idle(server: Server, socks: list, running: int,

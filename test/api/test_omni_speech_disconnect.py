@@ -3,25 +3,20 @@ aborted in the worker's chain, which frees every KV block of both nodes (thinker
 within a second (issue 35's bound, read from ``/metrics``, whose usage is both caches'), streamed
 or not: test_speech_disconnect.py's check (``abandon_and_require_idle``) on the chained walk.
 
-Served on a tiny random Qwen3-Omni with 65536 positions, each request's thinker asked for 60000
-tokens with ``ignore_eos`` and a seconds bound of 64000 talker frames (MSTAR_MAX_SPEECH_SECONDS
-5120): at least 60000 thinker steps each, with the talker's and code2wav's beside them, which no
-machine runs within the test's patience, so an idle server within the bound was an abort.
+Served on a tiny random Qwen3-Omni with 65536 positions (``serve_helpers.long_speech_server``,
+the CSM test's), each request's thinker asked for 60000 tokens with ``ignore_eos`` and a seconds
+bound of 64000 talker frames (MSTAR_MAX_SPEECH_SECONDS 5120): at least 60000 thinker steps each,
+with the talker's and code2wav's beside them, which no machine runs within the test's patience,
+so an idle server within the bound was an abort.
 """
 
 from __future__ import annotations
 
-import json
-import socket
-from urllib.parse import urlsplit
-
 import pytest
 from omni_helpers import save_tiny_omni
-from serve_helpers import Server, abandon_and_require_idle, wait_idle
+from serve_helpers import Server, abandon_and_require_idle, long_speech_server, raw_post, wait_idle
 
-POSITIONS = 65536
 MAX_TOKENS = 60000  # each request's thinker tokens (ignore_eos: it never stops earlier)
-SECONDS = 64000 / 12.5  # MSTAR_MAX_SPEECH_SECONDS: 64000 talker frames
 REQUESTS = 2  # at once
 ABORT_BOUND_S = 1.0  # issue 35: a disconnect mid-speech frees every block within 1 s
 HI = [{"role": "user", "content": "Hello there, how are you?"}]
@@ -29,28 +24,14 @@ HI = [{"role": "user", "content": "Hello there, how are you?"}]
 
 @pytest.fixture(scope="module")
 def server(tiny_tokenizer, tmp_path_factory):
-    model = save_tiny_omni(tmp_path_factory.mktemp("omni-long"), tiny_tokenizer,
-                           positions=POSITIONS)
-    srv = Server(model, tmp_path_factory.mktemp("log") / "serve.log",
-                 {"MSTAR_DTYPE": "float32", "MSTAR_MAX_SPEECH_SECONDS": str(SECONDS),
-                  "MSTAR_CPU_KV_CACHE_GB": "0.08"})
-    try:
-        yield srv.wait_ready()
-    finally:
-        srv.stop()
+    yield from long_speech_server(save_tiny_omni, tiny_tokenizer, tmp_path_factory)
 
 
-def _send(server: Server, stream: bool) -> socket.socket:
-    """A raw connection, so that the test decides when it closes: not a client's timeout."""
-    url = urlsplit(server.url)
-    body = json.dumps({"messages": HI, "max_tokens": MAX_TOKENS, "ignore_eos": True,
-                       "temperature": 0, "modalities": ["text", "audio"], "stream": stream,
-                       "audio": {"voice": "ethan", "format": "pcm16" if stream else "wav"}})
-    sock = socket.create_connection((url.hostname, url.port))
-    sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: {url.hostname}\r\n"
-                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                 .encode() + body.encode())
-    return sock
+def _send(server: Server, stream: bool):
+    return raw_post(server, "/v1/chat/completions", {
+        "messages": HI, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0,
+        "modalities": ["text", "audio"], "stream": stream,
+        "audio": {"voice": "ethan", "format": "pcm16" if stream else "wav"}})
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -2,55 +2,43 @@
 every KV block within a second (issue 35's bound, read from ``/metrics``), streamed or not.
 
 Served on a tiny random CSM with 65536 positions and a seconds bound of 64000 frames
-(MSTAR_MAX_SPEECH_SECONDS 5120), four requests at once: together at least 64000 engine steps,
-each with the depth decoder's steps and a Mimi decode every 4 frames (this 2-core machine makes
-~200 frames a second; a machine 10 times faster would still take half a minute), which no
-machine runs within the test's patience. The shared tiny CSM's 256 positions end in about a second, too soon
-to tell an abort from a finish (the lead's CI saw a ~500-step request end before the workers'
-statistics showed it running).
+(MSTAR_MAX_SPEECH_SECONDS 5120: ``serve_helpers.long_speech_server``), four requests at once:
+together at least 64000 engine steps, each with the depth decoder's steps and a Mimi decode
+every 4 frames (this 2-core machine makes ~200 frames a second; a machine 10 times faster would
+still take half a minute), which no machine runs within the test's patience. The shared tiny
+CSM's 256 positions end in about a second, too soon to tell an abort from a finish (the lead's
+CI saw a ~500-step request end before the workers' statistics showed it running).
 """
 
 from __future__ import annotations
 
-import json
-import socket
-from urllib.parse import urlsplit
-
 import pytest
 from csm_helpers import save_tiny_csm
-from serve_helpers import Server, abandon_and_require_idle, wait_idle
+from serve_helpers import (
+    LONG_SPEECH_SECONDS,
+    Server,
+    abandon_and_require_idle,
+    long_speech_server,
+    raw_post,
+    wait_idle,
+)
 
-POSITIONS = 65536
-FRAMES = 64000  # each request's max_frames: it ends only at an end frame (the tiny CSM makes none)
-SECONDS = FRAMES / 12.5  # MSTAR_MAX_SPEECH_SECONDS that allows them
+FRAMES = int(LONG_SPEECH_SECONDS * 12.5)  # each request's max_frames: it ends only at an end frame
+# (the tiny CSM makes none); MSTAR_MAX_SPEECH_SECONDS allows them
 VOICES = ("0", "1", "2", "3")  # four requests at once, each its own speaker
 ABORT_BOUND_S = 1.0  # issue 35: a disconnect mid-speech frees every block within 1 s
 
 
 @pytest.fixture(scope="module")
 def server(tiny_tokenizer, tmp_path_factory):
-    model = save_tiny_csm(tmp_path_factory.mktemp("csm-long"), tiny_tokenizer,
-                          positions=POSITIONS)
-    srv = Server(model, tmp_path_factory.mktemp("log") / "serve.log",
-                 {"MSTAR_DTYPE": "float32", "MSTAR_MAX_SPEECH_SECONDS": str(SECONDS),
-                  "MSTAR_CPU_KV_CACHE_GB": "0.08"})
-    try:
-        yield srv.wait_ready()
-    finally:
-        srv.stop()
+    yield from long_speech_server(save_tiny_csm, tiny_tokenizer, tmp_path_factory)
 
 
-def _send(server: Server, voice: str, stream_format: str | None) -> socket.socket:
-    """A raw connection, so that the test decides when it closes: not a client's timeout."""
-    url = urlsplit(server.url)
+def _send(server: Server, voice: str, stream_format: str | None):
     fields = {"input": "Hello there, how are you?", "voice": voice, "max_frames": FRAMES,
               "response_format": "pcm" if stream_format else "wav"}
-    body = json.dumps(fields | ({"stream_format": stream_format} if stream_format else {}))
-    sock = socket.create_connection((url.hostname, url.port))
-    sock.sendall(f"POST /v1/audio/speech HTTP/1.1\r\nHost: {url.hostname}\r\n"
-                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                 .encode() + body.encode())
-    return sock
+    return raw_post(server, "/v1/audio/speech",
+                    fields | ({"stream_format": stream_format} if stream_format else {}))
 
 
 @pytest.mark.parametrize("stream_format", [None, "audio", "sse"])
