@@ -5,6 +5,8 @@ chain's tests (test/engine/test_omni_chain.py) and the placed talker's
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from alm_helpers import clip
@@ -21,6 +23,9 @@ MAX_FRAMES = 30
 # positions) and both prefills (15 and 31 rows), not both replies
 TALKER_BLOCKS = 16
 WAVE_TOLERANCE = 1e-6  # of the peak, as test/models/test_omni_speech.py states it
+# A run's guard against a hang (a talker waiting for a row or a finish that never comes), far
+# past a run's few seconds on a loaded machine: not a timing assertion
+RUN_DEADLINE_S = 120.0
 
 
 def requests_of(config) -> dict[str, tuple[list[int], list]]:
@@ -53,7 +58,9 @@ def run_chain(chain, requests, speaking: set[str]):
             tuple(parts))
     tokens, audio, reasons = {r: [] for r in requests}, {r: [] for r in requests}, {}
     frames = {r: [] for r in requests}
+    deadline = time.monotonic() + RUN_DEADLINE_S
     while chain.has_unfinished_requests():
+        assert time.monotonic() < deadline, f"the chain did not finish {sorted(requests)}"
         # the edge streams: the talker runs while the thinker still makes tokens
         STREAMED.append(chain.thinker.has_unfinished_requests()
                         and chain.talker.has_unfinished_requests())
