@@ -6,27 +6,28 @@ worker's own are (``inbox_checks.check_talker_outputs``)."""
 from __future__ import annotations
 
 from mstar.ipc import messages as m
-from mstar.ipc.check_rules import MAX_ID_CHARS, count, member, text
+from mstar.ipc.check_rules import MAX_ID_CHARS, Invalid, count, member, text
 from mstar.ipc.part_checks import check_tensor
 
-MAX_ROW_DIMS = 2  # a feed's rows: [n, H], its pad row [H]
 
-
-def _rows(tensor, where: str) -> None:
+def _rows(tensor, dims: int, where: str) -> None:
+    """Rows of ``dims`` dimensions (a feed's rows [n, H]; its pad row [H])."""
     check_tensor(tensor, where)
-    member(len(tensor.shape), range(1, MAX_ROW_DIMS + 1), f"{where}.shape")
+    member(len(tensor.shape), (dims,), f"{where}.shape")
 
 
 def check_talker_add(msg: m.TalkerAdd, bounds) -> None:
     text(msg.request_id, "request_id", MAX_ID_CHARS)
-    _rows(msg.prompt, "prompt")
-    _rows(msg.pad, "pad")
+    _rows(msg.prompt, 2, "prompt")
+    _rows(msg.pad, 1, "pad")
+    if msg.prompt.shape[1] != msg.pad.shape[0]:
+        raise Invalid(f"prompt rows of width {msg.prompt.shape[1]}, pad of {msg.pad.shape[0]}")
     count(msg.params.max_tokens, "params.max_tokens")
 
 
 def check_talker_rows(msg: m.TalkerRows, bounds) -> None:
     text(msg.request_id, "request_id", MAX_ID_CHARS)
-    _rows(msg.rows, "rows")
+    _rows(msg.rows, 2, "rows")
 
 
 def check_talker_abort(msg: m.TalkerAbort, bounds) -> None:

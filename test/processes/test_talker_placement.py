@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -20,6 +21,7 @@ from omni_chain_runs import (
     MAX_NEW,
     SPEECH_SECONDS,
     TALKER_BLOCKS,
+    Channel,
     check_chain,
     requests_of,
     run_chain,
@@ -154,6 +156,46 @@ def test_a_dead_talker_process_fails_the_chains_step(omni_dir, oracle, placed_ch
             chain.step()
 
 
+def test_a_dead_talker_process_fails_the_workers_step(omni_dir, device):
+    """The worker's loop raises (its process ends: the API server answers its requests 503, as
+    for any dead worker), its thinker and its talker handle shut down."""
+    from mstar.worker.worker import Worker
+
+    settings = WorkerSettings(model=str(omni_dir), device=device, dtype="float32",
+                              kv_block_size=4, num_kv_blocks=256, encoder_placement=PLACED,
+                              max_speech_seconds=SPEECH_SECONDS,
+                              speech_chunk_frames=OMNI_CHUNK_FRAMES)
+    channel = Channel()
+    worker = Worker(settings, 0, channel)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ids, _ = requests_of(worker_config(omni_dir))["other"]
+    channel.inbox.put(m.AddRequest("r", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
+                                                            speaker="ethan")))
+    deadline = time.monotonic() + STATS_WAIT_S
+    while not channel.tokens.get("r"):  # the thinker's first token: the talker's request follows
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.005)
+    worker.steps.talker.proc.kill()
+    thread.join(STATS_WAIT_S)
+    assert not thread.is_alive()
+    assert len(failed) == 1 and "node talker's process exited" in str(failed[0])
+
+
+def worker_config(omni_dir):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(omni_dir)
+
+
 def _model_dir(tmp_path, arch: str):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": [arch]}))
     return tmp_path
@@ -194,6 +236,8 @@ def test_the_talker_messages_are_checked_on_arrival():
                        (m.TalkerRows("r", WireTensor("float32", [1, 1, 3], bytes(12))),
                         "rows.shape"),
                        (m.TalkerAbort("x" * 300), "request_id"),
+                       (m.TalkerAdd("r", rows, WireTensor("float32", [2], bytes(8)),
+                                    SamplingParams(max_tokens=4)), "width"),
                        (m.TalkerOutputs([], 0, 0, -1, 0), "free_blocks")]:
         with pytest.raises(Invalid, match=field):
             check(bad, bounds)
