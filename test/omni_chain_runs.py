@@ -49,7 +49,7 @@ def reference(oracle: OmniSpeaker, ids, parts):
     return said[len(ids):], frames, np.concatenate(chunks)
 
 
-STREAMED: list[bool] = []  # per chain step of _run: both nodes had work
+STREAMED: list[bool] = []  # per chain step of run_chain: both nodes had work
 
 
 def run_chain(chain, requests, speaking: set[str]):

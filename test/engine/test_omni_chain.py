@@ -69,7 +69,7 @@ def test_alone_the_text_and_speech_are_the_offline_chains(omni_dir, oracle, make
 
 
 @pytest.mark.parametrize("continuations", [0, 1024], ids=["serial", "overlapped"])
-def test_batched_with_text_onlyrequests_of(omni_dir, oracle, make_engine, continuations):
+def test_batched_with_text_only_requests(omni_dir, oracle, make_engine, continuations):
     chain = _chain(omni_dir, make_engine, max_consecutive_spec_steps=continuations)
     requests = requests_of(oracle.model.config)
     speaking = {"text", "audio"}
@@ -134,15 +134,15 @@ def test_an_abort_mid_speech_stops_both_nodes(omni_dir, oracle, make_engine):
     ids, _ = requests_of(oracle.model.config)["other"]
     chain.add_request("r", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
                                                speaker="ethan"))
-    while not (chain.talker.has_unfinishedrequests_of()
-               and not chain.thinker.has_unfinishedrequests_of()):
+    while not (chain.talker.has_unfinished_requests()
+               and not chain.thinker.has_unfinished_requests()):
         assert not any(out.finished for out in chain.step())
     speaking = chain.stats()  # the worker's gauges: the talker's blocks count
     assert speaking.running == 1 and speaking.kv_cache_usage > 0
     assert speaking.free_blocks == 256 + chain.talker.stats().free_blocks
     chain.abort_request("r")
     steps = 0
-    while chain.has_unfinishedrequests_of():  # a step in flight may still end (overlapped loop)
+    while chain.has_unfinished_requests():  # a step in flight may still end (overlapped loop)
         assert chain.step() == []
         steps += 1
     assert steps <= 1
@@ -154,7 +154,7 @@ def test_a_prompt_without_the_assistant_opening_is_refused_by_name(omni_dir, mak
     chain = _chain(omni_dir, make_engine)
     with pytest.raises(RequestRejected, match="assistant turn's opening") as err:
         chain.add_request("r", [5, 6, 7, 8], SamplingParams(max_tokens=2, speaker="ethan"))
-    assert err.value.param == "prompt" and not chain.has_unfinishedrequests_of()
+    assert err.value.param == "prompt" and not chain.has_unfinished_requests()
 
 
 def test_the_registry_says_which_models_speak_replies():
@@ -185,7 +185,7 @@ def test_the_edge_feeds_transformers_rows(omni_dir, oracle, make_engine, rid):
     chain.thinker.add_request(rid, ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
                                                        thinker_rows=True), tuple(parts))
     feeds = []
-    while chain.thinker.has_unfinishedrequests_of():
+    while chain.thinker.has_unfinished_requests():
         for out in chain.thinker.step():
             made = edge.take(out)
             feeds += [made] if made is not None else []
