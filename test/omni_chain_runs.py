@@ -32,6 +32,14 @@ WAVE_TOLERANCE = 1e-6  # of the peak, as test/models/test_omni_speech.py states 
 RUN_DEADLINE_S = 120.0
 
 
+def omni_oracle(omni_dir) -> OmniSpeaker:
+    """The offline chain on the saved model: transformers' whole Qwen3-Omni, float32."""
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(omni_dir, dtype=torch.float32)
+    return OmniSpeaker(model.eval())
+
+
 def requests_of(config) -> dict[str, tuple[list[int], list]]:
     return {"text": thinker_prompt(config, [40, 41, 42, 43, 44, 45, 46], []),
             "audio": thinker_prompt(config, [11, 12, 13], [clip(3, 1.3)]),

@@ -19,6 +19,7 @@ from omni_chain_runs import (
     TALKER_BLOCKS,
     WAVE_TOLERANCE,
     check_chain,
+    omni_oracle,
     reference,
     reference_inputs,
     requests_of,
@@ -30,7 +31,6 @@ from mstar.engine.chain.speech_chain import SpeechChain
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.graph.speech import OMNI_CHUNK_FRAMES
-from mstar.models.speech.omni_speaker import OmniSpeaker
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +40,7 @@ def omni_dir(tmp_path_factory, tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def oracle(omni_dir):
-    from transformers import Qwen3OmniMoeForConditionalGeneration
-
-    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(omni_dir, dtype=torch.float32)
-    return OmniSpeaker(model.eval())
+    return omni_oracle(omni_dir)
 
 
 def _chain(omni_dir, make_engine, thinker_blocks=256, talker_blocks=256, **knobs):

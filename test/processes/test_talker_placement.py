@@ -23,6 +23,7 @@ from omni_chain_runs import (
     TALKER_BLOCKS,
     Channel,
     check_chain,
+    omni_oracle,
     requests_of,
     run_chain,
 )
@@ -36,7 +37,6 @@ from mstar.ipc.inbox_checks import InboxBounds, Invalid, check
 from mstar.ipc.parts import WireTensor
 from mstar.ipc.security import instance_security
 from mstar.models.loading.placement_check import encoder_placement_problem
-from mstar.models.speech.omni_speaker import OmniSpeaker
 from mstar.settings import WorkerSettings
 
 PLACED = "talker=process"
@@ -50,10 +50,7 @@ def omni_dir(tmp_path_factory, tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def oracle(omni_dir):
-    from transformers import Qwen3OmniMoeForConditionalGeneration
-
-    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(omni_dir, dtype=torch.float32)
-    return OmniSpeaker(model.eval())
+    return omni_oracle(omni_dir)
 
 
 @pytest.fixture
