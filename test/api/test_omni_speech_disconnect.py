@@ -1,7 +1,8 @@
 """A Qwen3-Omni chat client asking for a spoken reply that goes away mid-speech has its request
 aborted in the worker's chain, which frees every KV block of both nodes (thinker and talker)
 within a second (issue 35's bound, read from ``/metrics``, whose usage is both caches'), streamed
-or not: test_speech_disconnect.py's check (``abandon_and_require_idle``) on the chained walk.
+or not, with the talker colocated and in a process of its own: test_speech_disconnect.py's
+check (``abandon_and_require_idle``) on the chained walk.
 
 Served on a tiny random Qwen3-Omni with 65536 positions, each request's thinker asked for 60000
 tokens with ``ignore_eos`` and a seconds bound of 64000 talker frames (MSTAR_MAX_SPEECH_SECONDS
@@ -27,15 +28,19 @@ ABORT_BOUND_S = 1.0  # issue 35: a disconnect mid-speech frees every block withi
 HI = [{"role": "user", "content": "Hello there, how are you?"}]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_tokenizer, tmp_path_factory):
+@pytest.fixture(scope="module", params=["", "talker=process"], ids=["colocated", "talker-apart"])
+def server(tiny_tokenizer, tmp_path_factory, request):
+    """The talker in the worker's process, or in one of its own (MSTAR_ENCODER_PLACEMENT:
+    its blocks then reach /metrics through its process's load)."""
     model = save_tiny_omni(tmp_path_factory.mktemp("omni-long"), tiny_tokenizer,
                            positions=POSITIONS)
     srv = Server(model, tmp_path_factory.mktemp("log") / "serve.log",
                  {"MSTAR_DTYPE": "float32", "MSTAR_MAX_SPEECH_SECONDS": str(SECONDS),
-                  "MSTAR_CPU_KV_CACHE_GB": "0.08"})
+                  "MSTAR_CPU_KV_CACHE_GB": "0.08", "MSTAR_ENCODER_PLACEMENT": request.param})
     try:
-        yield srv.wait_ready()
+        srv.wait_ready()
+        assert ("talker_node_ready" in srv.log()) == bool(request.param)
+        yield srv
     finally:
         srv.stop()
 
