@@ -8,7 +8,8 @@ the node in-process, on a miss of its encoder cache. A call sends the part's enc
 sockets, checked on arrival like every other); the node process loads the model's weights,
 keeps the node's call and answers each request in order. It dies with its worker
 (``enter_child``), and a dead node fails the worker's step, so the worker's requests fail as a
-dead worker's do (503).
+dead worker's do (503). The process, its sockets and its stop are every node process's
+(``mstar.worker.node_process``).
 """
 
 from __future__ import annotations

@@ -59,9 +59,13 @@ class NodeProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args, to_node, from_node, str(max_message_bytes)],
             stdin=subprocess.PIPE, text=True)
-        self.proc.stdin.write(settings_to_json(settings))
-        self.proc.stdin.close()
-        self.ready = self.wait(ready, settings.startup_timeout_s)
+        try:
+            self.proc.stdin.write(settings_to_json(settings))
+            self.proc.stdin.close()
+            self.ready = self.wait(ready, settings.startup_timeout_s)
+        except BaseException:  # not ready: nothing of it is left behind
+            self.close()
+            raise
 
     def send(self, msg: m.Message) -> None:
         send(self.requests, msg)

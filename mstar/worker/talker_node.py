@@ -102,7 +102,7 @@ def _apply(engine, feeds: dict[str, RowFeed], msg: m.Message) -> list[RequestOut
             return [RequestOutput(msg.request_id, finished=True, finish_reason="abort")]
     elif isinstance(msg, m.TalkerRows):
         feed = feeds.get(msg.request_id)
-        if feed is None:  # finished or aborted here already
+        if feed is None or feed.finished:  # ended here already (or its rows are complete)
             return []
         rows = _from_wire(msg.rows, device, dtype)
         if len(rows):
