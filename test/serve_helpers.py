@@ -220,17 +220,18 @@ LONG_POSITIONS = 65536  # the speech disconnect tests' models' context
 LONG_SPEECH_SECONDS = 64000 / 12.5  # their MSTAR_MAX_SPEECH_SECONDS: 64000 frames at 12.5 a s
 
 
-def long_speech_server(save: Callable, tokenizer, tmp_path_factory) -> Iterator[Server]:
+def long_speech_server(save: Callable, tokenizer, tmp_path_factory,
+                       env: dict[str, str] | None = None) -> Iterator[Server]:
     """Body of the speech disconnect tests' module-scoped server fixture: the tiny speech model
     ``save(path, tokenizer, positions=...)`` saves (``save_tiny_csm``, ``save_tiny_omni``) with
     ``LONG_POSITIONS`` positions, served float32 with ``LONG_SPEECH_SECONDS`` of speech a
     request allowed and a KV cache of 0.08 GB, so a request asking for that much runs far longer
-    than a test's patience."""
+    than a test's patience. ``env``: more knobs of the server."""
     model = save(tmp_path_factory.mktemp("speech-long"), tokenizer, positions=LONG_POSITIONS)
     yield from running_server(model, tmp_path_factory.mktemp("log") / "serve.log",
                               {"MSTAR_DTYPE": "float32",
                                "MSTAR_MAX_SPEECH_SECONDS": str(LONG_SPEECH_SECONDS),
-                               "MSTAR_CPU_KV_CACHE_GB": "0.08"})
+                               "MSTAR_CPU_KV_CACHE_GB": "0.08", **(env or {})})
 
 
 def raw_post(server: Server, path: str, fields: dict) -> socket.socket:

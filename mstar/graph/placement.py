@@ -1,19 +1,25 @@
-"""Where each node of a walk graph runs: the map MSTAR_ENCODER_PLACEMENT gives, from encoder
-node names to places, and the one check of it against a model's graph.
+"""Where each node of a walk graph runs: the map MSTAR_ENCODER_PLACEMENT gives, from node names
+to places, and the one check of it against a model's graph.
 
 ``worker`` (every node's default) runs the node in the language model's worker process;
 ``process`` runs it in a process of its own beside that worker, its output sent back over the
-transport as typed messages (``mstar.worker.encoder_node``). The language model stays in its
-worker; only encoder nodes move.
+transport as typed messages (an encoder node: ``mstar.worker.encoder_node``; a chained walk's
+later language model, Qwen3-Omni's talker: ``mstar.worker.talker_node``). The language model the
+worker's engine runs (the graph's first walk's, ``WalkGraph.language_model``) stays in its worker;
+the nodes of a placeable kind (``PLACEABLE_KINDS``) may move.
 """
 
 from __future__ import annotations
 
+from mstar.graph.kinds import NodeKind
 from mstar.graph.walk_graph import WalkGraph
 
 KNOB = "MSTAR_ENCODER_PLACEMENT"
 WORKER, PROCESS = "worker", "process"
 PLACES = (WORKER, PROCESS)
+# The kinds of node the map may put in a process of their own (a language model only when it is
+# not the one the worker's engine runs: a chained walk's talker)
+PLACEABLE_KINDS = frozenset({NodeKind.ENCODER, NodeKind.LANGUAGE_MODEL})
 
 
 def parse_placement(text: str) -> dict[str, str]:
@@ -37,13 +43,19 @@ def placement_problem(text: str, graph: WalkGraph) -> str | None:
         placement = parse_placement(text)
     except ValueError as exc:
         return str(exc)
-    encoders = [n.name for n in graph.encoders]
-    unknown = sorted(set(placement) - set(encoders))
+    movable = placeable(graph)
+    unknown = sorted(set(placement) - set(movable))
     if unknown:
-        have = ", ".join(encoders) or "none (a text-only model)"
-        return (f"{KNOB} places {', '.join(unknown)}, not an encoder node of this model's walk "
-                f"graph; its encoder nodes: {have}")
+        have = ", ".join(movable) or "none (a text-only model)"
+        return (f"{KNOB} places {', '.join(unknown)}, not a placeable node of this model's walk "
+                f"graph; its placeable nodes: {have}")
     return None
+
+
+def placeable(graph: WalkGraph) -> list[str]:
+    """The nodes the map may place: those of a placeable kind, but the engine's language model."""
+    engine_lm = graph.language_model.name
+    return [n.name for n in graph.nodes if n.kind in PLACEABLE_KINDS and n.name != engine_lm]
 
 
 def placed_apart(text: str) -> tuple[str, ...]:
@@ -57,3 +69,9 @@ def nodes_apart(text: str, graph: WalkGraph) -> tuple[str, ...]:
     if problem is not None:
         raise ValueError(problem)
     return placed_apart(text)
+
+
+def apart_of_kind(text: str, graph: WalkGraph, kind: NodeKind) -> tuple[str, ...]:
+    """``nodes_apart`` of one kind (the encoder nodes, or the talker)."""
+    kinds = {n.name: n.kind for n in graph.nodes}
+    return tuple(n for n in nodes_apart(text, graph) if kinds[n] is kind)

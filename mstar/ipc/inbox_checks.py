@@ -36,6 +36,7 @@ from mstar.ipc.check_rules import (
 )
 from mstar.ipc.encoder_node_checks import ENCODER_NODE_CHECKS
 from mstar.ipc.part_checks import check_part
+from mstar.ipc.talker_node_checks import TALKER_NODE_CHECKS
 from mstar.settings.reload import reloadable_values, with_values
 from mstar.settings.wire import settings_from_json
 
@@ -183,6 +184,13 @@ def check_outputs(msg: m.Outputs, bounds: InboxBounds) -> None:
             _check_output(out)
 
 
+def check_talker_outputs(msg: m.TalkerOutputs, bounds: InboxBounds) -> None:
+    """A placed talker's step: its outputs as a worker's, its load as counts."""
+    check_outputs(m.Outputs(msg.outputs), bounds)
+    for name in ("running", "waiting", "free_blocks", "preemptions"):
+        count(getattr(msg, name), name)
+
+
 def _check_output(out: RequestOutput) -> None:
     text(out.request_id, "outputs.request_id", MAX_ID_CHARS)
     token_ids(out.new_token_ids, TOKEN_ID_LIMIT, "outputs.new_token_ids")
@@ -265,6 +273,8 @@ CHECKS: dict[type, Callable[[Any, InboxBounds], None]] = {
     m.TransportDrops: check_drops,
     m.Liveness: check_liveness,
     **ENCODER_NODE_CHECKS,
+    **TALKER_NODE_CHECKS,
+    m.TalkerOutputs: check_talker_outputs,
     m.LoraUpdate: check_lora_update,
     m.LoraUpdated: check_lora_updated,
 }

@@ -204,11 +204,56 @@ class EncoderNodeReady(_Message):
     node: str  # loaded and listening
 
 
+# worker <-> its talker process (MSTAR_ENCODER_PLACEMENT talker=process: mstar.worker.talker_node)
+class TalkerAdd(_Message):
+    """A spoken request's talker request: its feed's prefill rows [T, H] and ``pad`` row [H]
+    (``RowFeed``), and its sampling params; its step rows follow as ``TalkerRows``."""
+
+    request_id: str
+    prompt: WireTensor
+    pad: WireTensor
+    params: SamplingParams
+
+
+class TalkerRows(_Message):
+    """The rows [n, H] the request's feed grew since the last send (n may be 0), in step order,
+    and whether the feed is finished (no rows follow)."""
+
+    request_id: str
+    rows: WireTensor
+    finished: bool = False
+
+
+class TalkerAbort(_Message):
+    request_id: str  # its work stops and its blocks go back; unknown ids are ignored
+
+
+class TalkerOutputs(_Message):
+    """One talker step's outputs (frames, finish), and its engine's load after it."""
+
+    outputs: list[RequestOutput]
+    running: int
+    waiting: int
+    free_blocks: int
+    preemptions: int
+
+
+class TalkerReady(_Message):
+    """The talker's engine is built: what the chain checks admission against."""
+
+    device: str
+    dtype: str
+    max_model_len: int
+    num_blocks: int
+    block_size: int
+
+
 Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
     Outputs, RequestFailed, LoraUpdate, LoraUpdated,
     WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
     EncodeRequest, EncodedOutput, EncoderNodeReady,
+    TalkerAdd, TalkerRows, TalkerAbort, TalkerOutputs, TalkerReady,
 ]
 
 # What each inbox accepts; any other message arriving there is dropped (``mstar.ipc.sockets``).
@@ -218,6 +263,8 @@ TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings, LoraUpdate)
 TO_JOINING_WORKER = (SettingsSync,)
 TO_ENCODER_NODE = (EncodeRequest, Shutdown)
 FROM_ENCODER_NODE = (EncodedOutput, EncoderNodeReady)
+TO_TALKER_NODE = (TalkerAdd, TalkerRows, TalkerAbort, Shutdown)
+FROM_TALKER_NODE = (TalkerOutputs, TalkerReady)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

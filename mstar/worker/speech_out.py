@@ -91,12 +91,26 @@ def check_codec_memory(voice: Voice, bound: int) -> None:
                          f"than MSTAR_MAX_SPEECH_CODEC_BYTES ({bound}): raise it to serve it")
 
 
-def speech_chain(engine):
+def speech_chain(engine, max_message_bytes: int):
     """The chained walk that runs ``engine`` with its talker and code2wav (a Qwen3-Omni
     directory: its registry entry names a talker; ``mstar.engine.chain``), or None. Its outputs
-    carry the audio itself (``new_audio``), so ``SpeechOut`` is not used for it."""
-    if engine.model_runner.entry.talker is None:
+    carry the audio itself (``new_audio``), so ``SpeechOut`` is not used for it. With
+    MSTAR_ENCODER_PLACEMENT ``talker=process`` its talker runs in a process of its own
+    (``mstar.worker.talker_node``), started here, after the thinker's engine."""
+    talker = engine.model_runner.entry.talker
+    if talker is None:
         return None
     from mstar.engine.chain.speech_chain import SpeechChain
+    from mstar.graph.kinds import NodeKind
+    from mstar.graph.placement import apart_of_kind
+    from mstar.worker.talker_node import TalkerNodeProcess
 
-    return SpeechChain(engine)
+    if not apart_of_kind(engine.settings.encoder_placement, engine.graph,
+                         NodeKind.LANGUAGE_MODEL):
+        return SpeechChain(engine)
+    placed = TalkerNodeProcess(engine.settings, talker, max_message_bytes)
+    try:
+        return SpeechChain(engine, talker=placed)
+    except BaseException:
+        placed.close()
+        raise

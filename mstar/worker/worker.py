@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from mstar.graph.placement import placed_apart
+from mstar.graph.kinds import NodeKind
+from mstar.graph.placement import apart_of_kind, placed_apart
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.tracing import Tracing
@@ -97,14 +98,20 @@ class Worker:
     def _load(self) -> LLMEngine:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
+        from mstar.models.loading.placement_check import model_graph
+        from mstar.models.loading.resolve import resolve_model_dir
         from mstar.worker.encoder_node import start_placed_nodes
         from mstar.worker.speech_out import speech_chain, speech_out
 
         start = time.perf_counter()
-        apart = placed_apart(self.settings.encoder_placement)
-        if apart:  # encoder nodes in processes of their own, before the engine that calls them
-            self.nodes = start_placed_nodes(self.settings, apart,
-                                            self.channel.security.max_message_bytes)
+        text = self.settings.encoder_placement
+        limit = 0  # the frame limit of a node process's sockets: the instance's
+        if placed_apart(text):  # encoder nodes in processes of their own, before the engine
+            # that calls them (the graph's other nodes placed apart start with their chain)
+            limit = self.channel.security.max_message_bytes
+            graph = model_graph(resolve_model_dir(self.settings))  # None: the engine says why
+            encoders = () if graph is None else apart_of_kind(text, graph, NodeKind.ENCODER)
+            self.nodes = start_placed_nodes(self.settings, encoders, limit)
         engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
                            placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
@@ -112,7 +119,7 @@ class Worker:
         # speech out (a graph emitting audio): the codec node runs here, on each step's frames,
         # before publishing (mstar.worker.speech_out); its prompts are text tokens
         self.speech = speech_out(engine)
-        self.steps = speech_chain(engine) or engine
+        self.steps = speech_chain(engine, limit) or engine
         vocab = engine.vocab_size if self.speech is None else self.speech.prompt_vocab_size
         self.channel.admit_model(vocab, engine.max_model_len)  # the inbox checks
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,

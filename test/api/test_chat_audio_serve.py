@@ -14,7 +14,8 @@ the talker's voice: ``audio.speech.create`` and ``with_streaming_response`` give
 ``OmniSpeaker.speak``'s samples for that turn; an unknown voice is a 400 naming ``voice``.
 
 Bounds small enough to reach (max_model_len 64, 2 s of speech: 25 frames), so the speech route's
-reply (greedy, to what max_model_len leaves) stays short."""
+reply (greedy, to what max_model_len leaves) stays short. Served with the talker colocated and in
+a process of its own (MSTAR_ENCODER_PLACEMENT ``talker=process``)."""
 
 from __future__ import annotations
 
@@ -45,16 +46,25 @@ def omni_dir(tmp_path_factory, tiny_tokenizer):
     return save_tiny_omni(tmp_path_factory.mktemp("omni"), tiny_tokenizer)
 
 
-@pytest.fixture(scope="module")
-def served(omni_dir, tmp_path_factory):
+@pytest.fixture(scope="module", params=["", "talker=process"], ids=["colocated", "talker-apart"])
+def served(omni_dir, tmp_path_factory, request):
+    """The talker in the worker's process, or in one of its own (MSTAR_ENCODER_PLACEMENT): the
+    same samples either way."""
     from serve_helpers import running_server
 
-    yield from running_server(omni_dir, tmp_path_factory.mktemp("omni-serve") / "s.log",
-                              {"MSTAR_DTYPE": "float32", "MSTAR_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
-                               "MSTAR_MAX_SPEECH_SECONDS": "2",
-                               "MSTAR_SPEECH_CHUNK_FRAMES": str(CHUNK),
-                               "MSTAR_SPEECH_LEFT_CONTEXT": str(LEFT),
-                               "MSTAR_SERVED_MODEL_NAMES": "x"})
+    server = running_server(omni_dir, tmp_path_factory.mktemp("omni-serve") / "s.log",
+                            {"MSTAR_DTYPE": "float32", "MSTAR_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
+                             "MSTAR_MAX_SPEECH_SECONDS": "2",
+                             "MSTAR_SPEECH_CHUNK_FRAMES": str(CHUNK),
+                             "MSTAR_SPEECH_LEFT_CONTEXT": str(LEFT),
+                             "MSTAR_SERVED_MODEL_NAMES": "x",
+                             "MSTAR_ENCODER_PLACEMENT": request.param})
+    srv = next(server)
+    try:
+        assert ("talker_node_ready" in srv.log()) == bool(request.param)
+        yield srv
+    finally:
+        server.close()  # stops it
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """A Qwen3-Omni chat client asking for a spoken reply that goes away mid-speech has its request
 aborted in the worker's chain, which frees every KV block of both nodes (thinker and talker)
 within a second (issue 35's bound, read from ``/metrics``, whose usage is both caches'), streamed
-or not: test_speech_disconnect.py's check (``abandon_and_require_idle``) on the chained walk.
+or not, with the talker colocated and in a process of its own: test_speech_disconnect.py's
+check (``abandon_and_require_idle``) on the chained walk.
 
 Served on a tiny random Qwen3-Omni with 65536 positions (``serve_helpers.long_speech_server``,
 the CSM test's), each request's thinker asked for 60000 tokens with ``ignore_eos`` and a seconds
@@ -22,9 +23,14 @@ ABORT_BOUND_S = 1.0  # issue 35: a disconnect mid-speech frees every block withi
 HI = [{"role": "user", "content": "Hello there, how are you?"}]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_tokenizer, tmp_path_factory):
-    yield from long_speech_server(save_tiny_omni, tiny_tokenizer, tmp_path_factory)
+@pytest.fixture(scope="module", params=["", "talker=process"], ids=["colocated", "talker-apart"])
+def server(tiny_tokenizer, tmp_path_factory, request):
+    """The talker in the worker's process, or in one of its own (MSTAR_ENCODER_PLACEMENT:
+    its blocks then reach /metrics through its process's load)."""
+    for srv in long_speech_server(save_tiny_omni, tiny_tokenizer, tmp_path_factory,
+                                  {"MSTAR_ENCODER_PLACEMENT": request.param}):
+        assert ("talker_node_ready" in srv.log()) == bool(request.param)
+        yield srv
 
 
 def _send(server: Server, stream: bool):

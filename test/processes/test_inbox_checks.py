@@ -11,6 +11,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import torch
 import zmq
 from hypothesis import HealthCheck, given, settings
 from wire_strategies import messages
@@ -18,10 +19,11 @@ from wire_strategies import messages
 from mstar.engine.request.outputs import RequestOutput, TokenLogprob
 from mstar.ipc import messages as m
 from mstar.ipc.inbox_checks import InboxBounds, Invalid, check
-from mstar.ipc.parts import WireImage, WireTensor, from_wire
+from mstar.ipc.parts import WireImage, WireTensor, from_wire, tensors_from_wire
 from mstar.ipc.security import SocketSecurity
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.sockets import admit, push_socket
+from mstar.models.speech.row_feed import RowFeed
 from mstar.settings import WorkerSettings
 from mstar.settings.reload import reloadable_values
 from mstar.settings.wire import settings_from_json, settings_to_json
@@ -35,6 +37,8 @@ INBOXES = {  # the bounds each process's inbox runs with
     "conductor": (m.TO_CONDUCTOR, InboxBounds.of(SETTINGS)),
     "api server": (m.TO_API, InboxBounds(replicas=2)),
     "joining worker": (m.TO_JOINING_WORKER, InboxBounds.of(SETTINGS)),
+    "talker node": (m.TO_TALKER_NODE, InboxBounds.of(SETTINGS)),
+    "talker's worker": (m.FROM_TALKER_NODE, InboxBounds.of(SETTINGS)),
 }
 
 
@@ -110,6 +114,11 @@ def consume(msg: m.Message) -> None:
         assert all(0 <= t < VOCAB for t in msg.prompt_token_ids)
         for image in msg.parts:
             from_wire(image)
+    elif isinstance(msg, m.TalkerAdd):  # the talker's process makes the request's feed
+        RowFeed(*tensors_from_wire({"prompt": msg.prompt, "pad": msg.pad}).values())
+    elif isinstance(msg, m.TalkerRows):  # ... and grows it
+        RowFeed(torch.zeros(0, 1), torch.zeros(1)).append(
+            tensors_from_wire({"rows": msg.rows})["rows"])
     elif isinstance(msg, m.SettingsSync):
         settings_from_json(msg.settings_json)
     elif isinstance(msg, m.Ready):  # the API server connects to every replica's address

@@ -15,6 +15,10 @@ when both nodes have: its last output carries the thinker's last tokens and fini
 back while the talker still speaks) and the last audio. docs/speech.rst, "The chained walk", says
 why one scheduler per node.
 
+The talker runs in the worker's process (``LocalTalker``) or in a process of its own
+(MSTAR_ENCODER_PLACEMENT ``talker=process``: the worker hands the chain its handle), behind one
+interface (``talker_seam.Talker``), chosen once here; the chain's steps are the same either way.
+
 A request without ``speaker`` is a plain thinker request (its outputs pass through untouched), and
 a model whose registry entry names no talker gets no chain (``mstar.llm.LLM`` runs its engine).
 """
@@ -30,6 +34,7 @@ import structlog
 import torch
 
 from mstar.engine.chain.talker_edge import EdgeModules, TalkerEdge, speaker_id
+from mstar.engine.chain.talker_seam import LocalTalker, Talker
 from mstar.engine.engine_stats import EngineStats
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.errors import RequestRejected
@@ -58,10 +63,12 @@ def served_windows(settings: WorkerSettings) -> ChunkPolicy:
 
 def talker_engine_settings(settings: WorkerSettings) -> WorkerSettings:
     """The talker engine's settings: the thinker's, with its own block budget
-    (MSTAR_TALKER_NUM_KV_BLOCKS, where set)."""
-    if settings.talker_num_kv_blocks is None:
-        return settings
-    return settings.model_copy(update={"num_kv_blocks": settings.talker_num_kv_blocks})
+    (MSTAR_TALKER_NUM_KV_BLOCKS, where set) and no placement (the talker's own graph has no node
+    to place; the map is the thinker's graph's)."""
+    update: dict = {"encoder_placement": ""}
+    if settings.talker_num_kv_blocks is not None:
+        update["num_kv_blocks"] = settings.talker_num_kv_blocks
+    return settings.model_copy(update=update)
 
 
 @dataclass
@@ -76,10 +83,13 @@ class Spoken:
 
 
 class SpeechChain:
-    def __init__(self, thinker: LLMEngine, talker_settings: WorkerSettings | None = None) -> None:
+    def __init__(self, thinker: LLMEngine, talker_settings: WorkerSettings | None = None,
+                 talker: Talker | None = None) -> None:
         """``thinker``: the engine of a model whose registry entry names a talker;
         ``talker_settings``: the talker node's engine settings; None: the thinker's, with
-        MSTAR_TALKER_NUM_KV_BLOCKS as its block budget (``talker_engine_settings``)."""
+        MSTAR_TALKER_NUM_KV_BLOCKS as its block budget (``talker_engine_settings``);
+        ``talker``: the talker placed apart (``mstar.worker.talker_node``); None: its engine,
+        built here."""
         from transformers import AutoConfig
 
         entry = thinker.model_runner.entry
@@ -87,7 +97,7 @@ class SpeechChain:
             raise ValueError("this model's graph has no audio-out walk to chain")
         self.thinker = thinker
         settings = talker_settings or talker_engine_settings(thinker.settings)
-        self.talker = LLMEngine(settings, architecture=entry.talker)
+        self.talker = talker or LocalTalker(LLMEngine(settings, architecture=entry.talker))
         self.config = AutoConfig.from_pretrained(thinker.model_dir)
         self.edge = EdgeModules.load(thinker.model_dir, self.config.talker_config,
                                      thinker.device, thinker.dtype)
@@ -119,12 +129,12 @@ class SpeechChain:
         rows = prefill_length(prompt, self.config)
         check_request_fits(rows, self.max_frames, self.talker.max_model_len, "prompt",
                            "max_speech_seconds")
-        need = self.talker.block_manager.blocks_needed(rows + self.max_frames)
-        if need > self.talker.block_manager.num_blocks:
+        need = self.talker.blocks_needed(rows + self.max_frames)
+        if need > self.talker.num_blocks:
             raise RequestRejected(
                 f"the spoken reply needs {need} talker KV blocks ({rows} prefill rows and "
                 f"{self.max_frames} frames, MSTAR_MAX_SPEECH_SECONDS) but the talker's cache has "
-                f"{self.talker.block_manager.num_blocks}", "max_speech_seconds")
+                f"{self.talker.num_blocks}", "max_speech_seconds")
 
     def has_unfinished_requests(self) -> bool:
         return self.thinker.has_unfinished_requests() or self.talker.has_unfinished_requests()
@@ -140,7 +150,7 @@ class SpeechChain:
         batch or waiting, per node, summed; blocks and their usage over both caches; the
         thinker's other counters."""
         a, b = self.thinker.stats(), self.talker.stats()
-        total = self.thinker.block_manager.num_blocks + self.talker.block_manager.num_blocks
+        total = self.thinker.block_manager.num_blocks + self.talker.num_blocks
         free = a.free_blocks + b.free_blocks
         return dataclasses.replace(a, running=a.running + b.running,
                                    waiting=a.waiting + b.waiting, free_blocks=free,
@@ -156,8 +166,9 @@ class SpeechChain:
         outputs = []
         if self.thinker.has_unfinished_requests():
             outputs += [o for o in map(self._from_thinker, self.thinker.step()) if o is not None]
-        if self.talker.has_unfinished_requests():
-            outputs += [o for o in map(self._from_talker, self.talker.step()) if o is not None]
+        if self.talker.has_unfinished_requests():  # waits only when the thinker has no work
+            talked = self.talker.step(wait=not self.thinker.has_unfinished_requests())
+            outputs += [o for o in map(self._from_talker, talked) if o is not None]
         return outputs
 
     def _from_thinker(self, out: RequestOutput) -> RequestOutput | None:
@@ -171,8 +182,7 @@ class SpeechChain:
         if feed is not None:
             params = SamplingParams(max_tokens=self.max_frames, temperature=0.0)
             try:  # admission checked the fit (``_check_talker_fits``); a refusal here is a bug
-                self.talker.add_request(out.request_id, feed.placeholder_ids(), params,
-                                        feed=feed)
+                self.talker.add(out.request_id, feed, params)
             except RequestRejected:
                 log.exception("talker_refused", request_id=out.request_id)
                 self.abort_request(out.request_id)
