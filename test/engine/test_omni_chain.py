@@ -194,3 +194,27 @@ def test_the_edge_feeds_transformers_rows(omni_dir, oracle, make_engine, rid):
                       (feed.pad, ref.pad)):
         assert got.shape == want.shape
         assert torch.allclose(got, want, rtol=0, atol=ROWS_TOLERANCE * want.abs().max())
+
+
+def test_the_text_leaves_when_the_thinker_ends_not_with_the_speech(omni_dir, oracle,
+                                                                   make_engine):
+    """"other"'s talker speaks on after the thinker's end: every text token but the stop token
+    the thinker ended on is out by the step the thinker finished; only the finish (with that
+    token) waits for the talker's, and comes with the last audio, steps later."""
+    chain = _chain(omni_dir, make_engine)
+    ids, parts = requests_of(oracle.model.config)["other"]
+    chain.add_request("other", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
+                                                   speaker="Ethan"), tuple(parts))
+    text, text_at_thinker_end, thinker_end, finish, reason, step = [], None, None, None, None, 0
+    while chain.has_unfinished_requests():
+        for out in chain.step():
+            text += out.new_token_ids
+            if out.finished:
+                finish, reason = step, out.finish_reason
+        if thinker_end is None and not chain.thinker.has_unfinished_requests():
+            thinker_end, text_at_thinker_end = step, list(text)
+        step += 1
+    said = reference(oracle, ids, parts)[0]
+    assert text == said
+    assert text_at_thinker_end == said[:len(said) - (reason == "stop")]
+    assert finish > thinker_end

@@ -11,8 +11,9 @@ windows (``served_windows``: MSTAR_SPEECH_CHUNK_FRAMES after MSTAR_SPEECH_LEFT_C
 declares transformers' 300 after 25, whose first audio comes 24 s of frames in) and leave as
 ``AudioChunk``s in the request's outputs, beside the thinker's ``new_token_ids`` (the frames
 themselves too, in ``new_frames``, as a speech model's outputs carry them). A request finishes
-when both nodes have: its last output carries the thinker's last tokens and finish reason (held
-back while the talker still speaks) and the last audio. docs/speech.rst, "The chained walk", says
+when both nodes have. The thinker's last text leaves when the thinker ends (``split_finish``);
+only its finish (the stop token it ended on, and the finish reason) waits for the talker's, and
+leaves with the last audio. docs/speech.rst, "The chained walk", says
 why one scheduler per node.
 
 The talker runs in the worker's process (``LocalTalker``) or in a process of its own
@@ -39,7 +40,7 @@ from mstar.engine.engine_stats import EngineStats
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
-from mstar.engine.request.outputs import AudioChunk, RequestOutput
+from mstar.engine.request.outputs import AudioChunk, RequestOutput, split_finish
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.schedule.priority import NORMAL
 from mstar.graph.chunks import ChunkPolicy, frame_windows
@@ -196,8 +197,9 @@ class SpeechChain:
         if state.talked:
             self.spoken.pop(out.request_id)
             return out
-        state.last = out  # held whole (its stop token ends the text): the talker's finish sends it
-        return None
+        # the text leaves now; the finish (and its stop token) when the talker's does
+        now, state.last = split_finish(out)
+        return now
 
     def _from_talker(self, out: RequestOutput) -> RequestOutput | None:
         state = self.spoken.get(out.request_id)

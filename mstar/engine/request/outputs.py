@@ -77,6 +77,26 @@ def merged(first: RequestOutput, then: RequestOutput) -> RequestOutput:
         new_frames=frames, thinker_rows=joined_rows(first.thinker_rows, then.thinker_rows))
 
 
+def split_finish(out: RequestOutput) -> tuple[RequestOutput | None, RequestOutput]:
+    """A request's finishing output as its text now and its finish later (a spoken reply's last
+    text need not wait for its speech): the first part, not finished, holds every new token but
+    the stop token the request ended on (None when there is no other); the second holds that
+    stop token (if any), its logprob and the finish. Joined with ``merged`` they are ``out``."""
+    held = 1 if out.finish_reason == "stop" and out.new_token_ids else 0
+    cut = len(out.new_token_ids) - held
+    if cut == 0:
+        return None, out
+    logprobs = out.logprobs
+    now = msgspec.structs.replace(
+        out, new_token_ids=out.new_token_ids[:cut], finished=False, finish_reason=None,
+        num_output_tokens=out.num_output_tokens - held,
+        logprobs=None if logprobs is None else logprobs[:cut])
+    later = msgspec.structs.replace(
+        out, new_token_ids=out.new_token_ids[cut:], new_frames=None, new_audio=None,
+        thinker_rows=None, logprobs=None if logprobs is None else logprobs[cut:])
+    return now, later
+
+
 def joined_rows(first: ThinkerRows | None, then: ThinkerRows | None) -> ThinkerRows | None:
     """Two consecutive deltas of one request's thinker rows, as one."""
     if first is None or then is None:
