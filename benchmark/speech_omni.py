@@ -122,10 +122,9 @@ def frame_rate(model: Path) -> float:
 
 def speech_seconds(tokens: int) -> float:
     """The served speech bound: a talker frame per text token. The talker reads one text row a
-    frame and the random one never ends by itself (``SEED``), so its audio ends with the text,
-    and the thinker's last output, which the server holds until the talker's end
-    (``SpeechChain``: its finish goes with the audio's), comes when the text would: text tok/s
-    with audio on is the text's, not the talker's tail's."""
+    frame and the random one never ends by itself (``SEED``), so its audio ends with the text
+    (the last text leaves when the thinker ends; only the finish waits for the talker's,
+    ``SpeechChain``), and a round's wall time is the text's, not a talker's tail's."""
     from mstar.models.speech.utterance import FRAMES_PER_SECOND
 
     return tokens / FRAMES_PER_SECOND
