@@ -1,19 +1,23 @@
-"""Where each node of a walk graph runs: the map MSTAR_ENCODER_PLACEMENT gives, from encoder
-node names to places, and the one check of it against a model's graph.
+"""Where each node of a walk graph runs: the map MSTAR_ENCODER_PLACEMENT gives, from node names
+to places, and the one check of it against a model's graph.
 
 ``worker`` (every node's default) runs the node in the language model's worker process;
-``process`` runs it in a process of its own beside that worker, its output sent back over the
-transport as typed messages (``mstar.worker.encoder_node``). The language model stays in its
-worker; only encoder nodes move.
+``process`` runs it in a process of its own beside that worker, its inputs and outputs sent over
+the transport as typed messages. The language model stays in its worker; the nodes of the kinds
+in ``PLACEABLE`` may move: encoder nodes (``mstar.worker.encoder_node``) and codec nodes
+(``mstar.worker.codec_node``).
 """
 
 from __future__ import annotations
 
+from mstar.graph.kinds import NodeKind
 from mstar.graph.walk_graph import WalkGraph
 
 KNOB = "MSTAR_ENCODER_PLACEMENT"
 WORKER, PROCESS = "worker", "process"
 PLACES = (WORKER, PROCESS)
+# The kinds of node the map may place; a kind added here is one more the worker must start.
+PLACEABLE = frozenset({NodeKind.ENCODER, NodeKind.CODEC})
 
 
 def parse_placement(text: str) -> dict[str, str]:
@@ -31,18 +35,24 @@ def parse_placement(text: str) -> dict[str, str]:
     return placement
 
 
+def placeable(graph: WalkGraph) -> list[str]:
+    """The graph's nodes the map may place, in the graph's order."""
+    return [n.name for n in graph.nodes if n.kind in PLACEABLE]
+
+
 def placement_problem(text: str, graph: WalkGraph) -> str | None:
     """The one-line reason the map cannot place this graph's nodes, or None."""
     try:
         placement = parse_placement(text)
     except ValueError as exc:
         return str(exc)
-    encoders = [n.name for n in graph.encoders]
-    unknown = sorted(set(placement) - set(encoders))
+    nodes = placeable(graph)
+    unknown = sorted(set(placement) - set(nodes))
     if unknown:
-        have = ", ".join(encoders) or "none (a text-only model)"
-        return (f"{KNOB} places {', '.join(unknown)}, not an encoder node of this model's walk "
-                f"graph; its encoder nodes: {have}")
+        kinds = " and ".join(sorted(k.value for k in PLACEABLE))
+        return (f"{KNOB} places {', '.join(unknown)}, not a node of this model's walk graph "
+                f"that can be placed ({kinds} nodes); its placeable nodes: "
+                f"{', '.join(nodes) or 'none (a text-only model)'}")
     return None
 
 
@@ -51,9 +61,11 @@ def placed_apart(text: str) -> tuple[str, ...]:
     return tuple(n for n, place in parse_placement(text).items() if place == PROCESS)
 
 
-def nodes_apart(text: str, graph: WalkGraph) -> tuple[str, ...]:
-    """``placed_apart``, checked against the graph (a ValueError names the problem)."""
+def nodes_apart(text: str, graph: WalkGraph, kind: NodeKind | None = None) -> tuple[str, ...]:
+    """``placed_apart``, checked against the graph (a ValueError names the problem); with
+    ``kind``, only the nodes of that kind."""
     problem = placement_problem(text, graph)
     if problem is not None:
         raise ValueError(problem)
-    return placed_apart(text)
+    of_kind = {n.name for n in graph.nodes if kind is None or n.kind is kind}
+    return tuple(n for n in placed_apart(text) if n in of_kind)

@@ -33,7 +33,7 @@ def _model_dir(tmp_path, arch: str):
     (PLACED, "Qwen2AudioForConditionalGeneration", 1, None),
     ("audio_encoder=worker", "WhisperForConditionalGeneration", 1, None),
     ("vision_encoder=process", "Qwen2AudioForConditionalGeneration", 1,
-     "places vision_encoder, not an encoder node.*encoder nodes: audio_encoder"),
+     "places vision_encoder, not a node.*placeable nodes: audio_encoder"),
     ("x=process", "LlamaForCausalLM", 1, "none \\(a text-only model\\)"),
     ("audio_encoder=gpu", "Qwen2AudioForConditionalGeneration", 1, "'audio_encoder=gpu' is not"),
     ("audio_encoder", "Qwen2AudioForConditionalGeneration", 1, "is not node=place"),
@@ -113,7 +113,7 @@ def test_config_validate_names_a_bad_placement(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mstar", "config", "validate", "--model",
                            str(model)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "MSTAR_ENCODER_PLACEMENT" in done.stdout and "encoder nodes: audio_encoder" in \
+    assert "MSTAR_ENCODER_PLACEMENT" in done.stdout and "placeable nodes: audio_encoder" in \
         done.stdout
     env["MSTAR_ENCODER_PLACEMENT"] = PLACED
     done = subprocess.run([sys.executable, "-m", "mstar", "config", "validate", "--model",

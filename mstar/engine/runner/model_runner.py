@@ -42,6 +42,7 @@ from mstar.engine.schedule.scheduler_output import EncoderCounts, RunnerOutput, 
 from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
+from mstar.graph.kinds import NodeKind
 from mstar.graph.placement import nodes_apart
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.loader import load_model
@@ -106,7 +107,7 @@ class ModelRunner:
         # The graph's encoder nodes, each called through it (outputs cached by content hash).
         self.encoders = EncoderNodes(self.graph, self.model, EncoderCache(
             int(settings.encoder_cache_mb * (1 << 20)), device), placed_nodes,
-            nodes_apart(settings.encoder_placement, self.graph))
+            nodes_apart(settings.encoder_placement, self.graph, NodeKind.ENCODER))
         # M-RoPE models: per-request position tables (else each token's index is its position).
         self.rope_positions = (RopePositions(self.model) if self.entry.rope_position_table
                                else None)

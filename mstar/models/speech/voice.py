@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from mstar.graph.speech import BACKBONE, CSM
-from mstar.models.speech.codec_node import CodecStream, mimi_decoder
+from mstar.models.speech.codec_node import CodecNode, CodecStream, mimi_decoder
 from mstar.models.speech.csm_frames import frame_ends
 from mstar.models.speech.utterance import csm_turn
 
@@ -78,11 +78,19 @@ class Voice:
         frames = self.chunk.held_frames
         return frames * self.codebooks * 8 + frames * self.samples_per_frame * 4
 
+    def codec_node(self) -> CodecNode:
+        """The codec node serving requests by id (the worker's speech out)."""
+        return CodecNode(self.codec, self.sample_rate, self.sounded)
+
+    def sounded(self, frame: torch.Tensor) -> bool:
+        """A frame of end codes only is not sounded, as in transformers: the one rule for
+        ``sound`` and the served codec node (``codec_node``)."""
+        return not bool((frame == self.end_code).all())
+
     def take(self, codec: CodecStream, frame: torch.Tensor, last: bool) -> list[np.ndarray]:
         """The audio chunks one frame makes ready (``last``: the request's last frame, which
-        also sends the leftover). A frame of end codes only is not sounded, as in transformers;
-        the one rule for ``sound`` and the served path (``speech_out``)."""
-        chunks = [] if bool((frame == self.end_code).all()) else codec.push(frame)
+        also sends the leftover)."""
+        chunks = codec.push(frame) if self.sounded(frame) else []
         return chunks + codec.finish() if last else chunks
 
     def sound(self, frames: Iterable[torch.Tensor], max_frames: int) -> Sounded:
