@@ -1,6 +1,6 @@
 """A worker (``mstar.worker.worker.Worker``) run on a thread of the test, its sockets replaced by
-queues (``Channel``): commands go in as typed messages, its outputs and statistics are collected
-as they would arrive off a socket."""
+queues (``QueueChannel``, ``Channel``): commands go in as typed messages, its outputs and
+statistics are collected as they would arrive off a socket."""
 
 from __future__ import annotations
 
@@ -16,18 +16,14 @@ from mstar.settings import WorkerSettings
 from mstar.worker.worker import Worker
 
 
-class Channel:
-    """The worker's sockets in process: commands queued in, outputs collected."""
+class QueueChannel:
+    """The worker's sockets in process: commands queued in (each receive takes all that are
+    queued, as a socket's drain does), every message out left to ``send_to_api``."""
 
-    def __init__(self, settings: WorkerSettings):
-        self.security = instance_security(settings)  # a placed node's sockets take its limit
+    def __init__(self, settings: WorkerSettings | None = None):
         self.inbox: queue.Queue = queue.Queue()
-        self.tokens: dict[str, list[int]] = {}
-        self.frames: dict[str, list[list[int]]] = {}
-        self.audio: dict[str, list[np.ndarray]] = {}
-        self.done: dict[str, str] = {}
-        self.after_done: list[str] = []
-        self.stats: list[m.WorkerStats] = []
+        # a placed node's sockets take the instance's frame limit
+        self.security = None if settings is None else instance_security(settings)
 
     def receive(self, timeout_ms: int):
         try:
@@ -35,13 +31,28 @@ class Channel:
                     self.inbox.get_nowait()]
         except queue.Empty:
             return []
-        return [m.decode(m.encode(msg)) for msg in msgs]
+        while not self.inbox.empty():
+            msgs.append(self.inbox.get_nowait())
+        return [m.decode(m.encode(msg)) for msg in msgs]  # as typed as off a socket
 
     def admit_model(self, vocab_size, max_model_len):
-        pass
+        pass  # in process: nothing to check at an inbox
 
     def send_to_conductor(self, msg):
         pass
+
+
+class Channel(QueueChannel):
+    """Outputs (tokens, frames, audio, finishes) and statistics collected by request."""
+
+    def __init__(self, settings: WorkerSettings):
+        super().__init__(settings)
+        self.tokens: dict[str, list[int]] = {}
+        self.frames: dict[str, list[list[int]]] = {}
+        self.audio: dict[str, list[np.ndarray]] = {}
+        self.done: dict[str, str] = {}
+        self.after_done: list[str] = []
+        self.stats: list[m.WorkerStats] = []
 
     def send_to_api(self, msg):
         msg = m.decode(m.encode(msg))  # as typed as off a socket

@@ -30,6 +30,7 @@ from mstar.graph.kinds import NodeKind
 from mstar.graph.placement import nodes_apart
 
 if TYPE_CHECKING:
+    from mstar.ipc.security import SocketSecurity
     from mstar.models.speech.codec_node import CodecSeam
 
 
@@ -61,11 +62,12 @@ class SpeechOut:
         return msgspec.structs.replace(out, new_audio=AudioChunk(samples, self.codec.sample_rate))
 
 
-def codec_seam(engine, max_message_bytes: int) -> CodecSeam | None:
+def codec_seam(engine, security: SocketSecurity) -> CodecSeam | None:
     """``engine``'s model's codec node, as the worker calls it: None unless the engine's
     language model streams frames to it (CSM) or its chain speaks (Qwen3-Omni); in a process of
-    its own where MSTAR_ENCODER_PLACEMENT places it, else here. A ValueError (the worker does
-    not start) when its codec state is over its bound."""
+    its own where MSTAR_ENCODER_PLACEMENT places it (over sockets of the worker's ``security``),
+    else here. A ValueError (the worker does not start) when its codec state is over its
+    bound."""
     from mstar.worker.codec_node import CodecNodeProcess, load_codec
 
     graph = engine.graph
@@ -73,7 +75,7 @@ def codec_seam(engine, max_message_bytes: int) -> CodecSeam | None:
         return None
     (node,) = (n.name for n in graph.codecs)
     if node in nodes_apart(engine.settings.encoder_placement, graph, NodeKind.CODEC):
-        return CodecNodeProcess(engine.settings, node, max_message_bytes)
+        return CodecNodeProcess(engine.settings, node, security.max_message_bytes)
     return load_codec(engine.settings, engine.model_dir)
 
 

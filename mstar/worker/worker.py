@@ -116,7 +116,7 @@ class Worker:
         # speech out (a graph emitting audio): the codec node runs on each step's frames, here or
         # in a process of its own (chosen once: codec_seam), before publishing
         # (mstar.worker.speech_out); its prompts are text tokens
-        self.codec = codec_seam(engine, self.channel.security.max_message_bytes)
+        self.codec = codec_seam(engine, self.channel.security)
         self.speech = speech_out(engine, self.codec)
         self.steps = speech_chain(engine, self.codec) or engine
         vocab = engine.vocab_size if self.speech is None else self.speech.prompt_vocab_size
