@@ -70,6 +70,14 @@ def tiny_csm(tmp_path_factory, tiny_tokenizer):
     return save_tiny_csm(tmp_path_factory.mktemp("csm"), tiny_tokenizer)
 
 
+def test_an_engine_refuses_a_map_naming_a_node_its_graph_cannot_place(tiny_csm):
+    from mstar import LLM
+
+    with pytest.raises(ValueError, match="^MSTAR_ENCODER_PLACEMENT places vocoder, not a node"
+                                         ".*placeable nodes: codec$"):
+        LLM(model=str(tiny_csm), device="cpu", encoder_placement="vocoder=process")
+
+
 def _csm_worker(model, device, placement: str):
     return start_worker(WorkerSettings(model=str(model), device=device, dtype="float32",
                                        kv_block_size=4, num_kv_blocks=64,
