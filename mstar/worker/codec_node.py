@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mstar.ipc import messages as m
-from mstar.ipc.lifecycle import enter_child
-from mstar.worker.node_process import NodeProcess, node_args, serve_node
+from mstar.worker.node_process import NodeProcess, enter_node, node_args, serve_node
 
 if TYPE_CHECKING:
     from mstar.models.speech.codec_node import CodecNode
@@ -68,7 +67,7 @@ def main() -> None:
     from mstar.models.loading.resolve import resolve_model_dir
 
     settings, node, inbox, outbox, security = node_args()
-    enter_child(settings)
+    enter_node(settings)
     codec = load_codec(settings, resolve_model_dir(settings))
 
     def answer(msg: m.CodecFrames | m.CodecForget) -> m.CodecAudio:

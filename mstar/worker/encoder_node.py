@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 from mstar.graph.kinds import NodeKind
 from mstar.graph.placement import nodes_apart, placed_apart
 from mstar.ipc import messages as m
-from mstar.ipc.lifecycle import enter_child
 from mstar.ipc.parts import tensors_from_wire, tensors_to_wire
-from mstar.worker.node_process import NodeProcess, node_args, serve_node
+from mstar.worker.node_process import NodeProcess, enter_node, node_args, serve_node
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +49,7 @@ def main() -> None:
     settings as JSON on stdin: load, say ready, answer each ``EncodeRequest`` until
     ``Shutdown``."""
     settings, node, inbox, outbox, security = node_args()
-    enter_child(settings)
+    enter_node(settings)
     import torch
 
     call, device = _load_node(settings, node)

@@ -9,10 +9,10 @@ synchronously: one typed message out, the reply of the same call number back (``
 node process raises there (the worker's step fails, so its requests fail as a dead worker's do:
 503); ``close`` stops it by message, then by force, and removes its sockets.
 
-The node side (``node_args``, ``serve_node``) reads those arguments, dies with its worker
-(``enter_child``), says ready and answers each message in order until ``Shutdown``. What a node
-loads and how it answers is its own module's: ``mstar.worker.encoder_node``,
-``mstar.worker.codec_node``.
+The node side (``node_args``, ``enter_node``, ``serve_node``) reads those arguments, dies with
+its worker (``enter_child``), takes the engine's torch threads, says ready and answers each
+message in order until ``Shutdown``. What a node loads and how it answers is its own module's:
+``mstar.worker.encoder_node``, ``mstar.worker.codec_node``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import zmq
 
 from mstar.ipc import messages as m
 from mstar.ipc.inbox_checks import InboxBounds
-from mstar.ipc.lifecycle import exit_now
+from mstar.ipc.lifecycle import enter_child, exit_now
 from mstar.ipc.security import SocketSecurity
 from mstar.ipc.sockets import pull_socket, push_socket, receive, send
 
@@ -118,6 +118,16 @@ def node_args() -> tuple[WorkerSettings, str, str, str, SocketSecurity]:
 
     node, inbox, outbox, limit = sys.argv[1:5]
     return settings_from_json(sys.stdin.read()), node, inbox, outbox, SocketSecurity(int(limit))
+
+
+def enter_node(settings: WorkerSettings) -> None:
+    """The node process's start: a child's (``enter_child``: dies with its worker), and the
+    engine's torch threads (MSTAR_TORCH_NUM_THREADS, where set)."""
+    enter_child(settings)
+    if settings.torch_num_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_num_threads)
 
 
 def serve_node(settings: WorkerSettings, ready: m.NodeReady, inbox: str, outbox: str,
