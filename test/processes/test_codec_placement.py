@@ -78,6 +78,19 @@ def test_an_engine_refuses_a_map_naming_a_node_its_graph_cannot_place(tiny_csm):
         LLM(model=str(tiny_csm), device="cpu", encoder_placement="vocoder=process")
 
 
+def test_a_codec_over_its_memory_bound_stops_its_node_at_load(tiny_csm, capfd):
+    """MSTAR_MAX_SPEECH_CODEC_BYTES is checked where the codec is loaded: apart, in the node's
+    process, whose exit fails the worker's start."""
+    from mstar.ipc.security import instance_security
+    from mstar.worker.codec_node import CodecNodeProcess
+
+    settings = WorkerSettings(model=str(tiny_csm), device="cpu", dtype="float32",
+                              encoder_placement="codec=process", max_speech_codec_bytes=16)
+    with pytest.raises(RuntimeError, match="codec node codec's process exited"):
+        CodecNodeProcess(settings, "codec", instance_security(settings).max_message_bytes)
+    assert "MSTAR_MAX_SPEECH_CODEC_BYTES (16)" in capfd.readouterr().err
+
+
 def _csm_worker(model, device, placement: str):
     return start_worker(WorkerSettings(model=str(model), device=device, dtype="float32",
                                        kv_block_size=4, num_kv_blocks=64,
