@@ -209,15 +209,21 @@ class NodeReady(_Message):
 
 
 # worker <-> its codec-node process (MSTAR_ENCODER_PLACEMENT, ``mstar.worker.codec_node``)
-class CodecFrames(_Message):
-    """One request's new frames (codes, one list per frame) for the codec node; ``last``: the
-    frames' source finished (the leftover goes out as a shorter chunk, and the request's codec
-    state is freed). Answered by ``CodecAudio`` of ``call``."""
+class RequestFrames(msgspec.Struct, array_like=True):
+    """One request's new frames (codes, one list per frame); ``last``: the frames' source
+    finished (the leftover goes out as a shorter chunk, and the request's codec state is
+    freed)."""
 
-    call: int
     request_id: str
     frames: list[list[int]]
     last: bool = False
+
+
+class CodecFrames(_Message):
+    """A step's frames for the codec node, by request. Answered by ``CodecAudio`` of ``call``."""
+
+    call: int
+    requests: list[RequestFrames]
 
 
 class CodecForget(_Message):
@@ -229,7 +235,9 @@ class CodecForget(_Message):
 
 class CodecAudio(_Message):
     call: int
-    chunks: list[bytes]  # the audio chunks the call made ready, each mono float32 ("<f4") samples
+    # per request of the call, in its order: the audio chunks it made ready, each mono float32
+    # ("<f4") samples (a forget's: none)
+    chunks: list[list[bytes]]
     held: int  # requests whose codec state the node holds after the call
 
 

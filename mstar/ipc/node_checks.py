@@ -28,11 +28,12 @@ def check_node_ready(msg: m.NodeReady, bounds) -> None:
 
 def check_codec_frames(msg: m.CodecFrames, bounds) -> None:
     count(msg.call, "call")
-    text(msg.request_id, "request_id", MAX_ID_CHARS)
-    if len({len(frame) for frame in msg.frames}) > 1:
-        raise Invalid("frames differ in their number of codes")
-    for frame in msg.frames:
-        token_ids(frame, CODE_LIMIT, "frames")
+    for request in msg.requests:
+        text(request.request_id, "requests.request_id", MAX_ID_CHARS)
+        if len({len(frame) for frame in request.frames}) > 1:
+            raise Invalid("requests.frames differ in their number of codes")
+        for frame in request.frames:
+            token_ids(frame, CODE_LIMIT, "requests.frames")
 
 
 def check_codec_forget(msg: m.CodecForget, bounds) -> None:
@@ -44,7 +45,7 @@ def check_codec_forget(msg: m.CodecForget, bounds) -> None:
 def check_codec_audio(msg: m.CodecAudio, bounds) -> None:
     count(msg.call, "call")
     count(msg.held, "held")
-    if any(len(chunk) % 4 for chunk in msg.chunks):
+    if any(len(chunk) % 4 for chunks in msg.chunks for chunk in chunks):
         raise Invalid("chunks are not whole float32 samples")
 
 

@@ -6,13 +6,14 @@ process or in a process of its own (MSTAR_ENCODER_PLACEMENT ``codec=process``,
 code2wav in the served windows (a model whose registry entry names a talker), else CSM's Mimi,
 its state per request checked against MSTAR_MAX_SPEECH_CODEC_BYTES there (``check_codec_memory``).
 ``CodecNodeProcess`` is the worker's handle on the node apart, with the local node's seam
-(``mstar.models.speech.codec_node.CodecSeam``): ``take`` sends a request's new frames as
-``CodecFrames`` and returns the chunks of the ``CodecAudio`` reply; ``forget`` sends the aborted
-requests that hold state there (``CodecForget``). Each call is synchronous, between engine steps,
-where the local node decodes too. The node process keeps one ``CodecStream`` per request, freed
-at its last frames or its forget, and every reply says how many it holds (``held``: the worker's
-``mstar_codec_requests`` gauge). The process itself (start, sockets, stop, its death failing the
-worker's step: 503 for its requests) is every placed node's (``mstar.worker.node_process``).
+(``mstar.models.speech.codec_node.CodecSeam``): ``take_all`` sends a step's new frames, every
+request's, as one ``CodecFrames`` and returns the chunks of the ``CodecAudio`` reply; ``forget``
+sends the aborted requests that hold state there (``CodecForget``). Each call is synchronous,
+between engine steps, where the local node decodes too. The node process keeps one
+``CodecStream`` per request, freed at its last frames or its forget, and every reply says how
+many it holds (``held``: the worker's ``mstar_codec_requests`` gauge). The process itself
+(start, sockets, stop, its death failing the worker's step: 503 for its requests) is every
+placed node's (``mstar.worker.node_process``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from mstar.ipc import messages as m
 from mstar.worker.node_process import NodeProcess, enter_node, node_args, serve_node
 
 if TYPE_CHECKING:
-    from mstar.models.speech.codec_node import CodecNode
+    from mstar.models.speech.codec_node import CodecNode, Frames
     from mstar.models.speech.voice import Voice
     from mstar.settings import WorkerSettings
 
@@ -73,11 +74,11 @@ def main() -> None:
     def answer(msg: m.CodecFrames | m.CodecForget) -> m.CodecAudio:
         if isinstance(msg, m.CodecForget):
             codec.forget(msg.request_ids)
-            chunks = []
+            ready = []
         else:
-            chunks = codec.take(msg.request_id, msg.frames, msg.last)
-        return m.CodecAudio(msg.call, [np.asarray(c, "<f4").tobytes() for c in chunks],
-                            codec.held)
+            ready = codec.take_all([(r.request_id, r.frames, r.last) for r in msg.requests])
+        return m.CodecAudio(msg.call, [[np.asarray(c, "<f4").tobytes() for c in chunks]
+                                       for chunks in ready], codec.held)
 
     serve_node(settings, m.NodeReady(node, codec.sample_rate), inbox, outbox, security,
                m.TO_CODEC_NODE, answer)
@@ -98,12 +99,13 @@ class CodecNodeProcess(NodeProcess):
     def held(self) -> int:
         return self._held
 
-    def take(self, request_id: str, frames: list[list[int]], last: bool) -> list[np.ndarray]:
-        reply = self.call(lambda call: m.CodecFrames(call, request_id, frames, last),
-                          m.CodecAudio)
-        (self.open.discard if last else self.open.add)(request_id)
+    def take_all(self, requests: list[Frames]) -> list[list[np.ndarray]]:
+        wire = [m.RequestFrames(*request) for request in requests]
+        reply = self.call(lambda call: m.CodecFrames(call, wire), m.CodecAudio)
+        for rid, _, last in requests:
+            (self.open.discard if last else self.open.add)(rid)
         self._held = reply.held
-        return [np.frombuffer(chunk, "<f4") for chunk in reply.chunks]
+        return [[np.frombuffer(chunk, "<f4") for chunk in chunks] for chunks in reply.chunks]
 
     def forget(self, request_ids: Iterable[str]) -> None:
         gone = [rid for rid in request_ids if rid in self.open]

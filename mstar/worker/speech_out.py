@@ -41,20 +41,27 @@ class SpeechOut:
         self.prompt_vocab_size = prompt_vocab_size
 
     def sound(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
-        """The step's outputs, each with the audio its frames made ready."""
-        return [self._sounded(out) for out in outputs]
+        """The step's outputs, each with the audio its frames made ready: one call of the codec
+        node for all of them (and one forget for the finished ones whose audio is not wanted:
+        an abort output, or a finish without a frame)."""
+        gone = [out.request_id for out in outputs
+                if out.finished and (out.finish_reason == "abort" or not out.new_frames)]
+        if gone:
+            self.codec.forget(gone)
+        sounded = [out for out in outputs if out.new_frames and out.finish_reason != "abort"]
+        if not sounded:
+            return outputs
+        ready = self.codec.take_all([(out.request_id, out.new_frames, out.finished)
+                                     for out in sounded])
+        audio = {id(out): chunks for out, chunks in zip(sounded, ready, strict=True)}
+        return [self._with_audio(out, audio[id(out)]) if id(out) in audio else out
+                for out in outputs]
 
     def forget(self, request_ids: list[str]) -> None:
         """Requests aborted in the engine (a client gone): no output will finish them here."""
         self.codec.forget(request_ids)
 
-    def _sounded(self, out: RequestOutput) -> RequestOutput:
-        if out.finished and (out.finish_reason == "abort" or not out.new_frames):
-            self.codec.forget([out.request_id])  # its audio is not wanted
-            return out
-        if not out.new_frames:  # no frame yet
-            return out
-        chunks = self.codec.take(out.request_id, out.new_frames, out.finished)
+    def _with_audio(self, out: RequestOutput, chunks: list[np.ndarray]) -> RequestOutput:
         if not chunks and not out.finished:
             return out
         # a finished request always carries a chunk (maybe empty): its rate reaches the client

@@ -54,12 +54,14 @@ def test_preflight_places_codec_nodes_and_names_the_others(tmp_path, placement, 
 
 def test_the_codec_messages_are_checked_on_arrival():
     bounds = InboxBounds(replicas=1)
-    check(m.CodecFrames(1, "r", [[1, 2], [3, 4]], last=True), bounds)
-    check(m.CodecAudio(1, [bytes(8)], 0), bounds)
-    for bad, field in [(m.CodecFrames(1, "r", [[1, 2], [3]]), "frames differ"),
-                       (m.CodecFrames(1, "r", [[-1]]), "frames has"),
+    check(m.CodecFrames(1, [m.RequestFrames("r", [[1, 2], [3, 4]], last=True),
+                            m.RequestFrames("s", [[5, 6]])]), bounds)
+    check(m.CodecAudio(1, [[bytes(8)], []], 0), bounds)
+    for bad, field in [(m.CodecFrames(1, [m.RequestFrames("r", [[1, 2], [3]])]),
+                        "requests.frames differ"),
+                       (m.CodecFrames(1, [m.RequestFrames("r", [[-1]])]), "requests.frames has"),
                        (m.CodecForget(-1, ["r"]), "call"),
-                       (m.CodecAudio(1, [bytes(6)], 0), "float32"),
+                       (m.CodecAudio(1, [[bytes(8), bytes(6)]], 0), "float32"),
                        (m.CodecAudio(1, [], -1), "held")]:
         with pytest.raises(Invalid, match=field):
             check(bad, bounds)
@@ -131,6 +133,9 @@ def test_csm_speaks_the_same_with_its_codec_apart(tiny_csm, device):
     try:
         _speak_csm(apart, thread)
         assert max(s.codec_requests for s in apart.stats) >= 1  # the node's count, reported
+        # one call a step for both requests' frames (queued together while the worker loaded),
+        # not one per request: 14 steps, not 14 + 9
+        assert worker.codec.calls <= FRAMES["one"] + 2
         _abort_mid_speech(worker, apart, thread, "gone", PROMPT,
                           SamplingParams(max_tokens=LONG, temperature=0.0))
         node = worker.codec.proc

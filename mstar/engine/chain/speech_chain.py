@@ -198,7 +198,7 @@ class SpeechChain:
         state = self.spoken.get(out.request_id)
         if state is None:  # aborted
             return None
-        chunks = (self.codec.take(out.request_id, out.new_frames or [], out.finished)
+        chunks = (self.codec.take_all([(out.request_id, out.new_frames or [], out.finished)])[0]
                   if out.new_frames or out.finished else [])
         if out.finished:
             state.talked = True

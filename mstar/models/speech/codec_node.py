@@ -7,8 +7,9 @@ samples, ``samples_per_frame`` per frame (Mimi's ``frame_size``); a window's fir
 frames are decoded again only so its own samples continue the last chunk's, and are dropped.
 
 ``CodecNode`` is the node itself, with one ``CodecStream`` per live request by request id: the
-seam the worker's speech out and the chained walk call (``take``, ``forget``). The same seam over
-the transport, to the node in a process of its own, is ``mstar.worker.codec_node``'s.
+seam the worker's speech out and the chained walk call (``take_all``: a step's requests with new
+frames at once; ``forget``). The same seam over the transport, to the node in a process of its
+own, is ``mstar.worker.codec_node``'s: one message per call.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from mstar.graph.chunks import ChunkPolicy, Window
 
 Decode = Callable[[torch.Tensor], np.ndarray]
 Sounded = Callable[[torch.Tensor], bool]  # whether a frame is decoded (CSM: not an end frame)
+# One request's part of a step: its id, its new frames (codes, one list per frame), and whether
+# the frames' source finished (the leftover then goes too, and the request's state is freed).
+Frames = tuple[str, list[list[int]], bool]
 
 
 class CodecStream:
@@ -76,9 +80,8 @@ class CodecSeam(Protocol):
     def held(self) -> int:
         """Requests whose codec state the node holds."""
 
-    def take(self, request_id: str, frames: list[list[int]], last: bool) -> list[np.ndarray]:
-        """The audio chunks a request's new frames made ready (``last``: the frames' source
-        finished; the leftover goes too, and the request's state is freed)."""
+    def take_all(self, requests: list[Frames]) -> list[list[np.ndarray]]:
+        """The audio chunks each request's new frames made ready, in the requests' order."""
 
     def forget(self, request_ids: Iterable[str]) -> None:
         """Aborted requests: their state is freed, nothing more is decoded for them."""
@@ -100,7 +103,11 @@ class CodecNode:
     def held(self) -> int:
         return len(self.streams)
 
+    def take_all(self, requests: list[Frames]) -> list[list[np.ndarray]]:
+        return [self.take(*request) for request in requests]
+
     def take(self, request_id: str, frames: list[list[int]], last: bool) -> list[np.ndarray]:
+        """One request's ``Frames``: the audio chunks they made ready."""
         stream = self.streams.get(request_id)
         if stream is None:  # the request's first frames
             stream = self.streams[request_id] = self.stream()
