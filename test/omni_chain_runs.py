@@ -5,7 +5,6 @@ chain's tests (test/engine/test_omni_chain.py) and the placed talker's
 
 from __future__ import annotations
 
-import queue
 import time
 
 import numpy as np
@@ -14,11 +13,8 @@ from alm_helpers import clip
 from omni_helpers import CODEC_CUT, SAMPLES_PER_FRAME, thinker_generate, thinker_prompt
 
 from mstar.engine.request.sampling_params import SamplingParams
-from mstar.ipc import messages as m
-from mstar.ipc.security import instance_security
 from mstar.models.speech.omni_speaker import OmniSpeaker
 from mstar.models.speech.omni_talker_inputs import talker_inputs
-from mstar.settings import WorkerSettings
 
 MAX_NEW = 8
 SPEECH_SECONDS = 2.4  # the talker's frames bound: 30 frames at 12.5 a second
@@ -117,45 +113,3 @@ def reference_inputs(oracle: OmniSpeaker, ids, parts):
             [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
         return said, talker_inputs(model.talker, config, said, len(ids), embeds, hidden, tts,
                                    config.talker_config.speaker_id["ethan"])
-
-
-class Channel:
-    """The worker's sockets in process: commands queued in, outputs collected."""
-
-    def __init__(self):
-        self.inbox: queue.Queue = queue.Queue()
-        self.tokens: dict[str, list[int]] = {}
-        self.audio: dict[str, list[np.ndarray]] = {}
-        self.done: dict[str, str] = {}
-        self.after_done: list[str] = []
-        self.stats: m.WorkerStats | None = None
-        self.security = instance_security(WorkerSettings())  # the frame limit (a node apart)
-
-    def receive(self, timeout_ms: int):
-        try:
-            msgs = [self.inbox.get(timeout=timeout_ms / 1000) if timeout_ms else
-                    self.inbox.get_nowait()]
-        except queue.Empty:
-            return []
-        return [m.decode(m.encode(msg)) for msg in msgs]
-
-    def admit_model(self, vocab_size, max_model_len):
-        pass
-
-    def send_to_conductor(self, msg):
-        pass
-
-    def send_to_api(self, msg):
-        msg = m.decode(m.encode(msg))  # as typed as off a socket
-        if isinstance(msg, m.WorkerStats):  # the worker's gauges (/metrics), the latest
-            self.stats = msg
-        if isinstance(msg, m.Outputs):
-            for out in msg.outputs:
-                if out.request_id in self.done:
-                    self.after_done.append(out.request_id)
-                self.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
-                if out.new_audio is not None:
-                    self.audio.setdefault(out.request_id, []).append(
-                        np.frombuffer(out.new_audio.samples, "<f4"))
-                if out.finished:
-                    self.done[out.request_id] = out.finish_reason

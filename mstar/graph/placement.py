@@ -3,8 +3,9 @@ to places, and the one check of it against a model's graph.
 
 ``worker`` (every node's default) runs the node in the language model's worker process;
 ``process`` runs it in a process of its own beside that worker, its output sent back over the
-transport as typed messages (an encoder node: ``mstar.worker.encoder_node``; a chained walk's
-later language model, Qwen3-Omni's talker: ``mstar.worker.talker_node``). The language model the
+transport as typed messages (an encoder node: ``mstar.worker.encoder_node``; a codec node:
+``mstar.worker.codec_node``; a chained walk's later language model, Qwen3-Omni's talker:
+``mstar.worker.talker_node``). The language model the
 worker's engine runs (the graph's first walk's, ``WalkGraph.language_model``) stays in its worker;
 the nodes of a placeable kind (``PLACEABLE_KINDS``) may move.
 """
@@ -18,8 +19,9 @@ KNOB = "MSTAR_ENCODER_PLACEMENT"
 WORKER, PROCESS = "worker", "process"
 PLACES = (WORKER, PROCESS)
 # The kinds of node the map may put in a process of their own (a language model only when it is
-# not the one the worker's engine runs: a chained walk's talker)
-PLACEABLE_KINDS = frozenset({NodeKind.ENCODER, NodeKind.LANGUAGE_MODEL})
+# not the one the worker's engine runs: a chained walk's talker); a kind added here is one more
+# the worker must start
+PLACEABLE_KINDS = frozenset({NodeKind.ENCODER, NodeKind.LANGUAGE_MODEL, NodeKind.CODEC})
 
 
 def parse_placement(text: str) -> dict[str, str]:
@@ -63,15 +65,11 @@ def placed_apart(text: str) -> tuple[str, ...]:
     return tuple(n for n, place in parse_placement(text).items() if place == PROCESS)
 
 
-def nodes_apart(text: str, graph: WalkGraph) -> tuple[str, ...]:
-    """``placed_apart``, checked against the graph (a ValueError names the problem)."""
+def nodes_apart(text: str, graph: WalkGraph, kind: NodeKind | None = None) -> tuple[str, ...]:
+    """``placed_apart``, checked against the graph (a ValueError names the problem); with
+    ``kind``, only the nodes of that kind (the encoder nodes, the codec, the talker)."""
     problem = placement_problem(text, graph)
     if problem is not None:
         raise ValueError(problem)
-    return placed_apart(text)
-
-
-def apart_of_kind(text: str, graph: WalkGraph, kind: NodeKind) -> tuple[str, ...]:
-    """``nodes_apart`` of one kind (the encoder nodes, or the talker)."""
-    kinds = {n.name: n.kind for n in graph.nodes}
-    return tuple(n for n in nodes_apart(text, graph) if kinds[n] is kind)
+    of_kind = {n.name for n in graph.nodes if kind is None or n.kind is kind}
+    return tuple(n for n in placed_apart(text) if n in of_kind)

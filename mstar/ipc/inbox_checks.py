@@ -34,7 +34,7 @@ from mstar.ipc.check_rules import (
     text,
     token_ids,
 )
-from mstar.ipc.encoder_node_checks import ENCODER_NODE_CHECKS
+from mstar.ipc.node_checks import NODE_CHECKS
 from mstar.ipc.part_checks import check_part
 from mstar.ipc.talker_node_checks import TALKER_NODE_CHECKS
 from mstar.settings.reload import reloadable_values, with_values
@@ -216,7 +216,7 @@ def check_worker_stats(msg: m.WorkerStats, bounds: InboxBounds) -> None:
     member(msg.worker, range(bounds.replicas), "worker")
     for name in ("running", "waiting", "preemptions", "encoder_cache_hits",
                  "encoder_cache_misses", "spec_proposed", "spec_accepted", "lora_loads",
-                 "lora_evictions"):
+                 "lora_evictions", "codec_requests"):
         count(getattr(msg, name), name)
     amount(msg.kv_cache_usage, "kv_cache_usage", 1.0)
     for name in ("encoder_seconds", "spec_propose_s", "spec_verify_s"):
@@ -272,7 +272,7 @@ CHECKS: dict[type, Callable[[Any, InboxBounds], None]] = {
     m.Fatal: check_fatal,
     m.TransportDrops: check_drops,
     m.Liveness: check_liveness,
-    **ENCODER_NODE_CHECKS,
+    **NODE_CHECKS,
     **TALKER_NODE_CHECKS,
     m.TalkerOutputs: check_talker_outputs,
     m.LoraUpdate: check_lora_update,

@@ -144,6 +144,7 @@ class WorkerStats(_Message):
     spec_verify_s: float = 0.0
     lora_loads: int = 0  # LoRA adapters read so far (start and run time)
     lora_evictions: int = 0  # ... and moved out of a device slot for another
+    codec_requests: int = 0  # requests whose codec state the codec node holds (speech out)
 
 
 # a remote replica's ``mstar worker`` -> conductor, every MSTAR_LIVENESS_INTERVAL_S / 4
@@ -200,8 +201,44 @@ class EncodedOutput(_Message):
     output: WireTensor  # the node's output on the call's input
 
 
-class EncoderNodeReady(_Message):
-    node: str  # loaded and listening
+class NodeReady(_Message):
+    """A node process (encoder or codec) loaded its node and listens."""
+
+    node: str
+    sample_rate: int = 0  # a codec node's: its audio's samples per second
+
+
+# worker <-> its codec-node process (MSTAR_ENCODER_PLACEMENT, ``mstar.worker.codec_node``)
+class RequestFrames(msgspec.Struct, array_like=True):
+    """One request's new frames (codes, one list per frame); ``last``: the frames' source
+    finished (the leftover goes out as a shorter chunk, and the request's codec state is
+    freed)."""
+
+    request_id: str
+    frames: list[list[int]]
+    last: bool = False
+
+
+class CodecFrames(_Message):
+    """A step's frames for the codec node, by request. Answered by ``CodecAudio`` of ``call``."""
+
+    call: int
+    requests: list[RequestFrames]
+
+
+class CodecForget(_Message):
+    """Aborted requests: their codec state is freed. Answered by ``CodecAudio`` of ``call``."""
+
+    call: int
+    request_ids: list[str]
+
+
+class CodecAudio(_Message):
+    call: int
+    # per request of the call, in its order: the audio chunks it made ready, each mono float32
+    # ("<f4") samples (a forget's: none)
+    chunks: list[list[bytes]]
+    held: int  # requests whose codec state the node holds after the call
 
 
 # worker <-> its talker process (MSTAR_ENCODER_PLACEMENT talker=process: mstar.worker.talker_node)
@@ -252,7 +289,7 @@ Message = Union[  # noqa: UP007 - msgspec needs a Union object here
     AddRequest, AbortRequests, Shutdown, ReloadSettings, SetupDone, Join, SettingsSync,
     Outputs, RequestFailed, LoraUpdate, LoraUpdated,
     WorkerStats, Ready, Fatal, TransportDrops, Alive, Liveness,
-    EncodeRequest, EncodedOutput, EncoderNodeReady,
+    EncodeRequest, EncodedOutput, NodeReady, CodecFrames, CodecForget, CodecAudio,
     TalkerAdd, TalkerRows, TalkerAbort, TalkerOutputs, TalkerReady,
 ]
 
@@ -262,7 +299,9 @@ TO_CONDUCTOR = (Shutdown, ReloadSettings, SetupDone, Join, Alive)
 TO_WORKER = (AddRequest, AbortRequests, Shutdown, ReloadSettings, LoraUpdate)
 TO_JOINING_WORKER = (SettingsSync,)
 TO_ENCODER_NODE = (EncodeRequest, Shutdown)
-FROM_ENCODER_NODE = (EncodedOutput, EncoderNodeReady)
+FROM_ENCODER_NODE = (EncodedOutput, NodeReady)
+TO_CODEC_NODE = (CodecFrames, CodecForget, Shutdown)
+FROM_CODEC_NODE = (CodecAudio, NodeReady)
 TO_TALKER_NODE = (TalkerAdd, TalkerRows, TalkerAbort, Shutdown)
 FROM_TALKER_NODE = (TalkerOutputs, TalkerReady)
 

@@ -25,7 +25,7 @@ class WorkerChannel:
     def __init__(self, settings: WorkerSettings, endpoints: Endpoints, index: int):
         self.ctx = zmq.Context()
         self.name = f"worker {index}"
-        security = self.security = endpoints.security  # encoder-node processes use it too
+        security = self.security = endpoints.security  # node processes (placed) use it too
         self.commands = pull_socket(self.ctx, endpoints.workers[index], security, TO_WORKER,
                                     InboxBounds.of(settings))
         self.to_conductor = push_socket(self.ctx, endpoints.conductor, security)

@@ -1,7 +1,7 @@
 """A node of the model's walk graph in a process of its own (MSTAR_ENCODER_PLACEMENT
 ``node=process``), beside the worker that runs the language model: what every such process
-shares, whatever its node (an encoder: ``mstar.worker.encoder_node``; the talker:
-``mstar.worker.talker_node``).
+shares, whatever its node (an encoder: ``mstar.worker.encoder_node``; a codec:
+``mstar.worker.codec_node``; the talker: ``mstar.worker.talker_node``).
 
 The worker's handle (``NodeProcess``) starts ``python -m MODULE ARGS... INBOX OUTBOX LIMIT`` with
 the worker's settings as JSON on stdin (a worker is a daemonic process: multiprocessing gives it
@@ -10,6 +10,11 @@ of their own (0700, as the instance's), typed messages checked on arrival like e
 waits for its ready message. The process (``node_child``) dies with its worker (``enter_child``);
 a dead process fails the worker's next wait on it (``receive``), so the worker's step fails and
 its requests fail as a dead worker's do (503). ``close`` stops it by message, then by force.
+
+Two ways to talk to it: a node that answers each message in turn (an encoder, a codec) is
+called synchronously (``call``: one numbered message out, its reply back; the process side is
+``serve_node``); the talker runs a loop of its own and is sent to and received from as it goes
+(``send``, ``receive``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +32,7 @@ import zmq
 
 from mstar.ipc import messages as m
 from mstar.ipc.inbox_checks import InboxBounds
-from mstar.ipc.lifecycle import enter_child
+from mstar.ipc.lifecycle import enter_child, exit_now
 from mstar.ipc.security import SocketSecurity
 from mstar.ipc.sockets import pull_socket, push_socket, receive, send
 
@@ -59,6 +65,7 @@ class NodeProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args, to_node, from_node, str(max_message_bytes)],
             stdin=subprocess.PIPE, text=True)
+        self.calls = 0  # numbered synchronous calls made (``call``)
         try:
             self.proc.stdin.write(settings_to_json(settings))
             self.proc.stdin.close()
@@ -69,6 +76,16 @@ class NodeProcess:
 
     def send(self, msg: m.Message) -> None:
         send(self.requests, msg)
+
+    def call(self, make: Callable[[int], m.Message], reply: type):
+        """Send the message ``make`` builds for the next call number; its reply (a RuntimeError
+        when the process is gone or answers another call)."""
+        self.calls += 1
+        self.send(make(self.calls))
+        got = self.wait(reply, None)
+        if got.call != self.calls:
+            raise RuntimeError(f"node {self.name} answered call {got.call}, not {self.calls}")
+        return got
 
     def receive(self, timeout_ms: int) -> list[m.Message]:
         """What the process sent, waiting up to ``timeout_ms`` for the first; a RuntimeError when
@@ -105,13 +122,31 @@ class NodeProcess:
 
 def node_child(accepts: tuple[type, ...]) -> tuple[WorkerSettings, list[str], Inbox, Outbox]:
     """The process's side, first thing in its ``main``: the worker's settings, the module's own
-    arguments, and its sockets (in: the messages of ``accepts``; out: to its worker)."""
+    arguments, and its sockets (in: the messages of ``accepts``; out: to its worker). It dies
+    with its worker (``enter_child``) and takes the engine's torch threads
+    (MSTAR_TORCH_NUM_THREADS, where set)."""
     from mstar.settings.wire import settings_from_json
 
     settings = settings_from_json(sys.stdin.read())
     *args, inbox, outbox, limit = sys.argv[1:]
     enter_child(settings)
+    if settings.torch_num_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_num_threads)
     security = SocketSecurity(int(limit))
     ctx = zmq.Context()
     requests = pull_socket(ctx, inbox, security, accepts, InboxBounds.of(settings))
     return settings, args, requests, push_socket(ctx, outbox, security)
+
+
+def serve_node(requests: Inbox, replies: Outbox, ready: m.Message,
+               answer: Callable[[m.Message], m.Message]) -> None:
+    """A node that answers each message in turn, its node loaded: say ``ready``, then send
+    ``answer``'s reply to each message in order, until ``Shutdown``."""
+    send(replies, ready)
+    while True:
+        for msg in receive(requests, POLL_MS):
+            if isinstance(msg, m.Shutdown):
+                exit_now(0)
+            send(replies, answer(msg))

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from mstar.graph.kinds import NodeKind
-from mstar.graph.placement import apart_of_kind, placed_apart
 from mstar.ipc import messages as m
 from mstar.ipc.settings_reload import apply_reloaded
 from mstar.ipc.tracing import Tracing
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
     from mstar.engine.llm_engine import LLMEngine
     from mstar.engine.request.outputs import RequestOutput
     from mstar.models.families.parallel import TensorParallel
+    from mstar.models.speech.codec_node import CodecSeam
     from mstar.settings import WorkerSettings
     from mstar.worker.channel import WorkerChannel
     from mstar.worker.encoder_node import EncoderNodeProcess
@@ -53,6 +52,8 @@ class Worker:
         self._last_stats_at = 0.0
         self.tracing: WorkerTracing | None = None  # MSTAR_OTLP_ENDPOINT set: spans (run)
         self.speech: SpeechOut | None = None  # speech out's codec node (_load)
+        # the model's codec node (speech out, the chain's code2wav), here or apart (_load)
+        self.codec: CodecSeam | None = None
         # where requests go: the engine, or the chain that runs it with its talker and code2wav
         # (a model whose registry entry names a talker: mstar.engine.chain), chosen at load
         self.steps: LLMEngine | SpeechChain | None = None
@@ -81,6 +82,8 @@ class Worker:
             self.steps.shutdown()
             for node in self.nodes.values():
                 node.close()
+            if self.codec is not None:
+                self.codec.close()
             if self.tracing is not None:
                 self.tracing.shutdown()
 
@@ -98,28 +101,26 @@ class Worker:
     def _load(self) -> LLMEngine:
         """Build the engine (weights, KV cache, warm-up), then tell the conductor we are ready."""
         from mstar.engine.llm_engine import LLMEngine
-        from mstar.models.loading.placement_check import model_graph
-        from mstar.models.loading.resolve import resolve_model_dir
-        from mstar.worker.encoder_node import start_placed_nodes
-        from mstar.worker.speech_out import speech_chain, speech_out
+        from mstar.worker.encoder_node import encoders_apart, start_placed_nodes
+        from mstar.worker.speech_out import codec_seam, speech_chain, speech_out
 
         start = time.perf_counter()
-        text = self.settings.encoder_placement
-        limit = 0  # the frame limit of a node process's sockets: the instance's
-        if placed_apart(text):  # encoder nodes in processes of their own, before the engine
-            # that calls them (the graph's other nodes placed apart start with their chain)
-            limit = self.channel.security.max_message_bytes
-            graph = model_graph(resolve_model_dir(self.settings))  # None: the engine says why
-            encoders = () if graph is None else apart_of_kind(text, graph, NodeKind.ENCODER)
-            self.nodes = start_placed_nodes(self.settings, encoders, limit)
+        # the frame limit of a node process's sockets: the instance's
+        limit = self.channel.security.max_message_bytes
+        apart = encoders_apart(self.settings)
+        if apart:  # encoder nodes in processes of their own, before the engine that calls them
+            # (the graph's other nodes placed apart start with their seams, after it)
+            self.nodes = start_placed_nodes(self.settings, apart, limit)
         engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
                            placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
-        # speech out (a graph emitting audio): the codec node runs here, on each step's frames,
-        # before publishing (mstar.worker.speech_out); its prompts are text tokens
-        self.speech = speech_out(engine)
-        self.steps = speech_chain(engine, limit) or engine
+        # speech out (a graph emitting audio): the codec node runs on each step's frames, here or
+        # in a process of its own (chosen once: codec_seam), before publishing
+        # (mstar.worker.speech_out); its prompts are text tokens
+        self.codec = codec_seam(engine, self.channel.security)
+        self.speech = speech_out(engine, self.codec)
+        self.steps = speech_chain(engine, self.codec, limit) or engine
         vocab = engine.vocab_size if self.speech is None else self.speech.prompt_vocab_size
         self.channel.admit_model(vocab, engine.max_model_len)  # the inbox checks
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,
@@ -176,7 +177,8 @@ class Worker:
         stats = m.WorkerStats(self.index, s.running, s.waiting, round(s.kv_cache_usage, 4),
                               s.preemptions, s.encoder_cache_hits, s.encoder_cache_misses,
                               s.encoder_seconds, s.spec_method, s.spec_proposed, s.spec_accepted,
-                              s.spec_propose_s, s.spec_verify_s, s.lora_loads, s.lora_evictions)
+                              s.spec_propose_s, s.spec_verify_s, s.lora_loads, s.lora_evictions,
+                              0 if self.codec is None else self.codec.held)
         if stats == self._last_stats:
             return
         now = time.monotonic()

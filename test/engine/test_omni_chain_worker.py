@@ -7,19 +7,17 @@ process of its own (MSTAR_ENCODER_PLACEMENT ``talker=process``), which stops wit
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
-from omni_chain_runs import Channel
 from omni_helpers import save_tiny_thinker, thinker_prompt
+from worker_run import start_worker, stop_worker, wait_done
 
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.graph.speech import OMNI_CHUNK_FRAMES
 from mstar.ipc import messages as m
 from mstar.settings import WorkerSettings
-from mstar.worker.worker import Worker
 
 SPEECH_SECONDS = 2.4
 MAX_NEW = 8
@@ -37,18 +35,7 @@ def _worker(omni_dir, device, placement):
                               max_speech_seconds=SPEECH_SECONDS,
                               speech_chunk_frames=OMNI_CHUNK_FRAMES,  # the oracle's windows
                               prefill_share_beside_decodes=0.0)
-    channel = Channel()
-    worker = Worker(settings, 0, channel)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    return worker, channel, thread
-
-
-def _wait(channel, rids, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while not set(rids) <= set(channel.done):
-        assert time.monotonic() < deadline, "requests did not finish"
-        time.sleep(0.01)
+    return start_worker(settings)
 
 
 @pytest.mark.parametrize("placement", ["", "talker=process"], ids=["colocated", "apart"])
@@ -62,18 +49,17 @@ def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_dir, dev
         params = dict(temperature=0.0, max_tokens=MAX_NEW)
         channel.inbox.put(m.AddRequest("spoken", ids, SamplingParams(**params, speaker="ethan")))
         channel.inbox.put(m.AddRequest("plain", ids, SamplingParams(**params)))
-        _wait(channel, ["spoken", "plain"])
+        wait_done(channel, ["spoken", "plain"], thread)
         channel.inbox.put(m.AddRequest("gone", ids, SamplingParams(**params, speaker="ethan")))
         while not channel.tokens.get("gone"):  # the thinker has started; the talker follows
             time.sleep(0.005)
         channel.inbox.put(m.AbortRequests(["gone"]))
         deadline = time.monotonic() + 30
         while not _idle(channel.stats):  # every block of both caches back (/metrics)
-            assert time.monotonic() < deadline, channel.stats
+            assert time.monotonic() < deadline, channel.stats[-1:]
             time.sleep(0.01)
     finally:
-        channel.inbox.put(m.Shutdown("test"))
-        thread.join(30)
+        stop_worker(channel, thread)
     if placement:  # the talker's process stopped with the worker
         assert worker.steps.talker.proc.poll() is not None
     # (whether "gone" finished before its abort arrived depends on the machine's speed; the
@@ -90,8 +76,9 @@ def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_dir, dev
     assert audio.shape == ref.audio.shape and np.array_equal(audio, ref.audio)
 
 
-def _idle(stats: m.WorkerStats | None) -> bool:
-    return stats is not None and (stats.running, stats.waiting, stats.kv_cache_usage) == (0, 0, 0)
+def _idle(stats: list[m.WorkerStats]) -> bool:
+    """The worker's latest gauges say no request and no block held."""
+    return bool(stats) and (stats[-1].running, stats[-1].waiting, stats[-1].kv_cache_usage) == (0, 0, 0)
 
 
 def worker_config(omni_dir):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 
 import pytest
 from structlog.testing import capture_logs
+from worker_run import QueueChannel
 
 from mstar.engine import step_loop
 from mstar.engine.request.sampling_params import SamplingParams
@@ -18,32 +18,16 @@ from mstar.settings import WorkerSettings
 from mstar.worker.worker import Worker
 
 
-class FakeChannel:
+class FakeChannel(QueueChannel):
     """Stands in for the zmq sockets: commands are queued in, messages out are collected."""
 
     def __init__(self):
-        self.inbox: queue.Queue = queue.Queue()
+        super().__init__()
         self.tokens: dict[str, list[int]] = {}
         self.finish_reasons: dict[str, str] = {}
         self.done: set[str] = set()  # finished or rejected
         self.failed: dict[str, str] = {}
         self.first_token = threading.Event()
-
-    def receive(self, timeout_ms: int):
-        try:
-            msgs = [self.inbox.get(timeout=timeout_ms / 1000) if timeout_ms else
-                    self.inbox.get_nowait()]
-        except queue.Empty:
-            return []
-        while not self.inbox.empty():
-            msgs.append(self.inbox.get_nowait())
-        return [m.decode(m.encode(msg)) for msg in msgs]  # as typed as off a socket
-
-    def admit_model(self, vocab_size, max_model_len):
-        pass  # in process: nothing to check at an inbox
-
-    def send_to_conductor(self, msg):
-        pass
 
     def send_to_api(self, msg):
         msg = m.decode(m.encode(msg))

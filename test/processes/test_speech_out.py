@@ -16,12 +16,17 @@ from mstar.graph.speech import CSM_CHUNK_FRAMES, CSM_LEFT_CONTEXT
 
 
 @pytest.fixture(scope="module")
-def speech_out(tmp_path_factory, tiny_tokenizer):
+def voice(tmp_path_factory, tiny_tokenizer):
     from mstar.models.speech.voice import Voice
+
+    return Voice.load(save_tiny_csm(tmp_path_factory.mktemp("csm"), tiny_tokenizer))
+
+
+@pytest.fixture(scope="module")
+def speech_out(voice):
     from mstar.worker.speech_out import SpeechOut
 
-    voice = Voice.load(save_tiny_csm(tmp_path_factory.mktemp("csm"), tiny_tokenizer))
-    return SpeechOut(voice, voice.text_vocab_size)
+    return SpeechOut(voice.codec_node(), voice.text_vocab_size)
 
 
 def _frames(seed: int, n: int) -> list[list[int]]:
@@ -45,7 +50,7 @@ def _expected(voice, frames) -> np.ndarray:
     return voice.speech(voice.sound(torch.tensor(frames).unbind(0), len(frames))).audio
 
 
-def test_outputs_carry_voice_sounds_audio_per_request(speech_out):
+def test_outputs_carry_voice_sounds_audio_per_request(speech_out, voice):
     one, two = _frames(1, 20), _frames(2, 9)
     a = _outputs("a", one, [1] * 20)
     b = _outputs("b", two, [2, 3, 1, 3])
@@ -54,37 +59,37 @@ def test_outputs_carry_voice_sounds_audio_per_request(speech_out):
         batch = [a[step]] + ([b[step]] if step < len(b) else [])
         for out in speech_out.sound(batch):
             if out.new_audio is not None:
-                assert out.new_audio.rate == speech_out.voice.sample_rate
+                assert out.new_audio.rate == voice.sample_rate
                 got[out.request_id].append(np.frombuffer(out.new_audio.samples, "<f4"))
-            held = speech_out.codecs.get(out.request_id)
+            held = speech_out.codec.streams.get(out.request_id)
             assert held is None or len(held.held) <= CSM_LEFT_CONTEXT + CSM_CHUNK_FRAMES
     for rid, frames in (("a", one), ("b", two)):
-        expected = _expected(speech_out.voice, frames)
+        expected = _expected(voice, frames)
         assert np.array_equal(np.concatenate(got[rid]), expected)
-    assert speech_out.codecs == {}  # both finished: nothing kept
+    assert speech_out.codec.streams == {}  # both finished: nothing kept
 
 
 def test_an_abort_drops_the_codec_state(speech_out):
     frames = _frames(3, 6)
     speech_out.sound(_outputs("c", frames, [6, 0])[:1])  # running, with frames
     speech_out.sound(_outputs("d", frames, [6, 0])[:1])
-    assert set(speech_out.codecs) == {"c", "d"}
+    assert set(speech_out.codec.streams) == {"c", "d"} and speech_out.codec.held == 2
     speech_out.forget(["c"])  # the API server aborted it: the engine emits nothing more
     aborted = RequestOutput("d", finished=True, finish_reason="abort")
     assert speech_out.sound([aborted]) == [aborted]  # no decode of its leftover
-    assert speech_out.codecs == {}
+    assert speech_out.codec.streams == {} and speech_out.codec.held == 0
 
 
-def test_codec_state_is_within_its_bytes_and_the_bound_is_checked(speech_out):
+def test_codec_state_is_within_its_bytes_and_the_bound_is_checked(speech_out, voice):
     """``Voice.codec_state_bytes`` bounds what a request's codec holds (its codes, and the samples
     of a chunk); ``check_codec_memory`` (MSTAR_MAX_SPEECH_CODEC_BYTES at load) refuses a bound
     below it, naming the knob."""
-    from mstar.worker.speech_out import check_codec_memory
+    from mstar.worker.codec_node import check_codec_memory
 
-    voice, need = speech_out.voice, speech_out.voice.codec_state_bytes()
+    need = voice.codec_state_bytes()
     for step in _outputs("c", _frames(3, 30), [1] * 30):
         (out,) = speech_out.sound([step])
-        codec = speech_out.codecs.get("c")
+        codec = speech_out.codec.streams.get("c")
         held = 0 if codec is None else sum(frame.nbytes for frame in codec.held)
         audio = 0 if out.new_audio is None else len(out.new_audio.samples)
         assert 0 < held + audio <= need

@@ -21,13 +21,13 @@ from omni_chain_runs import (
     MAX_NEW,
     SPEECH_SECONDS,
     TALKER_BLOCKS,
-    Channel,
     check_chain,
     omni_oracle,
     requests_of,
     run_chain,
 )
 from omni_helpers import save_tiny_thinker
+from worker_run import Channel
 
 from mstar.engine.chain.speech_chain import SpeechChain
 from mstar.engine.request.sampling_params import SamplingParams
@@ -162,7 +162,7 @@ def test_a_dead_talker_process_fails_the_workers_step(omni_dir, device):
                               kv_block_size=4, num_kv_blocks=256, encoder_placement=PLACED,
                               max_speech_seconds=SPEECH_SECONDS,
                               speech_chunk_frames=OMNI_CHUNK_FRAMES)
-    channel = Channel()
+    channel = Channel(settings)
     worker = Worker(settings, 0, channel)
     failed: list[BaseException] = []
 

@@ -62,6 +62,10 @@ class Metrics:
         self.lora_evictions = Gauge("mstar_lora_evictions", "LoRA adapters moved out of a device "
                                     "slot (MSTAR_MAX_LORAS) for another so far, summed over "
                                     "workers.", registry=r)
+        self.codec_requests = Gauge("mstar_codec_requests", "Speech out: requests whose codec "
+                                    "state (frames waiting for their window) the codec node "
+                                    "holds, in the worker or in its process apart, summed over "
+                                    "workers.", registry=r)
         self.settings_info = Gauge("mstar_settings_info", "The settings fingerprint (the same "
                                    "as system_fingerprint in responses); always 1.",
                                    ["fingerprint"], registry=r)
@@ -119,6 +123,7 @@ class Metrics:
         self.encoder_seconds.set(sum(s.encoder_seconds for s in values))
         self.lora_loads.set(sum(s.lora_loads for s in values))
         self.lora_evictions.set(sum(s.lora_evictions for s in values))
+        self.codec_requests.set(sum(s.codec_requests for s in values))
         self._update_speculation(values)
 
     def _update_speculation(self, values: list[WorkerStats]) -> None:

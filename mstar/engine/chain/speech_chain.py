@@ -10,7 +10,9 @@ row has not arrived waits (``feed_cut``). The talker's frames go through code2wa
 windows (``served_windows``: MSTAR_SPEECH_CHUNK_FRAMES after MSTAR_SPEECH_LEFT_CONTEXT; the graph
 declares transformers' 300 after 25, whose first audio comes 24 s of frames in) and leave as
 ``AudioChunk``s in the request's outputs, beside the thinker's ``new_token_ids`` (the frames
-themselves too, in ``new_frames``, as a speech model's outputs carry them). A request finishes
+themselves too, in ``new_frames``, as a speech model's outputs carry them). code2wav is a codec node
+seam (``CodecSeam``: a request's state by its id), here or, where the worker places it, in a
+process of its own (``mstar.worker.codec_node``). A request finishes
 when both nodes have. The thinker's last text leaves when the thinker ends (``split_finish``);
 only its finish (the stop token it ended on, and the finish reason) waits for the talker's, and
 leaves with the last audio. docs/speech.rst, "The chained walk", says
@@ -32,7 +34,6 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 import structlog
-import torch
 
 from mstar.engine.chain.talker_edge import EdgeModules, TalkerEdge, speaker_id
 from mstar.engine.chain.talker_seam import LocalTalker, Talker
@@ -45,7 +46,7 @@ from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.schedule.priority import NORMAL
 from mstar.graph.chunks import ChunkPolicy, frame_windows
 from mstar.models.media_part import MediaPart
-from mstar.models.speech.codec_node import CodecStream
+from mstar.models.speech.codec_node import CodecSeam
 from mstar.models.speech.omni_code2wav import Code2Wav
 from mstar.models.speech.omni_talker_inputs import prefill_length
 from mstar.models.speech.row_feed import RowFeed
@@ -77,7 +78,6 @@ class Spoken:
     """One chained request's state between its nodes."""
 
     edge: TalkerEdge
-    codec: CodecStream
     talking: bool = False  # the talker request was added
     talked: bool = False  # the talker finished (or will never run)
     last: RequestOutput | None = None  # the thinker's finishing output, while the talker runs
@@ -85,12 +85,13 @@ class Spoken:
 
 class SpeechChain:
     def __init__(self, thinker: LLMEngine, talker_settings: WorkerSettings | None = None,
-                 talker: Talker | None = None) -> None:
+                 talker: Talker | None = None, codec: CodecSeam | None = None) -> None:
         """``thinker``: the engine of a model whose registry entry names a talker;
         ``talker_settings``: the talker node's engine settings; None: the thinker's, with
         MSTAR_TALKER_NUM_KV_BLOCKS as its block budget (``talker_engine_settings``);
         ``talker``: the talker placed apart (``mstar.worker.talker_node``); None: its engine,
-        built here."""
+        built here; ``codec``: code2wav as the worker placed it; None: here, in the served
+        windows."""
         from transformers import AutoConfig
 
         entry = thinker.model_runner.entry
@@ -102,8 +103,9 @@ class SpeechChain:
         self.config = AutoConfig.from_pretrained(thinker.model_dir)
         self.edge = EdgeModules.load(thinker.model_dir, self.config.talker_config,
                                      thinker.device, thinker.dtype)
-        self.code2wav = Code2Wav.load(thinker.model_dir, self.talker.device, self.talker.dtype,
-                                      served_windows(settings))
+        self.codec = codec or Code2Wav.load(thinker.model_dir, self.talker.device,
+                                            self.talker.dtype, served_windows(settings)
+                                            ).codec_node()
         self.max_frames = frames_in(settings.max_speech_seconds)
         self.embed = thinker.model_runner.model.embed
         self.spoken: dict[str, Spoken] = {}
@@ -121,7 +123,7 @@ class SpeechChain:
         thinker_params = msgspec.structs.replace(params, speaker=None, thinker_rows=True)
         self.thinker.add_request(request_id, prompt_token_ids, thinker_params, parts, priority,
                                  feed)
-        self.spoken[request_id] = Spoken(edge, self.code2wav.stream())
+        self.spoken[request_id] = Spoken(edge)
 
     def _check_talker_fits(self, prompt: list[int]) -> None:
         """The talker request the prompt will make (its prefill rows and up to ``max_frames``
@@ -145,6 +147,7 @@ class SpeechChain:
         self.thinker.abort_request(request_id)
         self.talker.abort_request(request_id)
         self.spoken.pop(request_id, None)
+        self.codec.forget([request_id])
 
     def stats(self) -> EngineStats:
         """Both nodes' load as one engine's (the worker's gauges, so /metrics): requests in a
@@ -193,6 +196,7 @@ class SpeechChain:
             return out
         if out.finish_reason == "abort" or not state.talking:  # nothing (more) to speak
             self.talker.abort_request(out.request_id)
+            self.codec.forget([out.request_id])
             state.talked = True
         if state.talked:
             self.spoken.pop(out.request_id)
@@ -205,14 +209,14 @@ class SpeechChain:
         state = self.spoken.get(out.request_id)
         if state is None:  # aborted
             return None
-        chunks = [c for f in out.new_frames or [] for c in state.codec.push(torch.tensor(f))]
+        chunks = (self.codec.take_all([(out.request_id, out.new_frames or [], out.finished)])[0]
+                  if out.new_frames or out.finished else [])
         if out.finished:
-            chunks += state.codec.finish()
             state.talked = True
         audio = None
         if chunks or (out.finished and state.last is not None):
             samples = np.concatenate(chunks or [np.zeros(0)]).astype("<f4").tobytes()
-            audio = AudioChunk(samples, self.code2wav.sample_rate)
+            audio = AudioChunk(samples, self.codec.sample_rate)
         frames = out.new_frames or None  # the codes, as a speech model's outputs carry them
         if state.talked and state.last is not None:  # both nodes are done
             self.spoken.pop(out.request_id)

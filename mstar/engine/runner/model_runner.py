@@ -43,7 +43,7 @@ from mstar.engine.speculative.draft_rows import DraftRows
 from mstar.engine.speculative.mtp_proposer import MtpProposer
 from mstar.engine.speculative.state_rollback import StateSnapshot
 from mstar.graph.kinds import NodeKind
-from mstar.graph.placement import apart_of_kind
+from mstar.graph.placement import nodes_apart
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
@@ -107,7 +107,7 @@ class ModelRunner:
         # The graph's encoder nodes, each called through it (outputs cached by content hash).
         self.encoders = EncoderNodes(self.graph, self.model, EncoderCache(
             int(settings.encoder_cache_mb * (1 << 20)), device), placed_nodes,
-            apart_of_kind(settings.encoder_placement, self.graph, NodeKind.ENCODER))
+            nodes_apart(settings.encoder_placement, self.graph, NodeKind.ENCODER))
         # M-RoPE models: per-request position tables (else each token's index is its position).
         self.rope_positions = (RopePositions(self.model) if self.entry.rope_position_table
                                else None)

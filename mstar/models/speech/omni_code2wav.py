@@ -25,7 +25,7 @@ import torch
 from mstar.graph.chunks import ChunkPolicy
 from mstar.graph.speech import QWEN3_OMNI, TALKER
 from mstar.models.speech.checkpoint import tensors_under
-from mstar.models.speech.codec_node import CodecStream
+from mstar.models.speech.codec_node import CodecNode, CodecStream
 
 CODE2WAV_PREFIX = "code2wav."  # the checkpoint's names for code2wav's tensors
 SAMPLE_RATE = 24_000  # Qwen3-Omni's output rate (its config does not carry it)
@@ -71,3 +71,7 @@ class Code2Wav:
     def stream(self) -> CodecStream:
         """One request's codec node state: frames in (``push``, ``finish``), chunks out."""
         return CodecStream(self.decode, self.chunk, self.samples_per_frame)
+
+    def codec_node(self) -> CodecNode:
+        """The codec node serving requests by id (the chained walk's)."""
+        return CodecNode(self.stream, self.sample_rate)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from mstar.graph.speech import BACKBONE, CSM
-from mstar.models.speech.codec_node import CodecStream, mimi_decoder
+from mstar.models.speech.codec_node import CodecNode, CodecStream, mimi_decoder
 from mstar.models.speech.csm_frames import frame_ends
 from mstar.models.speech.utterance import csm_turn
 
@@ -78,20 +78,22 @@ class Voice:
         frames = self.chunk.held_frames
         return frames * self.codebooks * 8 + frames * self.samples_per_frame * 4
 
-    def take(self, codec: CodecStream, frame: torch.Tensor, last: bool) -> list[np.ndarray]:
-        """The audio chunks one frame makes ready (``last``: the request's last frame, which
-        also sends the leftover). A frame of end codes only is not sounded, as in transformers;
-        the one rule for ``sound`` and the served path (``speech_out``)."""
-        chunks = [] if bool((frame == self.end_code).all()) else codec.push(frame)
-        return chunks + codec.finish() if last else chunks
+    def codec_node(self) -> CodecNode:
+        """The codec node serving requests by id (the worker's speech out)."""
+        return CodecNode(self.codec, self.sample_rate, self.sounded)
+
+    def sounded(self, frame: torch.Tensor) -> bool:
+        """A frame of end codes only is not sounded, as in transformers (``codec_node``'s rule,
+        so ``sound``'s and the served path's)."""
+        return not bool((frame == self.end_code).all())
 
     def sound(self, frames: Iterable[torch.Tensor], max_frames: int) -> Sounded:
         """Each frame with the audio chunks it made ready (the last frame also carries the
         leftover chunk); the frames end after the end frame or at ``max_frames``."""
-        codec = self.codec()
+        node = self.codec_node()  # the worker's codec node, for one request
         for i, frame in enumerate(frames):
             last = frame_ends(frame.tolist(), self.end_code) or i + 1 == max_frames
-            yield frame, self.take(codec, frame, last)
+            yield frame, node.take("sound", [frame.tolist()], last)
 
     def speech(self, sounded: Iterable[tuple[torch.Tensor, list[np.ndarray]]]) -> Speech:
         """The whole of ``sound``: every frame and the joined audio."""

@@ -136,10 +136,12 @@ class EngineKnobs(BaseModel):
         "scores (docs/openai_api.rst).")
     seed: int = _engine(0, "Seed for the engine's random state.", ge=0, le=2**63 - 1)
     encoder_placement: str = _engine(
-        "", "Where each placeable node of the model's walk graph runs (docs/multimodal.rst, "
-        "docs/speech.rst): comma-separated node=place, place 'worker' (in the language model's "
-        "worker process, every node's default) or 'process' (a process of its own beside the "
-        "worker, talking to it over the transport), e.g. audio_encoder=process, or "
-        "talker=process (Qwen3-Omni's talker, its own engine and KV cache). Placeable: encoder "
-        "nodes and a chained walk's later language model (the talker). A node the model's "
-        "graph does not have, or cannot place, is a start-up error.", max_length=1024)
+        "", "Where each placeable node of the model's walk graph runs: its encoder nodes "
+        "(docs/multimodal.rst), its codec node and a chained walk's later language model, "
+        "Qwen3-Omni's talker (docs/speech.rst). Comma-separated node=place, place 'worker' (in "
+        "the language model's worker process, every node's default) or 'process' (a process of "
+        "its own beside the worker, its inputs and outputs sent over the transport), e.g. "
+        "audio_encoder=process, codec=process (CSM), code2wav=process or talker=process "
+        "(Qwen3-Omni; the talker with its own engine and KV cache). A node the model's graph "
+        "does not have, or cannot place, is a start-up error naming the nodes it can place.",
+        max_length=1024)
