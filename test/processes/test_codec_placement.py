@@ -38,9 +38,10 @@ def _model_dir(tmp_path, arch: str):
     ("code2wav=process", "Qwen3OmniMoeForConditionalGeneration", None),
     ("code2wav=process,audio_encoder=process", "Qwen3OmniMoeForConditionalGeneration", None),
     ("code2wav=process", "CsmForConditionalGeneration",
-     "places code2wav, not a node.*placeable nodes: codec$"),
+     "places code2wav, not a placeable node.*placeable nodes: codec$"),
     ("vocoder=process", "Qwen3OmniMoeForConditionalGeneration",
-     "places vocoder, not a node.*placeable nodes: audio_encoder, code2wav$"),
+     "places vocoder, not a placeable node.*placeable nodes: "
+     "audio_encoder, talker, code2wav$"),
 ])
 def test_preflight_places_codec_nodes_and_names_the_others(tmp_path, placement, arch, message):
     problem = encoder_placement_problem(WorkerSettings(encoder_placement=placement),
@@ -75,7 +76,7 @@ def tiny_csm(tmp_path_factory, tiny_tokenizer):
 def test_an_engine_refuses_a_map_naming_a_node_its_graph_cannot_place(tiny_csm):
     from mstar import LLM
 
-    with pytest.raises(ValueError, match="^MSTAR_ENCODER_PLACEMENT places vocoder, not a node"
+    with pytest.raises(ValueError, match="^MSTAR_ENCODER_PLACEMENT places vocoder, not a placeable node"
                                          ".*placeable nodes: codec$"):
         LLM(model=str(tiny_csm), device="cpu", encoder_placement="vocoder=process")
 
@@ -173,7 +174,10 @@ def test_qwen3_omni_speaks_the_same_with_code2wav_apart(omni_dir, device):
         model=str(omni_dir), encoder_placement="code2wav=process", **knobs))
     try:
         channel.inbox.put(m.AddRequest("spoken", ids, params))
-        wait_done(channel, ["spoken"], thread)
+        channel.inbox.put(m.AddRequest("twin", ids, params))
+        wait_done(channel, ["spoken", "twin"], thread)
+        # one codec call a talker step for both requests' frames, not one per request
+        assert worker.codec.calls <= len(channel.frames["spoken"]) + 3
         _abort_mid_speech(worker, channel, thread, "gone", ids, params)
     finally:
         stop_worker(channel, thread)
@@ -187,5 +191,6 @@ def test_qwen3_omni_speaks_the_same_with_code2wav_apart(omni_dir, device):
             if out.new_audio is not None:
                 audio.append(np.frombuffer(out.new_audio.samples, "<f4"))
     assert channel.tokens["spoken"] == tokens and channel.frames["spoken"] == frames
+    assert channel.frames["twin"] == frames
     assert len(frames) > 0 and np.array_equal(channel.joined_audio("spoken"),
                                               np.concatenate(audio))

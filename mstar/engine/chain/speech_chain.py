@@ -172,7 +172,7 @@ class SpeechChain:
             outputs += [o for o in map(self._from_thinker, self.thinker.step()) if o is not None]
         if self.talker.has_unfinished_requests():  # waits only when the thinker has no work
             talked = self.talker.step(wait=not self.thinker.has_unfinished_requests())
-            outputs += [o for o in map(self._from_talker, talked) if o is not None]
+            outputs += [o for o in self._from_talker(talked) if o is not None]
         return outputs
 
     def _from_thinker(self, out: RequestOutput) -> RequestOutput | None:
@@ -205,12 +205,18 @@ class SpeechChain:
         now, state.last = split_finish(out)
         return now
 
-    def _from_talker(self, out: RequestOutput) -> RequestOutput | None:
-        state = self.spoken.get(out.request_id)
-        if state is None:  # aborted
-            return None
-        chunks = (self.codec.take_all([(out.request_id, out.new_frames or [], out.finished)])[0]
-                  if out.new_frames or out.finished else [])
+    def _from_talker(self, outs: list[RequestOutput]) -> list[RequestOutput | None]:
+        """A talker step's outputs, each with the audio its frames made ready: one codec call
+        for the step's requests (a codec placed apart answers them in one message)."""
+        live = [out for out in outs if out.request_id in self.spoken]  # others were aborted
+        sounding = [out for out in live if out.new_frames or out.finished]
+        made = self.codec.take_all([(out.request_id, out.new_frames or [], out.finished)
+                                    for out in sounding]) if sounding else []
+        chunks = {out.request_id: c for out, c in zip(sounding, made, strict=True)}
+        return [self._sounded(out, chunks.get(out.request_id, [])) for out in live]
+
+    def _sounded(self, out: RequestOutput, chunks: list) -> RequestOutput | None:
+        state = self.spoken[out.request_id]
         if out.finished:
             state.talked = True
         audio = None
