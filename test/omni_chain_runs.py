@@ -45,7 +45,7 @@ def requests_of(config) -> dict[str, tuple[list[int], list]]:
 def reference(oracle: OmniSpeaker, ids, parts):
     """(reply tokens, frames [n, K], waveform) of the offline chain: transformers' thinker, its
     rows, the offline talker loop and codec."""
-    said, inputs = reference_inputs(oracle, ids, parts)
+    said, inputs = reference_inputs(oracle.model, ids, parts)
     frames, chunks = [], []
     for frame, ready in oracle.stream(inputs, MAX_FRAMES):
         frames.append(frame.tolist())
@@ -100,16 +100,22 @@ def check_chain(oracle, requests, got, speaking):
         assert np.abs(audio - wave).max() <= WAVE_TOLERANCE * np.abs(wave).max()
 
 
-def reference_inputs(oracle: OmniSpeaker, ids, parts):
-    """transformers' thinker reply (prompt and reply ids) and its talker rows."""
-    model, config = oracle.model, oracle.model.config
+def tts_rows(model) -> torch.Tensor:
+    """The thinker's embeddings of tts_bos, tts_eos and tts_pad (the talker's rows read them)."""
+    config = model.config
+    return model.thinker.get_input_embeddings()(torch.tensor(
+        [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
+
+
+def reference_inputs(model, ids, parts):
+    """transformers' thinker reply (prompt and reply ids) and its talker rows (``model``:
+    transformers' Qwen3-Omni, ``OmniSpeaker.model``)."""
+    config = model.config
     out = thinker_generate(model, ids, parts, MAX_NEW)
     layer = config.talker_config.accept_hidden_layer
     embeds = torch.cat([h[0] for h in out.hidden_states], dim=1)[0]
     hidden = torch.cat([h[layer] for h in out.hidden_states], dim=1)[0]
     said = out.sequences[0].tolist()
     with torch.inference_mode():
-        tts = model.thinker.get_input_embeddings()(torch.tensor(
-            [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
-        return said, talker_inputs(model.talker, config, said, len(ids), embeds, hidden, tts,
-                                   config.talker_config.speaker_id["ethan"])
+        return said, talker_inputs(model.talker, config, said, len(ids), embeds, hidden,
+                                   tts_rows(model), config.talker_config.speaker_id["ethan"])

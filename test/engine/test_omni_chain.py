@@ -189,7 +189,7 @@ def test_the_edge_feeds_transformers_rows(omni_dir, oracle, make_engine, rid):
             assert (edge.feed is not None) == (out.num_output_tokens > 0)
     (feed,) = feeds
     assert feed.finished
-    _, ref = reference_inputs(oracle, ids, parts)
+    _, ref = reference_inputs(oracle.model, ids, parts)
     for got, want in ((feed.prompt, ref.prompt), (torch.stack(feed.rows), ref.text),
                       (feed.pad, ref.pad)):
         assert got.shape == want.shape

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 from alm_helpers import clip
-from omni_helpers import save_tiny_thinker, thinker_generate, thinker_prompt
+from omni_chain_runs import reference_inputs, tts_rows
+from omni_helpers import save_tiny_thinker, thinker_prompt
 
 from mstar.engine.request.outputs import joined_rows
 from mstar.engine.request.sampling_params import SamplingParams
@@ -45,25 +46,6 @@ def _requests(config) -> dict[str, tuple[list[int], list]]:
             "text": thinker_prompt(config, [40, 41, 42, 43, 44, 45, 46], [])}
 
 
-def _tts(model) -> torch.Tensor:
-    config = model.config
-    return model.thinker.get_input_embeddings()(torch.tensor(
-        [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
-
-
-def _reference(model, ids, parts):
-    """``OmniSpeaker.answer``'s rows, with the clips' features passed to ``generate``."""
-    config = model.config
-    out = thinker_generate(model, ids, parts, MAX_NEW)
-    layer = config.talker_config.accept_hidden_layer
-    embeds = torch.cat([h[0] for h in out.hidden_states], dim=1)[0]
-    hidden = torch.cat([h[layer] for h in out.hidden_states], dim=1)[0]
-    said = out.sequences[0].tolist()
-    with torch.inference_mode():
-        return said, talker_inputs(model.talker, config, said, len(ids), embeds, hidden,
-                                   _tts(model), config.talker_config.speaker_id[SPEAKER])
-
-
 def _from_engine(model, ids, tokens, rows):
     """``talker_inputs`` from the engine's rows: the prompt's embeddings from the thinker's
     table, then each generated token's row (all but the last made, which the thinker never
@@ -80,7 +62,7 @@ def _from_engine(model, ids, tokens, rows):
         if rows.media_positions:
             hidden[rows.media_positions] = torch.from_numpy(rows_array(rows.hidden, width).copy())
         return said, talker_inputs(model.talker, config, said, len(ids), embeds, hidden,
-                                   _tts(model), config.talker_config.speaker_id[SPEAKER])
+                                   tts_rows(model), config.talker_config.speaker_id[SPEAKER])
 
 
 def _run(engine, requests: dict, asking: set[str]) -> dict:
@@ -106,7 +88,7 @@ def _same(a, b) -> bool:
 def _check(oracle, requests, got, asking):
     for rid, (ids, parts) in requests.items():
         tokens, rows = got[rid]
-        said, ref = _reference(oracle, ids, parts)
+        said, ref = reference_inputs(oracle, ids, parts)
         assert ids + tokens == said
         if rid not in asking:
             assert rows is None
