@@ -97,7 +97,7 @@ def speech_out(engine, codec: CodecSeam | None) -> SpeechOut | None:
     return SpeechOut(codec, AutoConfig.from_pretrained(engine.model_dir).text_vocab_size)
 
 
-def speech_chain(engine, codec: CodecSeam | None, max_message_bytes: int):
+def speech_chain(engine, codec: CodecSeam | None, security: SocketSecurity):
     """The chained walk that runs ``engine`` with its talker and ``codec`` (a Qwen3-Omni
     directory: its registry entry names a talker; ``mstar.engine.chain``), or None. Its outputs
     carry the audio itself (``new_audio``), so ``SpeechOut`` is not used for it. With
@@ -111,7 +111,7 @@ def speech_chain(engine, codec: CodecSeam | None, max_message_bytes: int):
 
     if not nodes_apart(engine.settings.encoder_placement, engine.graph, NodeKind.LANGUAGE_MODEL):
         return SpeechChain(engine, codec=codec)
-    placed = TalkerNodeProcess(engine.settings, talker, max_message_bytes)
+    placed = TalkerNodeProcess(engine.settings, talker, security.max_message_bytes)
     try:
         return SpeechChain(engine, talker=placed, codec=codec)
     except BaseException:

@@ -105,12 +105,12 @@ class Worker:
         from mstar.worker.speech_out import codec_seam, speech_chain, speech_out
 
         start = time.perf_counter()
-        # the frame limit of a node process's sockets: the instance's
-        limit = self.channel.security.max_message_bytes
         apart = encoders_apart(self.settings)
         if apart:  # encoder nodes in processes of their own, before the engine that calls them
-            # (the graph's other nodes placed apart start with their seams, after it)
-            self.nodes = start_placed_nodes(self.settings, apart, limit)
+            # (the graph's other nodes placed apart start with their seams, after it); their
+            # sockets take the instance's frame limit
+            self.nodes = start_placed_nodes(self.settings, apart,
+                                            self.channel.security.max_message_bytes)
         engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
                            placed_nodes=dict(self.nodes))
         seconds = time.perf_counter() - start
@@ -120,7 +120,7 @@ class Worker:
         # (mstar.worker.speech_out); its prompts are text tokens
         self.codec = codec_seam(engine, self.channel.security)
         self.speech = speech_out(engine, self.codec)
-        self.steps = speech_chain(engine, self.codec, limit) or engine
+        self.steps = speech_chain(engine, self.codec, self.channel.security) or engine
         vocab = engine.vocab_size if self.speech is None else self.speech.prompt_vocab_size
         self.channel.admit_model(vocab, engine.max_model_len)  # the inbox checks
         log.info("worker_loaded", worker=self.index, pid=os.getpid(), rank=rank,

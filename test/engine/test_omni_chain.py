@@ -27,7 +27,9 @@ from omni_chain_runs import (
 )
 from omni_helpers import save_tiny_thinker
 
-from mstar.engine.chain.speech_chain import SpeechChain
+from mstar.engine.chain.speech_chain import SpeechChain, talker_engine_settings
+from mstar.engine.chain.talker_seam import LocalTalker
+from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.graph.speech import OMNI_CHUNK_FRAMES
@@ -218,3 +220,24 @@ def test_the_text_leaves_when_the_thinker_ends_not_with_the_speech(omni_dir, ora
     assert text == said
     assert text_at_thinker_end == said[:len(said) - (reason == "stop")]
     assert finish > thinker_end
+
+
+class _Lagging(LocalTalker):
+    """A talker whose outputs arrive two steps at a time, as a placed talker's may (several of
+    its steps between two of the chain's): a request then has two outputs in one hand-over."""
+
+    def step(self, wait: bool):
+        outs = self.engine.step()
+        return outs + (self.engine.step() if self.engine.has_unfinished_requests() else [])
+
+
+def test_a_talker_handing_over_two_steps_at_once_loses_no_audio(omni_dir, oracle, make_engine):
+    thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=256,
+                          enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
+                          talker_num_kv_blocks=256, speech_chunk_frames=OMNI_CHUNK_FRAMES)
+    talker = _Lagging(LLMEngine(talker_engine_settings(thinker.settings),
+                                architecture=thinker.model_runner.entry.talker))
+    chain = SpeechChain(thinker, talker=talker)
+    requests = requests_of(oracle.model.config)
+    speaking = {"text", "audio"}
+    check_chain(oracle, requests, run_chain(chain, requests, speaking), speaking)

@@ -209,11 +209,13 @@ class SpeechChain:
         """A talker step's outputs, each with the audio its frames made ready: one codec call
         for the step's requests (a codec placed apart answers them in one message)."""
         live = [out for out in outs if out.request_id in self.spoken]  # others were aborted
-        sounding = [out for out in live if out.new_frames or out.finished]
-        made = self.codec.take_all([(out.request_id, out.new_frames or [], out.finished)
-                                    for out in sounding]) if sounding else []
-        chunks = {out.request_id: c for out, c in zip(sounding, made, strict=True)}
-        return [self._sounded(out, chunks.get(out.request_id, [])) for out in live]
+        # (a talker placed apart may hand over several of its steps at once: a request can have
+        # more than one output here, each with its own frames, in order)
+        sounding = [i for i, out in enumerate(live) if out.new_frames or out.finished]
+        made = self.codec.take_all([(live[i].request_id, live[i].new_frames or [],
+                                     live[i].finished) for i in sounding]) if sounding else []
+        chunks = dict(zip(sounding, made, strict=True))
+        return [self._sounded(out, chunks.get(i, [])) for i, out in enumerate(live)]
 
     def _sounded(self, out: RequestOutput, chunks: list) -> RequestOutput | None:
         state = self.spoken[out.request_id]
