@@ -232,12 +232,20 @@ class _Lagging(LocalTalker):
 
 
 def test_a_talker_handing_over_two_steps_at_once_loses_no_audio(omni_dir, oracle, make_engine):
-    thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=256,
-                          enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
-                          talker_num_kv_blocks=256, speech_chunk_frames=OMNI_CHUNK_FRAMES)
-    talker = _Lagging(LLMEngine(talker_engine_settings(thinker.settings),
-                                architecture=thinker.model_runner.entry.talker))
-    chain = SpeechChain(thinker, talker=talker)
-    requests = requests_of(oracle.model.config)
-    speaking = {"text", "audio"}
-    check_chain(oracle, requests, run_chain(chain, requests, speaking), speaking)
+    """With code2wav windows of 2 frames, a hand-over of two talker steps holds two outputs of
+    a request that each made audio: the chain's audio is the same as with a talker handing
+    over one step at a time."""
+    got = []
+    for lagging in (False, True):
+        thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=256,
+                              enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
+                              talker_num_kv_blocks=256, speech_chunk_frames=2)
+        engine = LLMEngine(talker_engine_settings(thinker.settings),
+                           architecture=thinker.model_runner.entry.talker)
+        chain = SpeechChain(thinker, talker=_Lagging(engine) if lagging else LocalTalker(engine))
+        requests = requests_of(oracle.model.config)  # "other" speaks on after the thinker's end
+        got.append(run_chain(chain, requests, {"audio", "other"}))
+    steady, lagged = got
+    for rid in ("audio", "other"):
+        assert lagged[rid][0] == steady[rid][0] and lagged[rid][3] == steady[rid][3]
+        assert steady[rid][1].size > 0 and np.array_equal(lagged[rid][1], steady[rid][1])
