@@ -28,6 +28,7 @@ class LeaderChannel:
     def __init__(self, channel: WorkerChannel, group: RankGroup):
         self.channel = channel
         self.group = group
+        self.security = channel.security  # the frame limit, as every channel has (nodes apart)
 
     def receive(self, timeout_ms: int) -> list[m.Message]:
         return broadcast_inputs(self.group, self.channel.receive(timeout_ms))
@@ -48,6 +49,7 @@ class LeaderChannel:
 class FollowerChannel:
     def __init__(self, endpoints: Endpoints, group: RankGroup):
         self.group = group
+        self.security = endpoints.security  # the frame limit, as every channel has
         self.ctx = zmq.Context()
         self.to_conductor = push_socket(self.ctx, endpoints.conductor, endpoints.security)
 
