@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from mstar.engine.request.outputs import AudioChunk, RequestOutput
+from mstar.engine.request.outputs import RequestOutput, audio_chunk
 from mstar.graph.kinds import NodeKind
 from mstar.graph.placement import nodes_apart
 
@@ -65,8 +65,7 @@ class SpeechOut:
         if not chunks and not out.finished:
             return out
         # a finished request always carries a chunk (maybe empty): its rate reaches the client
-        samples = np.concatenate(chunks or [np.zeros(0)]).astype("<f4").tobytes()
-        return msgspec.structs.replace(out, new_audio=AudioChunk(samples, self.codec.sample_rate))
+        return msgspec.structs.replace(out, new_audio=audio_chunk(chunks, self.codec.sample_rate))
 
 
 def codec_seam(engine, security: SocketSecurity) -> CodecSeam | None:

@@ -32,7 +32,6 @@ import dataclasses
 from dataclasses import dataclass
 
 import msgspec
-import numpy as np
 import structlog
 
 from mstar.engine.chain.talker_edge import EdgeModules, TalkerEdge, speaker_id
@@ -41,7 +40,7 @@ from mstar.engine.engine_stats import EngineStats
 from mstar.engine.llm_engine import LLMEngine
 from mstar.engine.request.errors import RequestRejected
 from mstar.engine.request.limits import check_request_fits
-from mstar.engine.request.outputs import AudioChunk, RequestOutput, split_finish
+from mstar.engine.request.outputs import RequestOutput, audio_chunk, split_finish
 from mstar.engine.request.sampling_params import SamplingParams
 from mstar.engine.schedule.priority import NORMAL
 from mstar.graph.chunks import ChunkPolicy, frame_windows
@@ -223,8 +222,7 @@ class SpeechChain:
             state.talked = True
         audio = None
         if chunks or (out.finished and state.last is not None):
-            samples = np.concatenate(chunks or [np.zeros(0)]).astype("<f4").tobytes()
-            audio = AudioChunk(samples, self.codec.sample_rate)
+            audio = audio_chunk(chunks, self.codec.sample_rate)
         frames = out.new_frames or None  # the codes, as a speech model's outputs carry them
         if state.talked and state.last is not None:  # both nodes are done
             self.spoken.pop(out.request_id)

@@ -27,6 +27,14 @@ class AudioChunk(msgspec.Struct, array_like=True):
     rate: int
 
 
+def audio_chunk(chunks: list, rate: int) -> AudioChunk:
+    """A codec node's decoded chunks (float arrays, maybe none: an empty chunk still carries
+    the rate to the client) as one ``AudioChunk``."""
+    import numpy as np
+
+    return AudioChunk(np.concatenate(chunks or [np.zeros(0)]).astype("<f4").tobytes(), rate)
+
+
 class ThinkerRows(msgspec.Struct, array_like=True):
     """What Qwen3-Omni's talker reads of its thinker, for one request (``SamplingParams
     .thinker_rows``), as little-endian float32 rows of the thinker's ``width``: ``embeds``, the
