@@ -1,7 +1,9 @@
 """The wide path of the quantized linears on a CPU with avx512_bf16: q4 (x8 groups) and int8 weights
-dequantized to bf16 tiles, x rounded to bf16, aten's bf16 GEMM (csrc/dequant_bf16.h), taken from
-the level's rows (quant_wide_rows: fewer than the float32 tiles' WIDE_BATCH). Every test here
-skips on a CPU without avx512_bf16, naming the feature (there the path is never chosen)."""
+dequantized to bf16 tiles, x rounded to bf16, aten's bf16 GEMM (csrc/dequant_bf16.h); on a CPU
+with AMX, dequantized into AMX's own tiles (csrc/dequant_amx.h). Taken from the level's rows
+(quant_wide_rows: fewer than the float32 tiles' WIDE_BATCH). Every test here skips on a CPU
+without avx512_bf16 (or AMX, for the AMX level), naming the feature (there the path is never
+chosen)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,19 @@ import torch
 from quant_weights import kernel_levels, quant_linear, random_weight
 
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.kernels.cpu.levels import missing_features
 from mstar.models.families import llama
 from mstar.models.quant.formats import Q4Weight, dequantize, interleave_q4
 from mstar.models.quant.linear import WIDE_BATCH, QuantLinear
 
-level = kernel_levels([4])  # avx512_bf16
+level = kernel_levels([4, 5])  # avx512_bf16, amx
+amx_level = kernel_levels([5])
 
 # (M, N, K): M around the crossovers (8 for int8, 32 for q4); N with a tail of N % 8 q4 rows that
 # are not an x8 group; K = 4096 makes a tile hold 256 weight rows, so N = 1100 runs full tiles and
 # a partial one on each thread (the last ending in a tail).
-SHAPES = [(8, 1, 32), (7, 19, 64), (31, 40, 576), (32, 13, 96), (33, 1100, 4096)]
+# M = 100 runs seven blocks of 16 rows of x on AMX: three pairs and one alone.
+SHAPES = [(8, 1, 32), (7, 19, 64), (31, 40, 576), (32, 13, 96), (33, 1100, 4096), (100, 37, 64)]
 
 
 def bf16_reference(w, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,15 +50,36 @@ def test_bf16_tiles_equal_float32_on_bf16_rounded_operands(level, kind, m, n, k)
     assert ((got.double() - want).abs() <= 2**-7 * magnitude).all()
 
 
+@pytest.mark.parametrize("kind", ["q4", "int8", "int8-group32"])
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_amx_tiles_keep_the_float32_sums(amx_level, kind, m, n, k):
+    """AMX sums the exact bf16 products in float32 and returns the sums unrounded: within 2^-12 of
+    the products' magnitudes (the bf16 tiles, rounding each output to bf16, miss this by 16x)."""
+    w = random_weight(kind, n, k)
+    x = torch.randn(m, k)
+    got = quant_linear(w, x, amx_level, wide=True)
+    want, magnitude = bf16_reference(w, x)
+    assert ((got.double() - want).abs() <= 2**-12 * magnitude).all()
+
+
+@pytest.fixture
+def wide_level(cpu_features) -> int:
+    """The CPU's own level (what QuantLinear and the decode stack run), one with bf16 tiles."""
+    own = torch.ops.mstar_cpu.cpu_level()
+    if own not in (4, 5):
+        pytest.skip(f"this CPU lacks {', '.join(missing_features(4, cpu_features))} (kernel level avx512_bf16)")
+    return own
+
+
 @pytest.mark.parametrize("kind", ["q4", "int8"])
-def test_the_layer_takes_the_bf16_tiles_from_its_formats_rows(level, kind):
+def test_the_layer_takes_the_bf16_tiles_from_its_formats_rows(wide_level, kind):
     """Under ``wide_rows`` the integer dot, from it the bf16 tiles, with the bias added after; the
     level's rows are fewer than the float32 tiles'."""
     w = random_weight(kind, 21, 96)
     bias = torch.randn(21)
     layer = QuantLinear(w, bias, "native")
     rows = layer.wide_rows
-    assert rows == torch.ops.mstar_cpu.quant_wide_rows(kind == "q4", level) < WIDE_BATCH
+    assert rows == torch.ops.mstar_cpu.quant_wide_rows(kind == "q4", wide_level) < WIDE_BATCH
     ops = torch.ops.mstar_cpu
     for m, wide in ((rows - 1, False), (rows, True), (rows + 5, True)):
         x = torch.randn(m, 96)
@@ -67,7 +93,7 @@ def test_the_layer_takes_the_bf16_tiles_from_its_formats_rows(level, kind):
 
 @pytest.mark.parametrize("setting", ["q4", "int8"])
 def test_decode_stack_takes_the_same_path_as_the_layers_at_wide_rows(
-        level, setting, tiny_model_dir, make_engine, run, monkeypatch):
+        wide_level, setting, tiny_model_dir, make_engine, run, monkeypatch):
     """33 streams decode at least 32 rows a step: the one-call decoder stack (decode_layer.h) takes
     the bf16 tiles where QuantLinear does, so it generates what the module-by-module path does."""
     engine = make_engine(tiny_model_dir("llama"), num_kv_blocks=256, enable_prefix_caching=False,

@@ -19,7 +19,7 @@ class Feature(enum.IntFlag):
     AVX_VNNI = 2      # VEX vpdpwssd on 256-bit registers
     AVX512_VNNI = 4   # AVX-512 F + BW + VL + VNNI
     AVX512_BF16 = 8   # vdpbf16ps: the bf16 decode linear (csrc/bf16_dot.h)
-    AMX = 16          # AMX tiles, bf16 and int8 (no mstar kernel needs it yet)
+    AMX = 16          # AMX tiles, bf16 and int8 (the quantized wide path, csrc/dequant_amx.h)
 
 
 FEATURE_NAMES = {Feature.AVX2: "avx2+fma+f16c", Feature.AVX_VNNI: "avx_vnni",
@@ -40,6 +40,8 @@ LEVELS = {
     3: Level("avx512_vnni", Feature.AVX2 | Feature.AVX512_VNNI),
     # every CPU with avx512_bf16 has AVX-512 VNNI: the integer-dot kernels run at avx512_vnni here
     4: Level("avx512_bf16", Feature.AVX2 | Feature.AVX512_VNNI | Feature.AVX512_BF16),
+    # avx512_bf16's kernels, but the quantized linears' wide path on AMX tiles (csrc/dequant_amx.h)
+    5: Level("amx", Feature.AVX2 | Feature.AVX512_VNNI | Feature.AVX512_BF16 | Feature.AMX),
 }
 
 

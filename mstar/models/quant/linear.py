@@ -30,20 +30,25 @@ MODES = ("native", "reference", "exact")
 # (``torch.ops.mstar_cpu.quant_wide_rows(q4)``: fewer rows where the tiles are bf16, avx512_bf16).
 WIDE_BATCH = 512
 # With oneDNN's bf16 copy (``QuantLinear(copy=True)``: the shipped-precision default, CPUs with
-# native bf16), the most rows the integer-dot kernels take before the copy runs, by the CPU's
-# fastest bf16 arithmetic and weight format (q4: True). Measured per linear of the built-in model,
-# ``benchmark.cpu_kernels --only mstar_q4,mstar_int8,bf16_packed`` (docs/engine.rst, "Shipped
-# precision"): with AMX oneDNN's packed bf16 runs 1 to 32 rows in about the time of one, and
-# overtakes q4's integer dot between 8 and 16 rows. int8's integer dot takes eight rows of W at
-# a time under 4 rows of x (qdot_kernel.h) and beats the copy there; from 4 rows, on the LM head,
-# it does not. On avx512_bf16 without AMX, session 7 measured oneDNN 1.1-1.4x faster than the bf16
-# tiles from 32 rows and the tiles tying q4's integer dot at 24 rows: the copy takes q4 from 24
-# rows there (an estimate from those two measurements); int8 keeps 3.
-COPY_ROWS = {Feature.AMX: {True: 8, False: 3}, Feature.AVX512_BF16: {True: 24, False: 3}}
+# native bf16), the most rows the quantized kernels take before the copy runs, by the CPU's
+# fastest bf16 arithmetic and weight format (q4: True); None: no copy is held, the quantized
+# kernels take every batch. Measured per linear of the built-in model, one thread's CPU time,
+# ``benchmark.cpu_kernels --only bf16_packed,mstar_q4,mstar_int8,q4_wide,int8_wide`` (docs/
+# engine.rst, "Shipped precision"). With AMX the quantized wide path runs on AMX's tiles
+# (csrc/dequant_amx.h): summed over the four layer linears it beats oneDNN's packed copy at 32
+# rows (763 against 887 us) and loses at 64 (1109 against 1051) and beyond, so q4 layers keep a
+# copy for prefill chunks above 48 rows; the int8 LM head runs one row per sequence, and there
+# the tiles and the copy are within 10% up to 32 rows, no reason to hold 56 MB: no copy. On
+# avx512_bf16 without AMX, session 7 measured oneDNN 1.1-1.4x faster than the bf16 tiles from 32
+# rows and the tiles tying q4's integer dot at 24 rows: the copy takes q4 from 24 rows there (an
+# estimate from those two measurements); int8's integer dot takes eight rows of W at a time under
+# 4 rows of x (qdot_kernel.h) and beats the copy there, so int8 keeps 3.
+COPY_ROWS = {Feature.AMX: {True: 48, False: None}, Feature.AVX512_BF16: {True: 24, False: 3}}
 
 
-def copy_rows(q4: bool) -> int:
-    """The most rows a quantized layer with a bf16 copy runs on its integer-dot kernel here."""
+def copy_rows(q4: bool) -> int | None:
+    """The most rows a quantized layer with a bf16 copy runs on its own kernels here (None: it
+    holds no copy)."""
     features = Feature(torch.ops.mstar_cpu.cpu_features())
     best = Feature.AMX if Feature.AMX in features else Feature.AVX512_BF16
     return COPY_ROWS[best][q4]
@@ -51,10 +56,11 @@ def copy_rows(q4: bool) -> int:
 
 class QuantLinear(nn.Module):
     """y = round_activations(x) @ dequantize(W)^T + b (x unrounded from ``wide_rows`` rows; bf16
-    rounded there on a level with avx512_bf16), in float32, returned in x's dtype.
+    rounded there on a level with avx512_bf16 or AMX), in float32, returned in x's dtype.
 
-    ``copy`` (native mode, CPUs with native bf16): also hold oneDNN's packed bf16 copy of
-    dequantize(W), which runs every batch of more than ``kernel_rows`` rows (x and the sums in
+    ``copy`` (native mode, CPUs with native bf16, where ``copy_rows`` holds one for the format):
+    also hold oneDNN's packed bf16 copy of dequantize(W), which runs every batch of more than
+    ``kernel_rows`` rows (x and the sums in
     bf16, as the bf16 tiles would compute them, but on oneDNN's prepacked layout, and on AMX
     where the CPU has it). The weights are then held twice, the copy at 2 bytes a weight."""
 
@@ -65,11 +71,12 @@ class QuantLinear(nn.Module):
             raise ValueError(f"unknown QuantLinear mode {mode!r}; expected one of {MODES}")
         if copy and mode != "native":
             raise ValueError("a bf16 copy needs the native kernels (mode 'native')")
+        # The most rows the quantized kernels take (None: any), what the decode stack may pass.
+        self.kernel_rows = copy_rows(isinstance(weight, Q4Weight)) if copy else None
         # A plain attribute, not a buffer: a decode step streams ``qweight``, a wide batch this
         # copy, never both (benchmark/roofline_weights.py counts what a decode step streams).
+        copy = self.kernel_rows is not None
         self.wide = pack_weight(dequantize(weight).to(torch.bfloat16)) if copy else None
-        # The most rows the integer-dot kernels take (None: any), what the decode stack may pass.
-        self.kernel_rows = copy_rows(isinstance(weight, Q4Weight)) if copy else None
         self.wide_bias = None if bias is None or not copy else bias.detach().to(torch.bfloat16)
         if isinstance(weight, Q4Weight) and mode == "native":
             weight = interleave_q4(weight)

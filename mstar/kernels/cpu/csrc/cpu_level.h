@@ -12,6 +12,10 @@
 #if defined(MSTAR_X86)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace {
 
@@ -21,7 +25,7 @@ enum Feature : int64_t {
   kFeatAvxVnni = 2,      // AVX-VNNI (VEX vpdpwssd on 256-bit registers)
   kFeatAvx512Vnni = 4,   // AVX-512 F + BW + VL + VNNI (EVEX vpdpwssd)
   kFeatAvx512Bf16 = 8,   // AVX-512 BF16 (vdpbf16ps: the bf16 decode linear, bf16_dot.h)
-  kFeatAmx = 16,         // AMX tiles with bf16 and int8 (no mstar kernel needs it yet)
+  kFeatAmx = 16,         // AMX tiles with bf16 and int8 (the quantized wide path, dequant_amx.h)
 };
 constexpr const char* kFeatureNames[] = {"avx2+fma+f16c", "avx_vnni", "avx512_vnni+bw+vl", "avx512_bf16", "amx"};
 constexpr int kFeatureCount = sizeof(kFeatureNames) / sizeof(kFeatureNames[0]);
@@ -29,13 +33,15 @@ constexpr int kFeatureCount = sizeof(kFeatureNames) / sizeof(kFeatureNames[0]);
 // The kernel levels a test can force, and what each needs.
 // avx512_bf16 comes with AVX-512 VNNI on every CPU that has it (Cooper Lake, Sapphire Rapids, Zen 4):
 // its level runs the integer-dot kernels at avx512_vnni and the bf16 linear on vdpbf16ps.
-enum Level : int64_t { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4 };
-constexpr const char* kLevelNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni", "avx512_bf16"};
+// amx runs every kernel as avx512_bf16 does but the quantized linears' wide path (dequant_amx.h).
+enum Level : int64_t { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4, kAmx = 5 };
+constexpr const char* kLevelNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni", "avx512_bf16", "amx"};
 constexpr int64_t kLevelFeatures[] = {0, kFeatAvx2, kFeatAvx2 | kFeatAvxVnni, kFeatAvx2 | kFeatAvx512Vnni,
-                                      kFeatAvx2 | kFeatAvx512Vnni | kFeatAvx512Bf16};
+                                      kFeatAvx2 | kFeatAvx512Vnni | kFeatAvx512Bf16,
+                                      kFeatAvx2 | kFeatAvx512Vnni | kFeatAvx512Bf16 | kFeatAmx};
 constexpr int64_t kLevelCount = sizeof(kLevelFeatures) / sizeof(kLevelFeatures[0]);
 // The level a call runs at when none is forced: the first of these that the CPU has.
-constexpr int64_t kPreferred[] = {kAvx512Bf16, kAvx512Vnni, kAvxVnni, kAvx2, kScalar};
+constexpr int64_t kPreferred[] = {kAmx, kAvx512Bf16, kAvx512Vnni, kAvxVnni, kAvx2, kScalar};
 
 #if defined(MSTAR_X86)
 // The XCR0 bits the OS sets when it saves a register state (xgetbv needs OSXSAVE, checked first).
@@ -45,6 +51,18 @@ inline uint64_t os_saved_state() {
   unsigned lo, hi;
   __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// Linux lends a process the AMX tile registers only when asked (arch_prctl ARCH_REQ_XCOMP_PERM
+// for XFEATURE_XTILEDATA); a tile instruction before that is SIGILL. True when granted (asking
+// again is harmless: oneDNN asks too).
+inline bool amx_permitted() {
+#if defined(__linux__)
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 inline bool cpuid_bit(unsigned leaf, unsigned sub, int reg, unsigned bit) {
@@ -68,7 +86,7 @@ int64_t detect_features() {
   if (avx512 && cpuid_bit(7, 1, kEax, 5)) features |= kFeatAvx512Bf16;      // AVX512_BF16
   const uint64_t tile_state = (1u << 17) | (1u << 18);                    // XTILECFG, XTILEDATA
   if (cpuid_bit(7, 0, kEdx, 24) && cpuid_bit(7, 0, kEdx, 22) && cpuid_bit(7, 0, kEdx, 25) &&
-      (os_saved_state() & tile_state) == tile_state)
+      (os_saved_state() & tile_state) == tile_state && amx_permitted())
     features |= kFeatAmx;                                                   // AMX-TILE, -BF16, -INT8
 #endif
   return features;

@@ -142,19 +142,35 @@ at::Tensor dequant_gemm_bf16(const at::Tensor& x_in, int64_t N, int64_t K, int64
   return out;
 }
 
-// The q4 wide path on avx512_bf16: x8 groups (and the tail's Q4_1 rows) to bf16 tiles.
-at::Tensor q4_linear_bf16_tiles(const at::Tensor& x, const uint8_t* blocks, int64_t N, int64_t K) {
 #ifdef MSTAR_X86
-  const int64_t nb = K / kQ4Block;
-  return dequant_gemm_bf16(x, N, K, kGroupRows, [&](int64_t begin, int64_t end, uint16_t* dst) {
+// The dequantizers of both bf16 wide paths (these tiles and dequant_amx.h's): rows [begin, end)
+// of W as bf16 into dst [end - begin, K], begin a multiple of kGroupRows.
+// q4: x8 groups (and the tail's Q4_1 rows).
+inline auto q4_bf16_rows(const uint8_t* blocks, int64_t N, int64_t K) {
+  return [=](int64_t begin, int64_t end, uint16_t* dst) {
+    const int64_t nb = K / kQ4Block;
     for (int64_t n = begin; n < end; n += kGroupRows, dst += kGroupRows * K) {
       const uint8_t* src = blocks + n * nb * kQ4BlockBytes;  // a group starts where its first row did
       if (n + kGroupRows <= N)
         dequant_bf16_avx512::q4_group(src, nb, dst);
       else
-        dequant_bf16_avx512::q4_rows(src, N - n, nb, dst);
+        dequant_bf16_avx512::q4_rows(src, std::min(end, N) - n, nb, dst);
     }
-  });
+  };
+}
+
+// int8 rows times their group scales.
+inline auto int8_bf16_rows(const int8_t* weight, const float* scales, int64_t K, int64_t groups) {
+  return [=](int64_t begin, int64_t end, uint16_t* dst) {
+    dequant_bf16_avx512::int8_rows(weight, scales, K, groups, begin, end, dst);
+  };
+}
+#endif
+
+// The q4 wide path on avx512_bf16.
+at::Tensor q4_linear_bf16_tiles(const at::Tensor& x, const uint8_t* blocks, int64_t N, int64_t K) {
+#ifdef MSTAR_X86
+  return dequant_gemm_bf16(x, N, K, kGroupRows, q4_bf16_rows(blocks, N, K));
 #else
   TORCH_CHECK(false, "the avx512_bf16 kernels need an x86-64 build");
 #endif
@@ -164,9 +180,7 @@ at::Tensor q4_linear_bf16_tiles(const at::Tensor& x, const uint8_t* blocks, int6
 at::Tensor int8_linear_bf16_tiles(const at::Tensor& x, const int8_t* weight, const float* scales, int64_t N,
                                   int64_t K, int64_t groups) {
 #ifdef MSTAR_X86
-  return dequant_gemm_bf16(x, N, K, kGroupRows, [&](int64_t begin, int64_t end, uint16_t* dst) {
-    dequant_bf16_avx512::int8_rows(weight, scales, K, groups, begin, end, dst);
-  });
+  return dequant_gemm_bf16(x, N, K, kGroupRows, int8_bf16_rows(weight, scales, K, groups));
 #else
   TORCH_CHECK(false, "the avx512_bf16 kernels need an x86-64 build");
 #endif

@@ -7,9 +7,11 @@
 // activations stay float32 (no int16 rounding), so this path is the more accurate one. q4 weights
 // come in x8 groups (q4_layout.h), put back to Q4_1 rows a group at a time before dequantizing. Python
 // (quant/linear.py) and the decode layers (decode_layer.h) choose it from the batch size: from
-// wide_rows(level) rows. On a level with avx512_bf16 the tiles are bf16 instead (dequant_bf16.h).
+// wide_rows(level) rows. On a level with avx512_bf16 the tiles are bf16 instead (dequant_bf16.h),
+// and on one with AMX they are AMX's own tiles (dequant_amx.h).
 #pragma once
 #include "cpu_level.h"
+#include "dequant_amx.h"
 #include "dequant_bf16.h"
 #include "q4_layout.h"
 #include "weight_checks.h"
@@ -34,10 +36,18 @@ constexpr int64_t kWideRowsBf16Q4 = 32;
 // at 24 rows a tie (958 against 954 us per layer), at 32 the tiles 0.93x; int8 at 4 rows the dot
 // ahead (14.9 against 17.3 ms), at 8 the tiles 0.87x (19.7 against 22.6 ms).
 constexpr int64_t kWideRowsBf16Int8 = 8;
+// - AMX tiles (Intel Xeon with AMX, 1 thread, 2026-12-05): q4 at 6 rows the integer dot took
+//   0.74x the tiles' time summed over the four layer linears (396 against 537 us), at 8 1.06x
+//   (611 against 574); int8 at 4 rows the dot ahead on every shape (the LM head 4006 against 4304
+//   us), at 6 the tiles (4360 against 5187).
+constexpr int64_t kWideRowsAmxQ4 = 8;
+constexpr int64_t kWideRowsAmxInt8 = 6;
 
 // The rows from which a q4 (else int8) linear takes the wide path at `level` (-1: the CPU's).
 int64_t wide_rows(bool q4, int64_t level) {
-  if (!level_uses(resolve_level(level), kFeatAvx512Bf16)) return kWideRowsF32;
+  const int64_t resolved = resolve_level(level);
+  if (level_uses(resolved, kFeatAmx)) return q4 ? kWideRowsAmxQ4 : kWideRowsAmxInt8;
+  if (!level_uses(resolved, kFeatAvx512Bf16)) return kWideRowsF32;
   return q4 ? kWideRowsBf16Q4 : kWideRowsBf16Int8;
 }
 
@@ -160,6 +170,7 @@ at::Tensor q4_linear_wide(const at::Tensor& x, const at::Tensor& blocks, int64_t
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   const int64_t N = blocks.size(0);
   const int64_t resolved = resolve_level(level);
+  if (level_uses(resolved, kFeatAmx)) return q4_linear_amx_tiles(x, bp, N, K);
   if (level_uses(resolved, kFeatAvx512Bf16)) return q4_linear_bf16_tiles(x, bp, N, K);
   const bool simd = level_uses(resolved, kFeatAvx2);
   return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
@@ -177,6 +188,7 @@ at::Tensor int8_linear_wide(const at::Tensor& x, const at::Tensor& weight, const
   const float* sp = scales.data_ptr<float>();
   const int64_t groups = scales.size(1);
   const int64_t resolved = resolve_level(level);
+  if (level_uses(resolved, kFeatAmx)) return int8_linear_amx_tiles(x, wp, sp, N, K, groups);
   if (level_uses(resolved, kFeatAvx512Bf16)) return int8_linear_bf16_tiles(x, wp, sp, N, K, groups);
   const bool simd = level_uses(resolved, kFeatAvx2);
   return dequant_gemm(x, N, K, [&](int64_t begin, int64_t end, float* dst) {
