@@ -51,6 +51,18 @@ def test_int8_is_per_output_channel_and_within_half_a_step():
     assert ((dequantize(q) - w).abs() <= q.scales / 2 * 1.0001).all()
 
 
+@pytest.mark.parametrize("mode", ["native", "reference"])
+def test_the_lm_head_returns_float32_logits_from_bf16_rows(mode, best_level):
+    """``logits=True`` (the LM head install_quantized makes): float32 out, the kernel's sums as they
+    are, not rounded to bf16 on the way; other layers return x's dtype."""
+    w = quantize_int8(torch.randn(48, 64))
+    x = torch.randn(3, 64).bfloat16()
+    head, layer = QuantLinear(w, None, mode, logits=True), QuantLinear(w, None, mode)
+    got = head(x)
+    assert got.dtype == torch.float32 and layer(x).dtype == torch.bfloat16
+    assert torch.equal(got, QuantLinear(w, None, mode)(x.float()))
+
+
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
 def test_gguf_blocks_load_into_layouts_exactly(kind):
     qtype = gguf.GGMLQuantizationType[kind]

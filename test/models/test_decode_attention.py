@@ -141,12 +141,14 @@ def test_backend_decode_rows_native_equal_the_torch_path(dtype, window, chunks):
 
 
 @pytest.mark.parametrize("setting", [{"quantization": "q4"}, {"quantization": "int8"},
-                                     {"dtype": "bfloat16"}])
+                                     {"dtype": "bfloat16"},
+                                     {"quantization": "q4", "dtype": "bfloat16"}])
 def test_decode_stack_and_layer_in_one_call_equal_the_layer_by_layer_path(
         setting, tiny_model_dir, make_engine, run, monkeypatch, device):
     """A tiny Llama's decode steps through ``decode_stack.decode_layers`` (one native call for all
     layers), then through ``fused_ops.decode_layer`` (one per layer), generate what the
-    module-by-module path generates."""
+    module-by-module path generates (q4 weights with bf16 activations too: the stack widens the
+    rows for the integer dot as QuantLinear does)."""
     if device != "cpu":
         pytest.skip("a CPU path")
     # no prefix caching: a cached prompt's short rest would attend as decode rows (one more

@@ -49,13 +49,13 @@ class DecodeStack:
     @staticmethod
     def of(layers: list[StackLayer], final_norm: nn.Module) -> DecodeStack | None:
         """None unless the layers agree on what one call takes once: the norms' eps, the head
-        counts and the linears' activation dtype."""
+        counts and the linears' activation dtypes."""
         first = layers[0]
         same = all(
             layer.input_norm.eps == layer.post_norm.eps == final_norm.eps
             and (layer.attn.num_heads, layer.attn.num_kv_heads)
             == (first.attn.num_heads, first.attn.num_kv_heads)
-            and layer.linears.dtype == first.linears.dtype
+            and layer.linears.dtypes == first.linears.dtypes
             for layer in layers)
         return DecodeStack(layers, final_norm) if same else None
 

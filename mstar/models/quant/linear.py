@@ -65,8 +65,12 @@ class QuantLinear(nn.Module):
     where the CPU has it). The weights are then held twice, the copy at 2 bytes a weight."""
 
     def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, mode: str,
-                 copy: bool = False) -> None:
+                 copy: bool = False, logits: bool = False) -> None:
         super().__init__()
+        # ``logits`` (the LM head): float32 out whatever x's dtype. The kernels sum in float32;
+        # rounded to bf16, logits near 25 step by 1/8 and greedy decoding meets ties (the built-in
+        # model's first answer token: 25.32 against 25.24 in float32, both 25.375 in bf16).
+        self.out_dtype = torch.float32 if logits else None
         if mode not in MODES:
             raise ValueError(f"unknown QuantLinear mode {mode!r}; expected one of {MODES}")
         if copy and mode != "native":
@@ -99,7 +103,7 @@ class QuantLinear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if not self.on_kernel(flat.shape[0]):
             out = packed_linear(flat.to(torch.bfloat16), self.wide, self.wide_bias)
-            return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+            return out.view(*x.shape[:-1], self.out_features).to(self.out_dtype or x.dtype)
         flat = flat.float()
         w = self.qweight
         wide = flat.shape[0] >= self.wide_rows
@@ -114,7 +118,7 @@ class QuantLinear(nn.Module):
             out = kernel(flat, w.weight, w.scales)
         if self.bias is not None:
             out += self.bias
-        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+        return out.view(*x.shape[:-1], self.out_features).to(self.out_dtype or x.dtype)
 
     def extra_repr(self) -> str:
         kind = "q4" if isinstance(self.qweight, Q4Weight) else "int8"

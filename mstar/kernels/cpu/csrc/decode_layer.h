@@ -9,7 +9,7 @@
 //
 // A linear is (kind, weight, scales, in_features): kind 0 q4 blocks (q4_linear), 1 int8 weight
 // and scales (int8_linear), 2 bf16 weight (bf16_linear); no bias. The quantized kinds run their
-// wide path (dequant_gemm.h) from wide_rows rows, as QuantLinear does.
+// wide path (dequant_gemm.h) from wide_rows rows, as QuantLinear does, on float32 or bf16 rows.
 #pragma once
 #include "activation_ops.h"
 #include "bf16_linear.h"
@@ -25,8 +25,11 @@ constexpr int64_t kLayerLinears = 4;  // qkv_proj, o_proj, gate_up_proj, down_pr
 
 at::Tensor layer_linear(const at::Tensor& x, int64_t kind, const at::Tensor& weight, const at::Tensor& scales,
                         int64_t in_features) {
-  // the rule of QuantLinear.forward, so that both compute the same bits
+  // the rule of QuantLinear.forward, so that both compute the same bits: bf16 activations are
+  // widened to float32 for the quantized kernels (and the wide path rounds them back, exactly)
   const bool wide = x.size(0) >= wide_rows(kind == kQ4Linear, -1);
+  if (kind != kBf16Linear && x.scalar_type() != at::kFloat)
+    return layer_linear(x.to(at::kFloat), kind, weight, scales, in_features);
   if (kind == kQ4Linear)
     return wide ? q4_linear_wide(x, weight, in_features, -1) : q4_linear(x, weight, in_features, -1);
   if (kind == kInt8Linear)
