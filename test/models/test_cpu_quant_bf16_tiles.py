@@ -67,7 +67,8 @@ def wide_level(cpu_features) -> int:
     """The CPU's own level (what QuantLinear and the decode stack run), one with bf16 tiles."""
     own = torch.ops.mstar_cpu.cpu_level()
     if own not in (4, 5):
-        pytest.skip(f"this CPU lacks {', '.join(missing_features(4, cpu_features))} (kernel level avx512_bf16)")
+        missing = ", ".join(missing_features(4, cpu_features))
+        pytest.skip(f"this CPU lacks {missing} (kernel level avx512_bf16)")
     return own
 
 
