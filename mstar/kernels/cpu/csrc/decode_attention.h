@@ -114,6 +114,12 @@ void attend_head(const float* q, const Pages<T>& keys, const Pages<T>& values, i
 MSTAR_TARGET_POP
 #endif
 
+}  // namespace
+
+#include "decode_attention_avx512.h"
+
+namespace {
+
 void check_decode_attention(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& block_tables,
                             const at::Tensor& context_lens) {
   check_fused_supported();
@@ -158,6 +164,29 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     const int64_t head_elems = num_blocks * block_size * dim, half = kv_heads * head_elems;
     T* op = static_cast<T*>(out.data_ptr());
     const T* qp = static_cast<const T*>(q.data_ptr());
+    // On AVX-512 (decode_attention_avx512.h) a work item is a (sequence, kv head): its group of
+    // query heads reads each key and value row once.
+    if (grouped_attention_runs(dim, group)) {
+      const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim * group, 1));
+      parallel_chunks(seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> qf, acc, scores;
+        qf.resize(group * dim), acc.resize(group * dim), scores.resize(group * longest);
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
+          const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
+          for (int64_t g = 0; g < group; ++g) {
+            const T* q_row = qp + s * q.stride(0) + (h * group + g) * q.stride(1);
+            for (int64_t i = 0; i < dim; ++i) qf[g * dim + i] = static_cast<float>(q_row[i]);
+          }
+          decode_attention_avx512::attend_group(qf.data(), group, cache + h * head_elems, cache + half + h * head_elems,
+                                                tables + s * block_tables.stride(0), block_size, dim, start, n,
+                                                scale_f, scores.data(), acc.data());
+          T* o = op + (s * q_heads + h * group) * dim;
+          for (int64_t i = 0; i < group * dim; ++i) o[i] = static_cast<T>(acc[i]);
+        }
+      });
+      return;
+    }
     // Work items: (sequence, query head), every head on its own (the same sums in the same order
     // as a whole group at a time), so that two threads share even one sequence's nine heads; small
     // batches at short context stay on the calling thread.
