@@ -11,7 +11,6 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -35,26 +34,6 @@ namespace {
 
 constexpr int64_t kQ4Block = 32;
 constexpr int64_t kQ4BlockBytes = 20;
-
-// Items [0, count) in chunks of `chunk` over the threads of one parallel region, each thread
-// taking the next chunk from a shared counter, not a fixed share: on a machine whose cores also
-// run the API server and the clients, a thread descheduled mid-call would otherwise hold the
-// others at the region's end with its unstarted share; now they take that share over. A thread
-// calls enter() before its first chunk and leave() after its last (AMX's tile configuration).
-struct NoOp {
-  void operator()() const {}
-};
-template <typename Each, typename Enter = NoOp, typename Leave = NoOp>
-void parallel_chunks(int64_t count, int64_t chunk, const Each& each, const Enter& enter = {}, const Leave& leave = {}) {
-  const int64_t chunks = (count + chunk - 1) / chunk;
-  if (chunks <= 0) return;
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(chunks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
-    enter();
-    for (int64_t c = next++; c < chunks; c = next++) each(c * chunk, std::min(count, (c + 1) * chunk));
-    leave();
-  });
-}
 
 inline float half_to_float(const uint8_t* p) {
   uint16_t bits;

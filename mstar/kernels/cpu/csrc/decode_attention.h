@@ -168,9 +168,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     // query heads reads each key and value row once.
     if (grouped_attention_runs(dim, group)) {
       const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim * group, 1));
-      parallel_chunks(seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
-        thread_local std::vector<float> qf, acc, scores;
-        qf.resize(group * dim), acc.resize(group * dim), scores.resize(group * longest);
+      at::parallel_for(0, seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
+        std::vector<float> qf(group * dim), acc(group * dim), scores(group * longest);
         for (int64_t item = begin; item < end; ++item) {
           const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
           const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
@@ -191,10 +190,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     // as a whole group at a time), so that two threads share even one sequence's nine heads; small
     // batches at short context stay on the calling thread.
     const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim, 1));
-    // (chunks taken as threads free up: parallel_chunks)
-    parallel_chunks(seqs * q_heads, grain, [&](int64_t begin, int64_t end) {
-      thread_local std::vector<float> qf, acc, scores;
-      qf.resize(dim), acc.resize(dim), scores.resize(longest);
+    at::parallel_for(0, seqs * q_heads, grain, [&](int64_t begin, int64_t end) {
+      std::vector<float> qf(dim), acc(dim), scores(longest);
       for (int64_t item = begin; item < end; ++item) {
         const int64_t s = item / q_heads, head = item % q_heads, h = head / group, n = lens[s];
         const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;

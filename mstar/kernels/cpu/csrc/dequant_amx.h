@@ -17,6 +17,8 @@
 #include "cpu_level.h"
 #include "dequant_bf16.h"
 
+#include <atomic>
+
 namespace {
 
 constexpr int64_t kAmxTileRows = 16;                  // rows of every tile configured here
@@ -124,8 +126,10 @@ MSTAR_TARGET_POP
 
 // x [M, K] (K a multiple of 32) times the N weight rows that `dequant(begin, end, dst)` writes as
 // bf16 [end - begin, K] (begin a multiple of 32, end of 8 but for N). One parallel region a call
-// (see dequant_gemm_bf16 on why one), the threads taking strips of 32 rows as they free up
-// (parallel_chunks), each configuring its tiles once.
+// (see dequant_gemm_bf16 on why one), in which the threads take strips of 32 rows from a shared
+// counter rather than a fixed share each: on a machine whose cores also run the API server and
+// the clients, a thread descheduled mid-call would otherwise hold the others at the region's end
+// with its unstarted strips; now they take those strips over.
 template <typename Dequant>
 at::Tensor amx_gemm_bf16(const at::Tensor& x_in, int64_t N, int64_t K, Dequant dequant) {
   check_input(x_in, K);
@@ -138,19 +142,21 @@ at::Tensor amx_gemm_bf16(const at::Tensor& x_in, int64_t N, int64_t K, Dequant d
   amx::pack_x(reinterpret_cast<const uint32_t*>(x.data_ptr<at::BFloat16>()), M, K, packed.data());
   float* y = out.data_ptr<float>();
   const int64_t strips = (N + kAmxStripRows - 1) / kAmxStripRows;
-  parallel_chunks(
-      strips, 1,
-      [&](int64_t s, int64_t) {
-        thread_local std::vector<uint16_t> scratch;
-        if (static_cast<int64_t>(scratch.size()) < kAmxStripRows * K + 32) scratch.resize(kAmxStripRows * K + 32);
-        // 64-byte aligned rows: K * 2 bytes is a multiple of 64
-        uint16_t* w = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
-        const int64_t n0 = s * kAmxStripRows, rows = std::min(kAmxStripRows, N - n0);
-        dequant(n0, n0 + rows, w);
-        if (rows < kAmxStripRows) std::fill(w + rows * K, w + kAmxStripRows * K, uint16_t{0});
-        amx::strip(w, packed.data(), M, N, K, n0, y);
-      },
-      amx::configure, amx::release);
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(strips, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    thread_local std::vector<uint16_t> scratch;
+    if (static_cast<int64_t>(scratch.size()) < kAmxStripRows * K + 32) scratch.resize(kAmxStripRows * K + 32);
+    // 64-byte aligned rows: K * 2 bytes is a multiple of 64
+    uint16_t* w = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+    amx::configure();
+    for (int64_t s = next++; s < strips; s = next++) {
+      const int64_t n0 = s * kAmxStripRows, rows = std::min(kAmxStripRows, N - n0);
+      dequant(n0, n0 + rows, w);
+      if (rows < kAmxStripRows) std::fill(w + rows * K, w + kAmxStripRows * K, uint16_t{0});
+      amx::strip(w, packed.data(), M, N, K, n0, y);
+    }
+    amx::release();
+  });
 #else
   TORCH_CHECK(false, "the AMX kernels need an x86-64 build");
 #endif

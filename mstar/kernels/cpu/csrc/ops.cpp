@@ -28,10 +28,8 @@
 
 namespace {
 
-// Output rows per chunk a thread takes: a few microseconds of work at one row of x (the built-in
-// model's gate_up, 3072 rows in about 70 us on one thread, is 48 chunks).
-constexpr int64_t kQdotChunk = 64;
-static_assert(kQdotChunk % kGroupRows == 0, "chunks start at a q4 group");
+constexpr int64_t kRowGrain = 16;  // output rows per parallel work item, at least
+static_assert(kRowGrain % kGroupRows == 0, "work items start at a q4 group");
 
 
 // x quantized per block of 32: (q int16 [M, K], d [M, K / 32], s [M, K / 32]).
@@ -54,9 +52,10 @@ at::Tensor qdot_linear(const at::Tensor& x, int64_t N, int64_t level, Rows rows)
   const Activations a{q.data_ptr<int16_t>(), d.data_ptr<float>(), s.data_ptr<float>(), x.size(0), x.size(1)};
   at::Tensor out = at::empty({x.size(0), N}, x.options());
   float* op = out.data_ptr<float>();
-  // chunks of kQdotChunk columns taken as threads free up (parallel_chunks), so that every
-  // thread's 8-column panels (qdot_kernel.h) are full
-  parallel_chunks(N, kQdotChunk, [&](int64_t begin, int64_t end) { rows(a, begin, end, op); });
+  // work items of kRowGrain columns, so that every thread's 8-column panels (qdot_kernel.h) are full
+  at::parallel_for(0, (N + kRowGrain - 1) / kRowGrain, 1, [&](int64_t begin, int64_t end) {
+    rows(a, begin * kRowGrain, std::min(end * kRowGrain, N), op);
+  });
   return out;
 }
 
