@@ -183,6 +183,7 @@ def test_health_answers_fast_while_a_huge_prompt_is_tokenized(server):
         server.url + "/v1/chat/completions", content=body, headers=AUTH, timeout=60)))
     latencies = []
     with httpx.Client(timeout=5) as health:
+        begun = time.perf_counter()
         sender.start()
         while sender.is_alive():
             started = time.perf_counter()
@@ -190,11 +191,16 @@ def test_health_answers_fast_while_a_huge_prompt_is_tokenized(server):
             latencies.append(time.perf_counter() - started)
             time.sleep(0.02)
     sender.join()
+    elapsed = time.perf_counter() - begun
     resp = result["resp"]
     assert resp.status_code == 400  # far more tokens than max_model_len
     assert _error(resp)["param"] == "messages" and "max_model_len" in _error(resp)["message"]
     assert len(latencies) >= 10, "the prompt was handled too fast to measure anything"
-    assert max(latencies) < 0.2, f"/health took {max(latencies):.3f} s while tokenizing"
+    # Tokenizing on the event loop would stall one probe for about the whole request; under a
+    # full suite's load on two cores a probe may wait a scheduler slice (0.21 s was seen), so
+    # the bound is a quarter of the request's time, at least 0.2 s.
+    bound = max(0.2, elapsed / 4)
+    assert max(latencies) < bound, f"/health took {max(latencies):.3f} s of {elapsed:.2f} s"
 
 
 def _series(server: Server) -> list[str]:
