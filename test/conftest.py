@@ -160,6 +160,23 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer):
     return make
 
 
+@pytest.fixture(scope="session")
+def omni_thinker_dir(tmp_path_factory, tiny_tokenizer):
+    """The chain and placement tests' tiny Qwen3-Omni (``omni_helpers.save_tiny_thinker``), saved
+    once; tests read it, never write it."""
+    from omni_helpers import save_tiny_thinker
+
+    return save_tiny_thinker(tmp_path_factory.mktemp("omni-thinker-model"), tiny_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def omni_speaker(omni_thinker_dir):
+    """transformers' whole Qwen3-Omni on ``omni_thinker_dir``: the chain's oracle."""
+    from omni_chain_runs import omni_oracle
+
+    return omni_oracle(omni_thinker_dir)
+
+
 LONG_POSITIONS = 16384
 
 

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from omni_helpers import save_tiny_thinker, thinker_prompt
+from omni_helpers import thinker_prompt
 from worker_run import start_worker, stop_worker, wait_done
 
 from mstar.engine.request.sampling_params import SamplingParams
@@ -23,13 +23,9 @@ SPEECH_SECONDS = 2.4
 MAX_NEW = 8
 
 
-@pytest.fixture(scope="module")
-def omni_dir(tmp_path_factory, tiny_tokenizer):
-    return save_tiny_thinker(tmp_path_factory.mktemp("omni-chain-worker"), tiny_tokenizer)
 
-
-def _worker(omni_dir, device, placement):
-    settings = WorkerSettings(model=str(omni_dir), device=device, dtype="float32",
+def _worker(omni_thinker_dir, device, placement):
+    settings = WorkerSettings(model=str(omni_thinker_dir), device=device, dtype="float32",
                               encoder_placement=placement,
                               kv_block_size=4, num_kv_blocks=256,
                               max_speech_seconds=SPEECH_SECONDS,
@@ -39,12 +35,12 @@ def _worker(omni_dir, device, placement):
 
 
 @pytest.mark.parametrize("placement", ["", "talker=process"], ids=["colocated", "apart"])
-def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_dir, device, placement):
+def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_thinker_dir, device, placement):
     from mstar import LLM
 
-    worker, channel, thread = _worker(omni_dir, device, placement)
+    worker, channel, thread = _worker(omni_thinker_dir, device, placement)
     try:
-        config = worker_config(omni_dir)
+        config = worker_config(omni_thinker_dir)
         ids, _ = thinker_prompt(config, [20, 21, 22], [])
         params = dict(temperature=0.0, max_tokens=MAX_NEW)
         channel.inbox.put(m.AddRequest("spoken", ids, SamplingParams(**params, speaker="ethan")))
@@ -65,7 +61,7 @@ def test_the_worker_speaks_as_the_chain_and_aborts_in_both_engines(omni_dir, dev
     # (whether "gone" finished before its abort arrived depends on the machine's speed; the
     # in-process test aborts at a chosen step)
     assert not thread.is_alive() and not channel.after_done
-    llm = LLM(str(omni_dir), device=device, dtype="float32", kv_block_size=4,
+    llm = LLM(str(omni_thinker_dir), device=device, dtype="float32", kv_block_size=4,
               num_kv_blocks=256, max_speech_seconds=SPEECH_SECONDS,
               speech_chunk_frames=OMNI_CHUNK_FRAMES, prefill_share_beside_decodes=0.0)
     (ref,) = llm.generate({"prompt_token_ids": ids}, SamplingParams(**params, speaker="ethan"))
@@ -81,9 +77,9 @@ def _idle(stats: list[m.WorkerStats]) -> bool:
     return bool(stats) and (stats[-1].running, stats[-1].waiting, stats[-1].kv_cache_usage) == (0, 0, 0)
 
 
-def worker_config(omni_dir):
+def worker_config(omni_thinker_dir):
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(omni_dir)
+    return AutoConfig.from_pretrained(omni_thinker_dir)
 
 

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 from csm_helpers import PROMPT, save_tiny_csm
-from omni_helpers import save_tiny_thinker, thinker_prompt
+from omni_helpers import thinker_prompt
 from worker_run import start_worker, stop_worker, wait_done, wait_until
 
 from mstar.engine.request.sampling_params import SamplingParams
@@ -156,22 +156,18 @@ def test_csm_speaks_the_same_with_its_codec_apart(tiny_csm, device):
         assert colocated.size > 0 and np.array_equal(apart.joined_audio(rid), colocated)
 
 
-@pytest.fixture(scope="module")
-def omni_dir(tmp_path_factory, tiny_tokenizer):
-    return save_tiny_thinker(tmp_path_factory.mktemp("omni-codec-apart"), tiny_tokenizer)
 
-
-def test_qwen3_omni_speaks_the_same_with_code2wav_apart(omni_dir, device):
+def test_qwen3_omni_speaks_the_same_with_code2wav_apart(omni_thinker_dir, device):
     from transformers import AutoConfig
 
     from mstar import LLM
 
     knobs = dict(device=device, dtype="float32", kv_block_size=4, num_kv_blocks=256,
                  max_speech_seconds=OMNI_SECONDS, prefill_share_beside_decodes=0.0)
-    ids, _ = thinker_prompt(AutoConfig.from_pretrained(omni_dir), [20, 21, 22], [])
+    ids, _ = thinker_prompt(AutoConfig.from_pretrained(omni_thinker_dir), [20, 21, 22], [])
     params = SamplingParams(temperature=0.0, max_tokens=8, speaker="ethan")
     worker, channel, thread = start_worker(WorkerSettings(
-        model=str(omni_dir), encoder_placement="code2wav=process", **knobs))
+        model=str(omni_thinker_dir), encoder_placement="code2wav=process", **knobs))
     try:
         channel.inbox.put(m.AddRequest("spoken", ids, params))
         channel.inbox.put(m.AddRequest("twin", ids, params))
@@ -181,7 +177,7 @@ def test_qwen3_omni_speaks_the_same_with_code2wav_apart(omni_dir, device):
         _abort_mid_speech(worker, channel, thread, "gone", ids, params)
     finally:
         stop_worker(channel, thread)
-    chain = LLM(str(omni_dir), **knobs).chain  # colocated: code2wav in this process
+    chain = LLM(str(omni_thinker_dir), **knobs).chain  # colocated: code2wav in this process
     chain.add_request("spoken", ids, params)
     tokens, frames, audio = [], [], []
     while chain.has_unfinished_requests():

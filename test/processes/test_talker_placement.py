@@ -22,11 +22,9 @@ from omni_chain_runs import (
     SPEECH_SECONDS,
     TALKER_BLOCKS,
     check_chain,
-    omni_oracle,
     requests_of,
     run_chain,
 )
-from omni_helpers import save_tiny_thinker
 from worker_run import Channel
 
 from mstar.engine.chain.speech_chain import SpeechChain
@@ -43,25 +41,17 @@ PLACED = "talker=process"
 STATS_WAIT_S = 30.0  # the process's load after an abort arrives well within it
 
 
-@pytest.fixture(scope="module")
-def omni_dir(tmp_path_factory, tiny_tokenizer):
-    return save_tiny_thinker(tmp_path_factory.mktemp("omni-talker-apart"), tiny_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def oracle(omni_dir):
-    return omni_oracle(omni_dir)
 
 
 @pytest.fixture
-def placed_chain(omni_dir, make_engine):
+def placed_chain(omni_thinker_dir, make_engine):
     """Factory: a chain whose talker runs in a process of its own (stopped after the test)."""
     from mstar.worker.talker_node import TalkerNodeProcess
 
     chains = []
 
     def make(talker_blocks=256, thinker_blocks=256, **knobs) -> SpeechChain:
-        thinker = make_engine(omni_dir, kv_block_size=4, num_kv_blocks=thinker_blocks,
+        thinker = make_engine(omni_thinker_dir, kv_block_size=4, num_kv_blocks=thinker_blocks,
                               enable_prefix_caching=False, max_speech_seconds=SPEECH_SECONDS,
                               talker_num_kv_blocks=talker_blocks,
                               speech_chunk_frames=OMNI_CHUNK_FRAMES, encoder_placement=PLACED,
@@ -88,35 +78,35 @@ def _stats_until(node, holds):
 
 
 def test_alone_and_batched_the_placed_talker_speaks_as_the_offline_chain(
-        omni_dir, oracle, placed_chain):
+        omni_thinker_dir, omni_speaker, placed_chain):
     chain = placed_chain()
     assert chain.talker.num_blocks == 256 and chain.talker.device == torch.device("cpu")
-    requests = requests_of(oracle.model.config)
+    requests = requests_of(omni_speaker.model.config)
     one = {"other": requests["other"]}  # it speaks long after the thinker's end
-    check_chain(oracle, one, run_chain(chain, one, set(one)), set(one))
+    check_chain(omni_speaker, one, run_chain(chain, one, set(one)), set(one))
     speaking = {"text", "audio"}  # "other" is a text-only request beside them
-    check_chain(oracle, requests, run_chain(chain, requests, speaking), speaking)
+    check_chain(omni_speaker, requests, run_chain(chain, requests, speaking), speaking)
     idle = _stats_until(chain, lambda s: s.free_blocks == 512)
     assert (idle.running, idle.waiting, idle.kv_cache_usage) == (0, 0, 0.0)
 
 
-def test_under_preemption_in_the_placed_talker(omni_dir, oracle, placed_chain):
+def test_under_preemption_in_the_placed_talker(omni_thinker_dir, omni_speaker, placed_chain):
     """The talker's budget holds both prefills, not both replies (as the colocated test)."""
-    requests = {rid: requests_of(oracle.model.config)[rid] for rid in ("other", "audio")}
+    requests = {rid: requests_of(omni_speaker.model.config)[rid] for rid in ("other", "audio")}
     chain = placed_chain(talker_blocks=TALKER_BLOCKS)
-    check_chain(oracle, requests, run_chain(chain, requests, set(requests)), set(requests))
+    check_chain(omni_speaker, requests, run_chain(chain, requests, set(requests)), set(requests))
     stats = _stats_until(chain, lambda s: s.free_blocks == 256 + TALKER_BLOCKS)
     assert chain.talker.load.preemptions > 0 and stats.preemptions > 0
 
 
 @pytest.mark.parametrize("thinking", [True, False], ids=["mid-text", "after-text"])
-def test_an_abort_mid_speech_frees_the_placed_talkers_blocks(omni_dir, oracle, placed_chain,
+def test_an_abort_mid_speech_frees_the_placed_talkers_blocks(omni_thinker_dir, omni_speaker, placed_chain,
                                                              thinking):
     """Aborted once the placed talker holds blocks: while the thinker still speaks (the talker's
     feed is not finished, so only the abort can end its request there) or once the talker has
     made frames after the thinker's end. Nothing more comes out; every block comes back."""
     chain = placed_chain()
-    ids, _ = requests_of(oracle.model.config)["other"]
+    ids, _ = requests_of(omni_speaker.model.config)["other"]
     chain.add_request("r", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
                                                speaker="ethan"))
     frames = 0
@@ -139,9 +129,9 @@ def test_an_abort_mid_speech_frees_the_placed_talkers_blocks(omni_dir, oracle, p
     assert (idle.running, idle.waiting, idle.kv_cache_usage) == (0, 0, 0.0)
 
 
-def test_a_dead_talker_process_fails_the_chains_step(omni_dir, oracle, placed_chain):
+def test_a_dead_talker_process_fails_the_chains_step(omni_thinker_dir, omni_speaker, placed_chain):
     chain = placed_chain()
-    ids, _ = requests_of(oracle.model.config)["other"]
+    ids, _ = requests_of(omni_speaker.model.config)["other"]
     chain.add_request("r", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
                                                speaker="ethan"))
     while not chain.talker.has_unfinished_requests():
@@ -153,12 +143,12 @@ def test_a_dead_talker_process_fails_the_chains_step(omni_dir, oracle, placed_ch
             chain.step()
 
 
-def test_a_dead_talker_process_fails_the_workers_step(omni_dir, device):
+def test_a_dead_talker_process_fails_the_workers_step(omni_thinker_dir, device):
     """The worker's loop raises (its process ends: the API server answers its requests 503, as
     for any dead worker), its thinker and its talker handle shut down."""
     from mstar.worker.worker import Worker
 
-    settings = WorkerSettings(model=str(omni_dir), device=device, dtype="float32",
+    settings = WorkerSettings(model=str(omni_thinker_dir), device=device, dtype="float32",
                               kv_block_size=4, num_kv_blocks=256, encoder_placement=PLACED,
                               max_speech_seconds=SPEECH_SECONDS,
                               speech_chunk_frames=OMNI_CHUNK_FRAMES)
@@ -174,7 +164,7 @@ def test_a_dead_talker_process_fails_the_workers_step(omni_dir, device):
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    ids, _ = requests_of(worker_config(omni_dir))["other"]
+    ids, _ = requests_of(worker_config(omni_thinker_dir))["other"]
     channel.inbox.put(m.AddRequest("r", ids, SamplingParams(temperature=0.0, max_tokens=MAX_NEW,
                                                             speaker="ethan")))
     deadline = time.monotonic() + STATS_WAIT_S
@@ -187,10 +177,10 @@ def test_a_dead_talker_process_fails_the_workers_step(omni_dir, device):
     assert len(failed) == 1 and "node talker's process exited" in str(failed[0])
 
 
-def worker_config(omni_dir):
+def worker_config(omni_thinker_dir):
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(omni_dir)
+    return AutoConfig.from_pretrained(omni_thinker_dir)
 
 
 def _model_dir(tmp_path, arch: str):
