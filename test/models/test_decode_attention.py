@@ -81,13 +81,26 @@ def test_op_reads_strided_queries_and_rejects_bad_tables():
         fused_ops.paged_decode_attention(q, cache, tables, torch.tensor([100 * BLOCK]), None, None)
 
 
-@pytest.mark.parametrize("dim", [8, 40, 80, 100])
+@pytest.mark.parametrize("dim", [8, 32, 40, 80, 100, 128, 256])
 def test_op_reads_odd_head_dims(dim):
+    """Head sizes the AVX-512 kernel takes with a size known at compile time (64 above, 128) and
+    read at run time (32, 80, 256), and those it leaves to the AVX2 one (8, 40, 100)."""
     contexts = [BLOCK + 3, 2]
     gen = torch.Generator().manual_seed(dim)
     cache = torch.randn(2, 2, BLOCKS, BLOCK, dim, generator=gen)
     tables = torch.tensor([[5, 9], [3, 0]])
     q = torch.randn(2, 4, dim, generator=gen)
+    got = fused_ops.paged_decode_attention(q, cache, tables, torch.tensor(contexts), None, None)
+    torch.testing.assert_close(got, sdpa_reference(q, cache, tables, contexts, None, None),
+                               **TOLERANCE[torch.float32])
+
+
+def test_op_splits_many_short_sequences_in_units_of_several():
+    """Short contexts make units of several (sequence, kv head) items, which the threads claim one
+    at a time; 7 sequences of 3 kv heads are 21 items, so the last unit is partial."""
+    contexts = [1, 2, 3, BLOCK - 1, BLOCK, 5, BLOCK + 4]
+    cache, tables = paged(contexts, 3, torch.float32, seed=3)
+    q = torch.randn(len(contexts), 9, DIM, generator=torch.Generator().manual_seed(3))
     got = fused_ops.paged_decode_attention(q, cache, tables, torch.tensor(contexts), None, None)
     torch.testing.assert_close(got, sdpa_reference(q, cache, tables, contexts, None, None),
                                **TOLERANCE[torch.float32])

@@ -11,6 +11,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -34,6 +35,20 @@ namespace {
 
 constexpr int64_t kQ4Block = 32;
 constexpr int64_t kQ4BlockBytes = 20;
+
+// Items 0 .. count - 1 in one parallel region whose threads claim them one at a time from a shared
+// counter, rather than each running a fixed share: body(claim) runs once on each thread, and
+// claim() returns the next unclaimed item, or count once none is left. Where items differ in cost
+// (sequences of different lengths) or a thread is descheduled by another process (the API server
+// and clients share the cores), the others take over its unstarted items instead of waiting for
+// them at the region's end. Nested in another region it runs on the calling thread alone.
+template <typename Body>
+void claimed_parallel(int64_t count, const Body& body) {
+  std::atomic<int64_t> next{0};
+  const auto claim = [&] { return next.fetch_add(1, std::memory_order_relaxed); };
+  at::parallel_for(0, std::min<int64_t>(count, at::get_num_threads()), 1,
+                   [&](int64_t, int64_t) { body(claim); });
+}
 
 inline float half_to_float(const uint8_t* p) {
   uint16_t bits;

@@ -166,11 +166,16 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     const T* qp = static_cast<const T*>(q.data_ptr());
     // On AVX-512 (decode_attention_avx512.h) a work item is a (sequence, kv head): its group of
     // query heads reads each key and value row once.
+    // The threads claim units of `grain` items (claimed_parallel): the sequences of a batch differ
+    // in length, and a fixed half each left one thread waiting for the other (in a continuous
+    // batch the first sequences, admitted earliest, are the longest).
     if (grouped_attention_runs(dim, group)) {
+      const int64_t items = seqs * kv_heads;
       const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim * group, 1));
-      at::parallel_for(0, seqs * kv_heads, grain, [&](int64_t begin, int64_t end) {
+      claimed_parallel((items + grain - 1) / grain, [&](const auto& claim) {
         std::vector<float> qf(group * dim), acc(group * dim), scores(group * longest);
-        for (int64_t item = begin; item < end; ++item) {
+        for (int64_t unit = claim(), item = 0; unit * grain < items; unit = claim())
+          for (item = unit * grain; item < std::min(items, (unit + 1) * grain); ++item) {
           const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
           const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
           for (int64_t g = 0; g < group; ++g) {

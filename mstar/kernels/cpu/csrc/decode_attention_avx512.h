@@ -28,11 +28,14 @@ inline __m512 load16(const at::BFloat16* p) {  // bf16 is float32's upper half
 
 // The group's `heads` query rows (float32 [heads][dim]) over the keys start .. end - 1 of one kv
 // head into out (float32 [heads][dim]); scores is scratch of heads * (end - start) floats.
-template <typename T>
-void attend_group(const float* q, int64_t heads, const T* keys_head, const T* values_head, const int64_t* table,
-                  int64_t block_size, int64_t dim, int64_t start, int64_t end, float scale, float* scores,
-                  float* out) {
-  const int64_t n = end - start, vecs = dim / kAttnLanes;
+// kVecs is dim / 16 when the compiler is to know it (0: read from dim). With a count known only at
+// run time, GCC compiles the loads of a key row into its register array as a call to memcpy (a
+// copy to the stack and loads back, per row): 6% of a c=32 decode step went there.
+template <typename T, int64_t kVecs>
+void attend_group_of(const float* q, int64_t heads, const T* keys_head, const T* values_head, const int64_t* table,
+                     int64_t block_size, int64_t dim, int64_t start, int64_t end, float scale, float* scores,
+                     float* out) {
+  const int64_t n = end - start, vecs = kVecs ? kVecs : dim / kAttnLanes;
   // rows of positions start, start + 1, ...: one division to begin, then counters (a division per
   // row costs more than its dot product)
   struct Walk {
@@ -78,6 +81,24 @@ void attend_group(const float* q, int64_t heads, const T* keys_head, const T* va
     }
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t v = 0; v < width; ++v) _mm512_storeu_ps(out + h * dim + (v0 + v) * kAttnLanes, acc[h][v]);
+  }
+}
+
+// attend_group_of with the head sizes of the families served (64 and 128) known at compile time.
+template <typename T>
+void attend_group(const float* q, int64_t heads, const T* keys_head, const T* values_head, const int64_t* table,
+                  int64_t block_size, int64_t dim, int64_t start, int64_t end, float scale, float* scores,
+                  float* out) {
+  switch (dim) {
+    case 64:
+      return attend_group_of<T, 4>(q, heads, keys_head, values_head, table, block_size, dim, start, end, scale,
+                                   scores, out);
+    case 128:
+      return attend_group_of<T, 8>(q, heads, keys_head, values_head, table, block_size, dim, start, end, scale,
+                                   scores, out);
+    default:
+      return attend_group_of<T, 0>(q, heads, keys_head, values_head, table, block_size, dim, start, end, scale,
+                                   scores, out);
   }
 }
 

@@ -17,8 +17,6 @@
 #include "cpu_level.h"
 #include "dequant_bf16.h"
 
-#include <atomic>
-
 namespace {
 
 constexpr int64_t kAmxTileRows = 16;                  // rows of every tile configured here
@@ -142,14 +140,13 @@ at::Tensor amx_gemm_bf16(const at::Tensor& x_in, int64_t N, int64_t K, Dequant d
   amx::pack_x(reinterpret_cast<const uint32_t*>(x.data_ptr<at::BFloat16>()), M, K, packed.data());
   float* y = out.data_ptr<float>();
   const int64_t strips = (N + kAmxStripRows - 1) / kAmxStripRows;
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(strips, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+  claimed_parallel(strips, [&](const auto& claim) {
     thread_local std::vector<uint16_t> scratch;
     if (static_cast<int64_t>(scratch.size()) < kAmxStripRows * K + 32) scratch.resize(kAmxStripRows * K + 32);
     // 64-byte aligned rows: K * 2 bytes is a multiple of 64
     uint16_t* w = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
     amx::configure();
-    for (int64_t s = next++; s < strips; s = next++) {
+    for (int64_t s = claim(); s < strips; s = claim()) {
       const int64_t n0 = s * kAmxStripRows, rows = std::min(kAmxStripRows, N - n0);
       dequant(n0, n0 + rows, w);
       if (rows < kAmxStripRows) std::fill(w + rows * K, w + kAmxStripRows * K, uint16_t{0});
