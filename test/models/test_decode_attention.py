@@ -95,6 +95,36 @@ def test_op_reads_odd_head_dims(dim):
                                **TOLERANCE[torch.float32])
 
 
+@pytest.mark.parametrize("dim", [64, 40])  # the AVX-512 kernel where the CPU has it, the AVX2 one
+def test_a_bf16_cache_under_float32_queries_reads_as_its_float32_widening(dim):
+    """MSTAR_KV_CACHE_DTYPE=bfloat16 under float32 activations: K and V are rounded to bf16 as
+    ``Tensor.to`` rounds them, and attention over the bf16 cache computes exactly what it
+    computes over the same values widened to a float32 cache (float32 arithmetic in both)."""
+    gen = torch.Generator().manual_seed(dim)
+    cache = torch.zeros(2, 3, BLOCKS, BLOCK, dim, dtype=torch.bfloat16)
+    k, v = (torch.randn(40, 3, dim, generator=gen) for _ in range(2))
+    slots = torch.randperm(BLOCKS * BLOCK, generator=gen)[:40]
+    fused_ops.write_kv_cache_(cache, k, v, slots)
+    flat = cache.view(2, 3, BLOCKS * BLOCK, dim)
+    assert torch.equal(flat[0, :, slots].transpose(0, 1), k.to(torch.bfloat16))
+    assert torch.equal(flat[1, :, slots].transpose(0, 1), v.to(torch.bfloat16))
+    cache = torch.randn(cache.shape, generator=gen).to(torch.bfloat16)
+    contexts = [3 * BLOCK + 5, 1, BLOCK]
+    tables = torch.randperm(BLOCKS, generator=gen)[:12].view(3, 4)
+    q = torch.randn(3, 9, dim, generator=gen)
+    got = fused_ops.paged_decode_attention(q, cache, tables, torch.tensor(contexts), None, None)
+    widened = fused_ops.paged_decode_attention(q, cache.float(), tables, torch.tensor(contexts),
+                                               None, None)
+    assert got.dtype == torch.float32 and torch.equal(got, widened)
+
+
+def test_op_refuses_a_float32_cache_under_bf16_queries():
+    cache, tables = paged([5], 3, torch.float32)
+    with pytest.raises(RuntimeError, match="in q's dtype or bfloat16"):
+        fused_ops.paged_decode_attention(torch.randn(1, 9, DIM).to(torch.bfloat16), cache, tables,
+                                         torch.tensor([5]), None, None)
+
+
 def test_op_splits_many_short_sequences_in_units_of_several():
     """Short contexts make units of several (sequence, kv head) items, which the threads claim one
     at a time; 7 sequences of 3 kv heads are 21 items, so the last unit is partial."""
@@ -134,14 +164,21 @@ CHUNKS = [[(7, 7)], [(5, 2 * BLOCK + 3), (3, BLOCK + 1)],
           [(TOKEN_ROWS_MAX_QUERY + 1, 3 * BLOCK), (2, 9)]]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+# (activations, KV cache): a bf16 cache under float32 activations is MSTAR_KV_CACHE_DTYPE's
+DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+          (torch.float32, torch.bfloat16)]
+
+
+@pytest.mark.parametrize(("dtype", "cache_dtype"), DTYPES)
 @pytest.mark.parametrize("window", [None, BLOCK])
 @pytest.mark.parametrize("chunks", CHUNKS)
-def test_backend_decode_rows_native_equal_the_torch_path(dtype, window, chunks):
+def test_backend_decode_rows_native_equal_the_torch_path(dtype, cache_dtype, window, chunks):
     """Natively, short chunks attend as decode rows (the step stays decode-only, so a model may
-    run its whole stack in one call); the torch path attends them by SDPA over their pages."""
+    run its whole stack in one call); the torch path attends them by SDPA over their pages. Both
+    round K and V alike into a bf16 cache; a fresh prompt's chunk attends its own unrounded K/V
+    on the torch path, so the bf16 cache's tolerance applies."""
     contexts = [BLOCK, 2 * BLOCK + 1, 5, 4 * BLOCK - 1]
-    cache, tables = paged([*contexts, *(ctx for _, ctx in chunks)], 3, dtype, seed=1)
+    cache, tables = paged([*contexts, *(ctx for _, ctx in chunks)], 3, cache_dtype, seed=1)
     tokens = len(contexts) + sum(q_len for q_len, _ in chunks)
     q, k, v = (torch.randn(tokens, h, DIM).to(dtype) for h in (9, 3, 3))
     got, got_cache, meta = backend_attend(True, q, k, v, cache, tables, contexts, chunks, dtype,
@@ -149,11 +186,14 @@ def test_backend_decode_rows_native_equal_the_torch_path(dtype, window, chunks):
     expected, expected_cache, _ = backend_attend(False, q, k, v, cache, tables, contexts, chunks,
                                                  dtype, window)
     assert meta.native_decode_only == all(q_len <= TOKEN_ROWS_MAX_QUERY for q_len, _ in chunks)
+    assert got.dtype == dtype and got_cache.dtype == cache_dtype
     assert torch.equal(got_cache, expected_cache)  # the same K/V written to the same slots
-    torch.testing.assert_close(got.float(), expected.float(), **TOLERANCE[dtype])
+    torch.testing.assert_close(got.float(), expected.float(), **TOLERANCE[cache_dtype])
 
 
 @pytest.mark.parametrize("setting", [{"quantization": "q4"}, {"quantization": "int8"},
+                                     {"quantization": "q4", "kv_cache_dtype": "float32"},
+                                     {"quantization": "int8", "kv_cache_dtype": "bfloat16"},
                                      {"dtype": "bfloat16"},
                                      {"quantization": "q4", "dtype": "bfloat16"}])
 def test_decode_stack_and_layer_in_one_call_equal_the_layer_by_layer_path(

@@ -53,8 +53,8 @@ class TorchAttentionBackend:
             return
         _, num_kv_heads, num_blocks, block_size, head_dim = kv_cache.shape
         flat = kv_cache.view(2, num_kv_heads, num_blocks * block_size, head_dim)
-        flat[0].index_copy_(1, slot_mapping, k.transpose(0, 1))
-        flat[1].index_copy_(1, slot_mapping, v.transpose(0, 1))
+        flat[0].index_copy_(1, slot_mapping, k.transpose(0, 1).to(kv_cache.dtype))
+        flat[1].index_copy_(1, slot_mapping, v.transpose(0, 1).to(kv_cache.dtype))
 
     def workspace(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A reused gather buffer: a fresh multi-MB tensor per layer costs page faults."""
@@ -156,8 +156,8 @@ class TorchAttentionMetadata:
             if ctx == q_len:  # no cached earlier tokens: this chunk's own K/V
                 ki = k[start : start + q_len].transpose(0, 1)
                 vi = v[start : start + q_len].transpose(0, 1)
-            else:
-                kv = kv_cache.index_select(2, blocks).view(2, num_kv_heads, -1, head_dim)
+            else:  # widened to q's dtype where the cache is bf16 (MSTAR_KV_CACHE_DTYPE)
+                kv = kv_cache.index_select(2, blocks).view(2, num_kv_heads, -1, head_dim).to(q.dtype)
                 ki, vi = kv[0, :, :ctx], kv[1, :, :ctx]
             oi = F.scaled_dot_product_attention(
                 qi, ki, vi, attn_mask=mask, is_causal=mask is None, enable_gqa=True, scale=scale
@@ -185,7 +185,7 @@ class TorchAttentionMetadata:
             kv = self.backend.mirror.update(step, kv_cache)
             q = q.index_select(0, step.batch_of_row)
             mask = self.mirror_masks.get(window)
-        kv = kv.transpose(1, 2)
+        kv = kv.transpose(1, 2).to(q.dtype)  # a bf16 cache under float32 queries
         qg = q.view(nd, num_kv_heads, num_heads // num_kv_heads, head_dim)
         o = F.scaled_dot_product_attention(qg, kv[0], kv[1], attn_mask=mask, scale=scale).reshape(
             nd, num_heads, head_dim)

@@ -19,6 +19,7 @@ from mstar.engine.kv.kv_cache import (
     num_blocks_for,
 )
 from mstar.engine.kv.state_cache import allocate_state_cache, num_slots_for, slot_bytes, state_layers
+from mstar.engine.placement import resolve_kv_dtype
 from mstar.engine.runner.classify_head import classifier_head
 from mstar.engine.runner.compilation import compile_model
 from mstar.engine.runner.cross_hooks import (
@@ -91,15 +92,18 @@ class ModelRunner:
         if self.num_state_slots:
             allocate_state_cache(self.model, self.num_state_slots, device, dtype)
         attn_layers = attention_layers(self.model)
+        # MSTAR_KV_CACHE_DTYPE: bf16 under float32 activations where the linears are quantized
+        self.kv_dtype = resolve_kv_dtype(settings, device, dtype, self.quantization)
         per_block = block_bytes(len(attn_layers), self.block_size,
-                                attn_layers[0].num_kv_heads, attn_layers[0].head_dim, dtype)
+                                attn_layers[0].num_kv_heads, attn_layers[0].head_dim,
+                                self.kv_dtype)
         self.num_blocks = num_blocks_for(settings, per_block, max_model_len,
                                          budget - self.num_state_slots * per_slot)
         self.attn_backend = get_backend(choose_attention_backend(
             settings, device,
             model_attention_features(self.model, self.entry.bidirectional_image_attention)))
         self.kv_cache = allocate_kv_cache(self.model, self.attn_backend, self.num_blocks,
-                                          self.block_size, device, dtype)
+                                          self.block_size, device, self.kv_dtype)
         self.sampler = Sampler(SamplingBatch(settings.max_num_seqs,
                                              hf_config.get_text_config().vocab_size, device,
                                              settings.seed))

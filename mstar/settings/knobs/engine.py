@@ -96,6 +96,14 @@ class EngineKnobs(BaseModel):
         "the decode rows and, on CPUs with native bf16, oneDNN's bf16 copy of them for wider "
         "batches (held twice: about 2.6 bytes a weight); every other model none. See "
         "docs/engine.rst, \"Shipped precision\".")
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16"] = _engine(
+        "auto", "Dtype of the KV cache on CPU. auto = bfloat16 where the linears are quantized "
+        "(MSTAR_QUANTIZATION int8, q4, or auto on a model that ships them) and the activations "
+        "are float32 on a CPU with native bf16 (avx512_bf16 or AMX): decode attention reads half "
+        "the bytes, in float32 arithmetic; else the activations' dtype. bfloat16 under "
+        "bfloat16 or float32 activations; float32 only under float32 activations. On CUDA the "
+        "cache takes the activations' dtype and this knob does nothing (a warning says so). See "
+        "docs/engine.rst, \"A bf16 KV cache under float32 activations\".")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")

@@ -7,7 +7,8 @@
 // a window, else 0:
 //   score[p] = scale * dot(q[s, h], k[p]),  out[s, h] = sum_p softmax(score)[p] * v[p]
 // Scores, softmax and the weighted sum run in float32 for float32 and bfloat16 caches; only the
-// output is rounded to the query's dtype.
+// output is rounded to the query's dtype. The cache is in the queries' dtype, or bfloat16 under
+// float32 queries (MSTAR_KV_CACHE_DTYPE: half the bytes a decode step reads from it).
 #pragma once
 #include "fused_common.h"
 
@@ -125,8 +126,10 @@ void check_decode_attention(const at::Tensor& q, const at::Tensor& kv_cache, con
   check_fused_supported();
   check_float_dtype(q, "q");
   TORCH_CHECK(kv_cache.device().is_cpu() && kv_cache.dim() == 5 && kv_cache.size(0) == 2 &&
-                  kv_cache.is_contiguous() && kv_cache.scalar_type() == q.scalar_type(),
-              "kv_cache must be a contiguous CPU tensor [2, kv_heads, num_blocks, block_size, head_dim] in q's dtype");
+                  kv_cache.is_contiguous() &&
+                  (kv_cache.scalar_type() == q.scalar_type() || kv_cache.scalar_type() == at::kBFloat16),
+              "kv_cache must be a contiguous CPU tensor [2, kv_heads, num_blocks, block_size, head_dim] in q's dtype "
+              "or bfloat16");
   TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1 && q.size(2) == kv_cache.size(4) && q.size(1) % kv_cache.size(1) == 0,
               "q must be [seqs, q_heads, head_dim] (head_dim contiguous), q_heads a multiple of the cache's kv_heads");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2 && block_tables.stride(1) == 1 &&
@@ -158,9 +161,12 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   at::Tensor out = at::empty({seqs, q_heads, dim}, q.options());
 #ifdef MSTAR_X86
   const float scale_f = static_cast<float>(scale);
+  // T: the queries' and output's dtype; C: the cache's (T, or bfloat16 under float32 queries)
   dispatch_float(q.scalar_type(), [&](auto type) {
+   dispatch_float(kv_cache.scalar_type(), [&](auto cache_type) {
     using T = decltype(type);
-    const T* cache = static_cast<const T*>(kv_cache.data_ptr());
+    using C = decltype(cache_type);
+    const C* cache = static_cast<const C*>(kv_cache.data_ptr());
     const int64_t head_elems = num_blocks * block_size * dim, half = kv_heads * head_elems;
     T* op = static_cast<T*>(out.data_ptr());
     const T* qp = static_cast<const T*>(q.data_ptr());
@@ -203,13 +209,14 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
         const T* q_row = qp + s * q.stride(0) + head * q.stride(1);
         for (int64_t i = 0; i < dim; ++i) qf[i] = static_cast<float>(q_row[i]);
         const int64_t* table = tables + s * block_tables.stride(0);
-        const decode_attention_avx2::Pages<T> keys{cache + h * head_elems, table, block_size, dim};
-        const decode_attention_avx2::Pages<T> values{cache + half + h * head_elems, table, block_size, dim};
+        const decode_attention_avx2::Pages<C> keys{cache + h * head_elems, table, block_size, dim};
+        const decode_attention_avx2::Pages<C> values{cache + half + h * head_elems, table, block_size, dim};
         decode_attention_avx2::attend_head(qf.data(), keys, values, start, n, scale_f, scores.data(), acc.data());
         T* o = op + (s * q_heads + head) * dim;
         for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(acc[i]);
       }
     });
+   });
   });
 #endif
   return out;
