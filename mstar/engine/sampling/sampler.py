@@ -20,6 +20,7 @@ from mstar.engine.sampling.batch import RowAdd, SamplingBatch, StepRows
 from mstar.engine.sampling.draw import draw
 from mstar.engine.sampling.grammar import GrammarMasks
 from mstar.engine.speculative.draft_rows import DraftRows
+from mstar.models.layers.fused_ops import greedy_tokens
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Sampler:
         if rows.any_adjustment or rows.constrained:  # in place, on a copy only if raw is needed
             logits = self._adjust(raw.clone() if wants_logprobs else raw, rows, started.masks,
                                   drafts)
-        tokens = logits.argmax(dim=-1) if not rows.sampled else self._sample(logits, rows)
+        tokens = greedy_tokens(logits) if not rows.sampled else self._sample(logits, rows)
         logprobs = self._logprobs(raw, tokens, rows.logprobs) if wants_logprobs else None
         emitted = None if drafts is None else drafts.emitted(tokens.tolist())
         self.batch.record(rows, tokens, emitted)
@@ -113,7 +114,7 @@ class Sampler:
             return drawn
         tokens = torch.empty(len(rows.slots), dtype=torch.int64, device=logits.device)
         greedy = torch.tensor(rows.greedy, device=logits.device)
-        tokens[greedy] = logits[greedy].argmax(dim=-1)
+        tokens[greedy] = greedy_tokens(logits[greedy])
         tokens[sampled] = drawn
         return tokens
 

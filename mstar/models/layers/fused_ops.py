@@ -86,6 +86,16 @@ def write_kv_cache_(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     torch.ops.mstar_cpu.write_kv_cache(kv_cache, k, v, slot_mapping)
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax, ``logits.argmax(dim=-1)``'s answer (the first index of the largest
+    value, a NaN beating every number): the native kernel for float32 [rows, vocab] on a CPU
+    where the fused ops run (``argmax_ops.h``), else torch's."""
+    if (logits.dtype == torch.float32 and logits.dim() == 2 and logits.stride(-1) == 1
+            and native_ops_usable(logits.device)):
+        return torch.ops.mstar_cpu.greedy_argmax(logits)
+    return logits.argmax(dim=-1)
+
+
 def paged_decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, window: int | None,
                            scale: float | None) -> torch.Tensor:

@@ -15,6 +15,7 @@
 //     (q4_layout.h): every q4 op here takes that layout, [N, K / 32 * 20] bytes as before.
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
 #include "activation_ops.h"
+#include "argmax_ops.h"
 #include "common.h"
 #include "kv_cache_ops.h"
 #include "norm_ops.h"
@@ -106,6 +107,7 @@ TORCH_LIBRARY(mstar_cpu, m) {
   m.def("gelu_tanh_and_mul(Tensor x) -> Tensor");
   m.def("rotary_embedding(Tensor(a!) x, Tensor cos, Tensor sin) -> ()");
   m.def("write_kv_cache(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()");
+  m.def("greedy_argmax(Tensor logits) -> Tensor");
   m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
   m.def("quant_wide_rows(bool q4, int level=-1) -> int");
@@ -134,6 +136,7 @@ TORCH_LIBRARY_IMPL(mstar_cpu, CPU, m) {
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
   m.impl("rotary_embedding", &rotary_embedding);
   m.impl("write_kv_cache", &write_kv_cache);
+  m.impl("greedy_argmax", &greedy_argmax);
   m.impl("lora_delta", &lora_delta);
   m.impl("q4_linear_wide", &q4_linear_wide);
   m.impl("int8_linear_wide", &int8_linear_wide);
