@@ -4,7 +4,6 @@ of a row that has one; rows of any length (the 8-lane body and the tail) and row
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
