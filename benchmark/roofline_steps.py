@@ -71,6 +71,9 @@ def step_parts(llm, prompt: str, tokens: int) -> StepParts:
     modules = {"stack": model.model, "head": model.lm_head}  # timed, and their bytes counted
     clock = PartClock(modules)
     try:
+        # a warm-up: the first run also pays one-off costs (first calls, oneDNN's primitives),
+        # which could outweigh a small model's decode steps and make a part's difference negative
+        timed_run(llm, prompt, 1, clock)
         wall_one, parts_one = timed_run(llm, prompt, 1, clock)
         wall, parts = timed_run(llm, prompt, 1 + tokens, clock)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from structlog.testing import capture_logs
 
 from mstar.engine.placement import resolve_kv_dtype
 from mstar.models.layers.cpu_linear import native_bf16
@@ -46,10 +47,11 @@ def test_set_values_and_the_one_refused():
         kv("float32", BF16, "none")
 
 
-def test_on_cuda_the_cache_takes_the_activations_dtype_and_says_the_knob_does_nothing(capsys):
-    assert kv("bfloat16", F32, "q4", torch.device("cuda")) == F32
-    assert "kv_cache_dtype_ignored" in capsys.readouterr().out
-    assert kv("auto", BF16, "none", torch.device("cuda")) == BF16
+def test_on_cuda_the_cache_takes_the_activations_dtype_and_says_the_knob_does_nothing():
+    with capture_logs() as logs:
+        assert kv("bfloat16", F32, "q4", torch.device("cuda")) == F32
+        assert kv("auto", BF16, "none", torch.device("cuda")) == BF16
+    assert [log["event"] for log in logs] == ["kv_cache_dtype_ignored"]  # not for auto
 
 
 def test_an_engine_with_a_bf16_cache_holds_twice_the_blocks_and_generates(

@@ -103,7 +103,7 @@ class EngineKnobs(BaseModel):
         "the bytes, in float32 arithmetic; else the activations' dtype. bfloat16 under "
         "bfloat16 or float32 activations; float32 only under float32 activations. On CUDA the "
         "cache takes the activations' dtype and this knob does nothing (a warning says so). See "
-        "docs/engine.rst, \"A bf16 KV cache under float32 activations\".")
+        "docs/engine.rst, \"Decode at 32 streams\".")
     compile: bool = _engine(
         False, "Compile the model's MLPs with torch.compile (slower first start; "
         "MSTAR_RECOMPILE_LIMIT applies).")
