@@ -129,7 +129,9 @@ class LLMEngine:
                              self.postprocess if self.frame_stop is None
                              else self._postprocess_frames, timer_label, self.speculation)
         log.info("engine_ready", model=self.model_name, device=str(self.device),
-                 dtype=str(self.dtype).removeprefix("torch."), max_model_len=self.max_model_len,
+                 dtype=str(self.dtype).removeprefix("torch."),
+                 kv_cache_dtype=str(self.model_runner.kv_dtype).removeprefix("torch."),
+                 max_model_len=self.max_model_len,
                  num_kv_blocks=self.model_runner.num_blocks,
                  seconds=round(time.perf_counter() - start, 2))
 
