@@ -163,60 +163,62 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   const float scale_f = static_cast<float>(scale);
   // T: the queries' and output's dtype; C: the cache's (T, or bfloat16 under float32 queries)
   dispatch_float(q.scalar_type(), [&](auto type) {
-   dispatch_float(kv_cache.scalar_type(), [&](auto cache_type) {
-    using T = decltype(type);
-    using C = decltype(cache_type);
-    const C* cache = static_cast<const C*>(kv_cache.data_ptr());
-    const int64_t head_elems = num_blocks * block_size * dim, half = kv_heads * head_elems;
-    T* op = static_cast<T*>(out.data_ptr());
-    const T* qp = static_cast<const T*>(q.data_ptr());
-    // On AVX-512 (decode_attention_avx512.h) a work item is a (sequence, kv head): its group of
-    // query heads reads each key and value row once.
-    // The threads claim units of `grain` items (claimed_parallel): the sequences of a batch differ
-    // in length, and a fixed half each left one thread waiting for the other (in a continuous
-    // batch the first sequences, admitted earliest, are the longest).
-    if (grouped_attention_runs(dim, group)) {
-      const int64_t items = seqs * kv_heads;
-      const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim * group, 1));
-      claimed_parallel((items + grain - 1) / grain, [&](const auto& claim) {
-        std::vector<float> qf(group * dim), acc(group * dim), scores(group * longest);
-        for (int64_t unit = claim(), item = 0; unit * grain < items; unit = claim())
-          for (item = unit * grain; item < std::min(items, (unit + 1) * grain); ++item) {
-          const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
-          const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
-          for (int64_t g = 0; g < group; ++g) {
-            const T* q_row = qp + s * q.stride(0) + (h * group + g) * q.stride(1);
-            for (int64_t i = 0; i < dim; ++i) qf[g * dim + i] = static_cast<float>(q_row[i]);
+    dispatch_float(kv_cache.scalar_type(), [&](auto cache_type) {
+      using T = decltype(type);
+      using C = decltype(cache_type);
+      const C* cache = static_cast<const C*>(kv_cache.data_ptr());
+      const int64_t head_elems = num_blocks * block_size * dim, half = kv_heads * head_elems;
+      T* op = static_cast<T*>(out.data_ptr());
+      const T* qp = static_cast<const T*>(q.data_ptr());
+      // On AVX-512 (decode_attention_avx512.h) a work item is a (sequence, kv head): its group of
+      // query heads reads each key and value row once.
+      // The threads claim units of `grain` items (claimed_parallel): the sequences of a batch differ
+      // in length, and a fixed half each left one thread waiting for the other (in a continuous
+      // batch the first sequences, admitted earliest, are the longest).
+      if (grouped_attention_runs(dim, group)) {
+        const int64_t items = seqs * kv_heads;
+        const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim * group, 1));
+        claimed_parallel((items + grain - 1) / grain, [&](const auto& claim) {
+          std::vector<float> qf(group * dim), acc(group * dim), scores(group * longest);
+          for (int64_t unit = claim(); unit * grain < items; unit = claim()) {
+            const int64_t last = std::min(items, (unit + 1) * grain);
+            for (int64_t item = unit * grain; item < last; ++item) {
+              const int64_t s = item / kv_heads, h = item % kv_heads, n = lens[s];
+              const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
+              for (int64_t g = 0; g < group; ++g) {
+                const T* q_row = qp + s * q.stride(0) + (h * group + g) * q.stride(1);
+                for (int64_t i = 0; i < dim; ++i) qf[g * dim + i] = static_cast<float>(q_row[i]);
+              }
+              decode_attention_avx512::attend_group(qf.data(), group, cache + h * head_elems,
+                                                    cache + half + h * head_elems, tables + s * block_tables.stride(0),
+                                                    block_size, dim, start, n, scale_f, scores.data(), acc.data());
+              T* o = op + (s * q_heads + h * group) * dim;
+              for (int64_t i = 0; i < group * dim; ++i) o[i] = static_cast<T>(acc[i]);
+            }
           }
-          decode_attention_avx512::attend_group(qf.data(), group, cache + h * head_elems, cache + half + h * head_elems,
-                                                tables + s * block_tables.stride(0), block_size, dim, start, n,
-                                                scale_f, scores.data(), acc.data());
-          T* o = op + (s * q_heads + h * group) * dim;
-          for (int64_t i = 0; i < group * dim; ++i) o[i] = static_cast<T>(acc[i]);
+        });
+        return;
+      }
+      // Work items: (sequence, query head), every head on its own (the same sums in the same order
+      // as a whole group at a time), so that two threads share even one sequence's nine heads; small
+      // batches at short context stay on the calling thread.
+      const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim, 1));
+      at::parallel_for(0, seqs * q_heads, grain, [&](int64_t begin, int64_t end) {
+        std::vector<float> qf(dim), acc(dim), scores(longest);
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t s = item / q_heads, head = item % q_heads, h = head / group, n = lens[s];
+          const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
+          const T* q_row = qp + s * q.stride(0) + head * q.stride(1);
+          for (int64_t i = 0; i < dim; ++i) qf[i] = static_cast<float>(q_row[i]);
+          const int64_t* table = tables + s * block_tables.stride(0);
+          const decode_attention_avx2::Pages<C> keys{cache + h * head_elems, table, block_size, dim};
+          const decode_attention_avx2::Pages<C> values{cache + half + h * head_elems, table, block_size, dim};
+          decode_attention_avx2::attend_head(qf.data(), keys, values, start, n, scale_f, scores.data(), acc.data());
+          T* o = op + (s * q_heads + head) * dim;
+          for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(acc[i]);
         }
       });
-      return;
-    }
-    // Work items: (sequence, query head), every head on its own (the same sums in the same order
-    // as a whole group at a time), so that two threads share even one sequence's nine heads; small
-    // batches at short context stay on the calling thread.
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(longest * dim, 1));
-    at::parallel_for(0, seqs * q_heads, grain, [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(dim), acc(dim), scores(longest);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t s = item / q_heads, head = item % q_heads, h = head / group, n = lens[s];
-        const int64_t start = window ? std::max<int64_t>(0, n - *window) : 0;
-        const T* q_row = qp + s * q.stride(0) + head * q.stride(1);
-        for (int64_t i = 0; i < dim; ++i) qf[i] = static_cast<float>(q_row[i]);
-        const int64_t* table = tables + s * block_tables.stride(0);
-        const decode_attention_avx2::Pages<C> keys{cache + h * head_elems, table, block_size, dim};
-        const decode_attention_avx2::Pages<C> values{cache + half + h * head_elems, table, block_size, dim};
-        decode_attention_avx2::attend_head(qf.data(), keys, values, start, n, scale_f, scores.data(), acc.data());
-        T* o = op + (s * q_heads + head) * dim;
-        for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<T>(acc[i]);
-      }
     });
-   });
   });
 #endif
   return out;

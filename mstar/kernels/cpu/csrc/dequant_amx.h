@@ -124,10 +124,7 @@ MSTAR_TARGET_POP
 
 // x [M, K] (K a multiple of 32) times the N weight rows that `dequant(begin, end, dst)` writes as
 // bf16 [end - begin, K] (begin a multiple of 32, end of 8 but for N). One parallel region a call
-// (see dequant_gemm_bf16 on why one), in which the threads take strips of 32 rows from a shared
-// counter rather than a fixed share each: on a machine whose cores also run the API server and
-// the clients, a thread descheduled mid-call would otherwise hold the others at the region's end
-// with its unstarted strips; now they take those strips over.
+// (see dequant_gemm_bf16 on why one), whose threads claim strips of 32 rows (claimed_parallel).
 template <typename Dequant>
 at::Tensor amx_gemm_bf16(const at::Tensor& x_in, int64_t N, int64_t K, Dequant dequant) {
   check_input(x_in, K);
