@@ -75,8 +75,10 @@ def test_a_killed_remote_replica_gets_no_new_request_and_health_says_degraded(tw
         assert failed["error"]["type"] == "service_unavailable"
         assert "worker 1" in failed["error"]["message"]
         assert "MSTAR_LIVENESS_INTERVAL_S=2" in failed["error"]["message"]
-        # down one interval after its last heartbeat (a quarter of one before the kill, at most)
-        assert INTERVAL_S * 0.75 - 0.1 <= time.monotonic() - killed_at < INTERVAL_S + 5
+        # down one interval after its last heartbeat: a quarter of one before the kill, or half
+        # of one where the loaded machine delayed that heartbeat (CI saw 1.395 s against 1.4);
+        # never at the kill itself
+        assert INTERVAL_S * 0.5 <= time.monotonic() - killed_at < INTERVAL_S + 5
         assert "error" not in _events(local_lines)[-1]  # the local replica's request finishes
     health = httpx.get(server.url + "/health", timeout=5)
     assert health.status_code == 200
