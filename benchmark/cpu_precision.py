@@ -16,7 +16,6 @@ table, since numbers are per machine.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -119,6 +118,7 @@ def offline(name: str, output_len: int, repeats: int, quality_tokens: int) -> di
 
 def served(name: str, port: int, requests_per_c: int, out: Path) -> dict:
     from benchmark import runner
+    from benchmark.runner_client import run_client
     from benchmark.serve_matrix import bench_args, stop, wait_healthy
 
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in (COMMON | SETTINGS[name]).items()]
@@ -132,7 +132,7 @@ def served(name: str, port: int, requests_per_c: int, out: Path) -> dict:
             wait_healthy(url, proc, 900)
             result = {}
             for c in CONCURRENCY:
-                report = asyncio.run(runner.benchmark(bench_args(url, c, requests_per_c * c, out / f"c{c}")))
+                report = run_client(runner.benchmark(bench_args(url, c, requests_per_c * c, out / f"c{c}")))
                 result[f"served_c{c}"] = report["metrics"]["output_throughput"]
             return result
         finally:

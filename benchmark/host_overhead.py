@@ -21,7 +21,6 @@ seed; ignore_eos with min_tokens = max_tokens (what the streaming client sends);
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import socket
@@ -30,10 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from benchmark.runner import run_closed_loop
-from benchmark.runner_client import RequestResult, Target, send_request
+from benchmark.runner_client import RequestResult, Target, run_client, send_request, session
 from benchmark.runner_workload import RequestSpec
 from benchmark.serve_matrix import stop, wait_healthy
 
@@ -137,9 +134,9 @@ def threads(pid: int) -> int:
 
 async def served(url: str, lens: list[int], concurrency: int) -> tuple[float, float]:
     """(output tok/s, SSE token frames per output token) of a closed loop at `concurrency`."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600), limits=limits) as client:
-        model = (await client.get(url + "/v1/models")).json()["data"][0]["id"]  # the served name
+    async with session(600) as client:
+        async with client.get(url + "/v1/models") as resp:
+            model = (await resp.json())["data"][0]["id"]  # the served name
         target = Target(url, "chat", model, ignore_eos=True, temperature=0.0)
         specs = [RequestSpec(i, PROMPT, n) for i, n in enumerate(lens)]
 
@@ -210,19 +207,19 @@ def main() -> None:
     server_knobs = [f"{k}={v}" for k, v in knobs.items()]
     proc, url = start_server(server_knobs + [a.lstrip("-") for a in server_args], args.log)
     try:
-        asyncio.run(served(url, [8, 8], 2))  # warm-up
+        run_client(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)
         cpu_before = {pid: cpu_seconds(pid) for pid in tree}
         threads_before = {pid: thread_cpu(pid) for pid in tree}
         client_before = time.process_time()
-        served_c32, frames_per_token = asyncio.run(served(url, lens, CONCURRENCY))
+        served_c32, frames_per_token = run_client(served(url, lens, CONCURRENCY))
         progress("served c=32", served_c32)
         client_cpu = time.process_time() - client_before
         cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
         thread_counts = {pid: threads(pid) for pid in tree}
         served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
                           for pid in tree}
-        served_c1 = progress("served c=1", asyncio.run(served(url, c1_lens, 1))[0])
+        served_c1 = progress("served c=1", run_client(served(url, c1_lens, 1))[0])
     finally:
         stop(proc)
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import httpx
+import aiohttp
 
-from benchmark.runner_client import RequestResult, Target, send_request
+from benchmark.runner_client import RequestResult, Target, run_client, send_request, session
 from benchmark.runner_metrics import format_table, request_records, summarize
 from benchmark.runner_workload import RequestSpec, make_requests, poisson_gaps
 
@@ -99,15 +99,17 @@ def base_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-async def resolve_model(client: httpx.AsyncClient, args: argparse.Namespace, base: str) -> str:
+async def resolve_model(client: aiohttp.ClientSession, args: argparse.Namespace,
+                        base: str) -> str:
     if args.model:
         return args.model
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
-        resp = await client.get(base + "/v1/models", headers=headers)
-        resp.raise_for_status()
-        return resp.json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        async with client.get(base + "/v1/models", headers=headers) as resp:
+            resp.raise_for_status()
+            return (await resp.json())["data"][0]["id"]
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError,
+            TypeError) as exc:
         if args.endpoint == "generate":
             return "default"
         raise RunnerError(
@@ -159,8 +161,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
     """Run warm-up then the measured phase; print the table and write results.json."""
     validate(args)
     base = base_url(args.url)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
+    async with session(args.timeout) as client:
         model = await resolve_model(client, args, base)
         target = Target(base, args.endpoint, model, args.ignore_eos, args.temperature, args.api_key)
 
@@ -213,7 +214,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        report = asyncio.run(benchmark(args))
+        report = run_client(benchmark(args))
     except RunnerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,6 @@ ones to trust. A last mstar run with --phase-timing logs where the loop's time g
 """
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from benchmark import runner
-from benchmark.runner_client import Target
+from benchmark.runner_client import Target, run_client
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -103,7 +102,7 @@ def run_server(config: str, label: str, concurrencies: list[int], args) -> list[
         for c in concurrencies:
             n = 5 * c
             n = min(n, args.max_requests.get(config, n))
-            report = asyncio.run(runner.benchmark(bench_args(url, c, n, run_dir / f"c{c}")))
+            report = run_client(runner.benchmark(bench_args(url, c, n, run_dir / f"c{c}")))
             m = report["metrics"]
             ok = [r for r in report["requests"] if r["error"] is None]
             rows.append({

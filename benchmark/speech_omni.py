@@ -34,9 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from benchmark.runner_client import RequestResult, Target, send_request
+from benchmark.runner_client import RequestResult, Target, run_client, send_request, session
 from benchmark.runner_workload import RequestSpec
 
 CONCURRENCY = (1, 8)
@@ -135,7 +133,7 @@ async def round_of(url: str, concurrency: int, tokens: int, spoken: bool) -> Rou
     target = Target(url, "chat", NAME, ignore_eos=True, temperature=0.0,
                     audio=AUDIO if spoken else None)
     specs = [RequestSpec(i, PROMPT, tokens) for i in range(concurrency)]
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600)) as client:
+    async with session(600) as client:
         start = time.perf_counter()
         results = await asyncio.gather(*(send_request(client, target, s) for s in specs))
         wall = time.perf_counter() - start
@@ -150,11 +148,11 @@ def measure(url: str, rate: float, tokens: int, passes: int,
     """Per concurrency, the best of ``passes`` rounds (by wall time) with audio on and with it
     off, after a warm-up of each."""
     def best(c: int, spoken: bool) -> Round:
-        return min((asyncio.run(round_of(url, c, tokens, spoken)) for _ in range(passes)),
+        return min((run_client(round_of(url, c, tokens, spoken)) for _ in range(passes)),
                    key=lambda r: r.wall_s)
 
     for spoken in (True, False):
-        asyncio.run(round_of(url, 1, tokens, spoken))
+        run_client(round_of(url, 1, tokens, spoken))
     return [OmniRow(c, best(c, True), best(c, False), rate) for c in concurrency]
 
 

@@ -130,7 +130,7 @@ def test_unreachable_server_fails_every_request(tmp_path):
     report = json.loads((tmp_path / "results.json").read_text())
     assert rc == 1
     assert report["metrics"]["errors"] == 3 and report["config"]["model"] == "default"
-    assert "ConnectError" in report["metrics"]["first_error"]
+    assert "ClientConnectorError" in report["metrics"]["first_error"]
 
 
 def test_model_listing_fallback(fake, tmp_path, capsys):

@@ -1,7 +1,8 @@
 """Start-up and secrets around the transport: a tensor-parallel size that does not divide the
 heads is refused before anything spawns; tcp with remote workers needs the cluster secret;
 children never hold a secret (and still share the fingerprint); the output-routing task is
-supervised; a SIGHUP during start-up is deferred."""
+supervised, routes outputs as they arrive (not on its tick) and fails every request when the
+conductor vanishes; a SIGHUP during start-up is deferred."""
 
 from __future__ import annotations
 
@@ -130,6 +131,80 @@ def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
 
     failure, first = asyncio.run(scenario())
     assert "output routing failed" in failure and "a bug in routing" in failure
+    assert isinstance(first, Failure) and first.status == 503
+
+
+class _Letters:
+    """A tokenizer for the routing tests: token i is the letter i % 26."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+def _routing_client(tmp_path: Path, conductor: SimpleNamespace):
+    from mstar.api_server.generation.engine_client import EngineClient
+
+    endpoints = make_endpoints(WorkerSettings(), tmp_path)
+    client = EngineClient(endpoints, conductor, tokenizer=_Letters())
+    client.connect(list(endpoints.workers))
+    return client, push_socket(client.ctx, endpoints.api, endpoints.security)
+
+
+def test_outputs_are_routed_as_they_arrive_not_on_the_tick(tmp_path):
+    """Each output wakes the routing at once (the loop's reader on the inbox): 20 round trips,
+    each sent after the last was routed, take far less than the 20 ticks a poll would wait."""
+    from mstar.api_server.generation.engine_client import POLL_MS
+    from mstar.engine.request.outputs import RequestOutput
+    from mstar.prompt.value import Prompt
+
+    rounds = 20
+
+    async def scenario() -> tuple[float, list[str]]:
+        client, out = _routing_client(tmp_path, SimpleNamespace(is_alive=lambda: True,
+                                                                exitcode=None))
+        try:
+            queue = client.submit([("r-0", Prompt([1, 2]),
+                                    m.SamplingParams(max_tokens=rounds + 1))])
+            client.start()
+            await asyncio.sleep(2 * POLL_MS / 1000)  # idle for two ticks first
+            texts, start = [], time.perf_counter()
+            for k in range(rounds):
+                send(out, m.Outputs([RequestOutput("r-0", [k])]))
+                texts.append((await asyncio.wait_for(queue.get(), 5)).new_text)
+            return time.perf_counter() - start, texts
+        finally:
+            out.close(linger=0)
+            await client.shutdown("test")
+            client.close()
+
+    elapsed, texts = asyncio.run(scenario())
+    assert "".join(texts) == "abcdefghijklmnopqrst"
+    assert elapsed < rounds * POLL_MS / 1000 / 4, f"{rounds} round trips took {elapsed:.2f} s"
+
+
+def test_a_conductor_that_vanishes_fails_every_request(tmp_path):
+    from mstar.api_server.generation.engine_client import Failure
+    from mstar.prompt.value import Prompt
+
+    conductor = SimpleNamespace(alive=True, exitcode=None)
+    conductor.is_alive = lambda: conductor.alive
+
+    async def scenario() -> tuple:
+        client, out = _routing_client(tmp_path, conductor)
+        try:
+            queue = client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))])
+            client.start()
+            await asyncio.sleep(0.05)
+            conductor.alive, conductor.exitcode = False, -9
+            await asyncio.wait_for(client.failed.wait(), 5)
+            return client.failure, await queue.get()
+        finally:
+            out.close(linger=0)
+            await client.shutdown("test")
+            client.close()
+
+    failure, first = asyncio.run(scenario())
+    assert failure == "conductor exited with code -9"
     assert isinstance(first, Failure) and first.status == 503
 
 

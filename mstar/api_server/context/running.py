@@ -18,12 +18,18 @@ class RunningSettings:
 
     def __init__(self, settings: WorkerSettings, loaded: LoadedSettings | None = None) -> None:
         self._settings = settings
+        self._fingerprint = settings.fingerprint()  # a hash of every value: once per settings
         self._loaded = loaded  # None: an app built without sources (tests)
         self._pending_restart: dict[str, dict] = {}
 
     @property
     def settings(self) -> WorkerSettings:
         return self._settings
+
+    @property
+    def fingerprint(self) -> str:
+        """``settings.fingerprint()``, computed when they were set (every response carries it)."""
+        return self._fingerprint
 
     @property
     def loaded(self) -> LoadedSettings | None:
@@ -42,4 +48,5 @@ class RunningSettings:
     def replace(self, loaded: LoadedSettings, pending_restart: dict[str, dict]) -> None:
         self._loaded = loaded
         self._settings = loaded.settings
+        self._fingerprint = loaded.settings.fingerprint()
         self._pending_restart = dict(pending_restart)

@@ -90,7 +90,7 @@ class LimitsMiddleware:
         path = scope["path"]
         headers = dict(scope["headers"])
         settings = self.running.settings  # read per request: a reload may change them
-        send = with_headers(send, [(FINGERPRINT_HEADER, settings.fingerprint().encode())])
+        send = with_headers(send, [(FINGERPRINT_HEADER, self.running.fingerprint.encode())])
         identity = None
         if path not in OPEN_PATHS:  # a reload may rotate the keys
             identity = identify(headers, settings, self.running.keys)

@@ -27,5 +27,5 @@ def running_settings(running: RunningSettings) -> LoadedSettings:
 @router.get("/v1/config")
 async def config(request: Request) -> dict:
     running: RunningSettings = request.app.state.running
-    return {"object": "config", "fingerprint": running.settings.fingerprint(),
+    return {"object": "config", "fingerprint": running.fingerprint,
             "settings": settings_records(running_settings(running), running.pending_restart)}

@@ -74,9 +74,9 @@ class Answer:
 
 
 def _answer(request: Request, kind: str) -> Answer:
-    settings = request.app.state.running.settings
-    return Answer(kind, request.app.state.model.name, settings.fingerprint(),
-                  request.app.state.generation.token_bytes, settings.stream_interval)
+    running = request.app.state.running
+    return Answer(kind, request.app.state.model.name, running.fingerprint,
+                  request.app.state.generation.token_bytes, running.settings.stream_interval)
 
 
 @router.post("/v1/chat/completions", response_model=None,
