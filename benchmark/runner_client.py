@@ -7,10 +7,10 @@ A chat with audio out (``Target.audio``: OpenAI's ``modalities: ["text", "audio"
 its text as ``delta.audio.transcript`` (counted as tokens) and its pcm16 as base64
 ``delta.audio.data``: the time to the first audio bytes and their count are kept too.
 
-The client is aiohttp on uvloop (``session``, ``run_client``). It shares the machine with the server it
-measures, so its CPU is the server's loss: on the 2-core VM, httpx on asyncio's loop took about
-0.45 ms a token at one stream and 0.15 ms at 32; aiohttp on uvloop takes about 0.16 and 0.04
-(docs/engine.rst, "Served against offline").
+The client is aiohttp on uvloop (``session``, ``run_client``). It shares the machine with the
+server it measures, so its CPU is the server's loss: on the 2-core VM, httpx on asyncio's loop
+took about 0.45 ms a token at one stream and 0.15 ms at 32; aiohttp on uvloop takes about 0.2
+and 0.05 (docs/worker_loop.rst, "Served against offline at a 5 ms step").
 """
 
 import asyncio

@@ -7,7 +7,6 @@ model that speaks (``app_on(..., outputs=SPEAKS, voices=STUB_VOICES)``) answers 
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import numpy as np
@@ -55,8 +54,7 @@ class StubEngine:
         self.router = Router("least_loaded", 1, 1)  # /metrics reads its counts
         self.submitted: list = []
 
-    def submit(self, requests: list) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue()
+    def submit(self, requests: list, sink) -> None:
         for rid, prompt, params in requests:
             sent = m.decode(m.encode(m.AddRequest.of(rid, prompt, params)))
             assert sent.params == params
@@ -64,7 +62,7 @@ class StubEngine:
             self.submitted.append((rid, ids, params))
             if params.pooling is not None:
                 vector = stub_logits(ids) if params.pooling == "classify" else STUB_VECTOR
-                queue.put_nowait(TextOutput(rid, finished=True, finish_reason="stop",
+                sink.put_nowait(TextOutput(rid, finished=True, finish_reason="stop",
                                             num_prompt_tokens=len(ids), embedding=vector))
                 continue
             count = min(params.max_tokens, MAX_STUB_TOKENS)
@@ -74,11 +72,10 @@ class StubEngine:
                     top = [(STUB_TOKEN, -0.5)] * params.logprobs
                     logprobs = [TokenLogprob(STUB_TOKEN, -0.5, top)]
                 last = k == count - 1
-                queue.put_nowait(TextOutput(
+                sink.put_nowait(TextOutput(
                     rid, [STUB_TOKEN], finished=last, finish_reason="length" if last else None,
                     num_prompt_tokens=len(ids), num_output_tokens=k + 1, logprobs=logprobs,
                     new_text="a", new_audio=stub_audio(k) if params.speaker else None))
-        return queue
 
     def release(self, request_ids: list) -> None:
         pass

@@ -29,7 +29,7 @@ import uvicorn
 import uvloop
 
 from mstar.api_server.audio.speech import speech_model
-from mstar.api_server.generation.engine_client import EngineClient, Failure, StartupError
+from mstar.api_server.generation.engine_client import EngineClient, Failure, Sink, StartupError
 from mstar.api_server.generation.routing import Router
 from mstar.api_server.media.model import model_media
 from mstar.conductor.process import conductor_main
@@ -261,10 +261,10 @@ async def cut_requests(admission: Admission, client: EngineClient, message: str)
     Repeated, so that a request submitted while the first cut went out (it was still being
     tokenized) is cut too.
     """
-    done: set[asyncio.Queue] = set()
+    done: set[Sink] = set()
     deadline = time.monotonic() + CUT_GRACE_S
     while admission.in_flight and time.monotonic() < deadline:
-        for queue in set(client.queues()) - done:
-            queue.put_nowait(Failure(503, message))
-            done.add(queue)
+        for sink in set(client.sinks()) - done:
+            sink.put_nowait(Failure(503, message))
+            done.add(sink)
         await asyncio.sleep(DRAIN_POLL_S)

@@ -28,15 +28,13 @@ class FloodingEngine(StubEngine):
         super().__init__()
         self.aborted: list[str] = []
 
-    def submit(self, requests: list):
-        queue = super().submit([])
+    def submit(self, requests: list, sink) -> None:
         for rid, prompt, _ in requests:
             for k in range(FLOOD):
-                queue.put_nowait(TextOutput(rid, [5], finished=k == FLOOD - 1,
+                sink.put_nowait(TextOutput(rid, [5], finished=k == FLOOD - 1,
                                             finish_reason="length" if k == FLOOD - 1 else None,
                                             num_prompt_tokens=prompt.num_tokens,
                                             num_output_tokens=k + 1, new_text="a" * 100))
-        return queue
 
     def abort(self, request_ids: list) -> None:
         self.aborted += request_ids
@@ -67,6 +65,28 @@ def test_output_within_the_unread_bound_is_all_streamed(tiny_tokenizer):
                    if line.startswith("data: {") and json.loads(line[6:])["choices"])
     assert len(text) == 100 * FLOOD
     assert engine.aborted == []
+
+
+class SilentEngine(StubEngine):
+    """A worker that never answers (stalled): no output ever comes."""
+
+    def submit(self, requests: list, sink) -> None:
+        pass
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_request_whose_engine_never_answers_ends_at_the_request_timeout(tiny_tokenizer,
+                                                                          stream):
+    """No output arrives to wake the reader: the pump's deadline does (a 504, in time)."""
+    from starlette.testclient import TestClient
+
+    app, _ = stub_app(tiny_tokenizer, SilentEngine(), request_timeout_s=0.5)
+    start = time.perf_counter()
+    response = TestClient(app).post("/v1/chat/completions", json={
+        "messages": MESSAGES, "max_tokens": 4, "stream": stream})
+    assert response.status_code == 504, response.text[:300]
+    assert "request_timeout_s=0.5" in response.json()["error"]["message"]
+    assert time.perf_counter() - start < 10
 
 
 TIMEOUT_S = 4.0  # long enough for the output to fill every buffer on the way

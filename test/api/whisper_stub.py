@@ -5,7 +5,6 @@ tiny one (ids < 400 are text); Whisper's special ids sit above it."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import numpy as np
@@ -64,19 +63,17 @@ class WhisperEngine(StubEngine):
         super().__init__()
         self.script = script
 
-    def submit(self, requests: list) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue()
+    def submit(self, requests: list, sink) -> None:
         for rid, prompt, params in requests:
             self.submitted.append((rid, prompt, params))
             ids = [*self.script(prompt.token_ids, len(self.submitted) - 1), EOS][:params.max_tokens]
             for k, token in enumerate(ids):
                 last = k == len(ids) - 1
                 logprobs = None if params.logprobs is None else [TokenLogprob(token, LOGPROB)]
-                queue.put_nowait(TextOutput(rid, [token], finished=last,
+                sink.put_nowait(TextOutput(rid, [token], finished=last,
                                             finish_reason="stop" if last else None,
                                             num_prompt_tokens=len(prompt.token_ids),
                                             num_output_tokens=k + 1, logprobs=logprobs))
-        return queue
 
 
 def speech_script(words) -> Script:

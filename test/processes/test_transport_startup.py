@@ -114,7 +114,8 @@ def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
         client.connect(list(endpoints.workers))
         out = push_socket(client.ctx, endpoints.api, endpoints.security)
         try:
-            queue = client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))])
+            queue: asyncio.Queue = asyncio.Queue()  # a sink
+            client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))], queue)
 
             def broken(msg: m.Message) -> None:
                 raise RuntimeError("a bug in routing")
@@ -163,8 +164,9 @@ def test_outputs_are_routed_as_they_arrive_not_on_the_tick(tmp_path):
         client, out = _routing_client(tmp_path, SimpleNamespace(is_alive=lambda: True,
                                                                 exitcode=None))
         try:
-            queue = client.submit([("r-0", Prompt([1, 2]),
-                                    m.SamplingParams(max_tokens=rounds + 1))])
+            queue: asyncio.Queue = asyncio.Queue()  # a sink
+            client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=rounds + 1))],
+                          queue)
             client.start()
             await asyncio.sleep(2 * POLL_MS / 1000)  # idle for two ticks first
             texts, start = [], time.perf_counter()
@@ -192,7 +194,8 @@ def test_a_conductor_that_vanishes_fails_every_request(tmp_path):
     async def scenario() -> tuple:
         client, out = _routing_client(tmp_path, conductor)
         try:
-            queue = client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))])
+            queue: asyncio.Queue = asyncio.Queue()  # a sink
+            client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))], queue)
             client.start()
             await asyncio.sleep(0.05)
             conductor.alive, conductor.exitcode = False, -9

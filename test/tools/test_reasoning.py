@@ -123,20 +123,16 @@ class ScriptedEngine(StubEngine):
 
     TEXT = '<think>\nThe user wants JSON.\n</think>\n\n{"a": 1}'
 
-    def submit(self, requests: list):
-        import asyncio
-
-        queue: asyncio.Queue = asyncio.Queue()
+    def submit(self, requests: list, sink) -> None:
         for rid, prompt, params in requests:
             ids = prompt.token_ids
             self.submitted.append((rid, ids, params))
             pieces = [self.TEXT[i:i + 3] for i in range(0, len(self.TEXT), 3)]
             for k, piece in enumerate(pieces):
                 last = k == len(pieces) - 1
-                queue.put_nowait(TextOutput(
+                sink.put_nowait(TextOutput(
                     rid, [5], finished=last, finish_reason="stop" if last else None,
                     num_prompt_tokens=len(ids), num_output_tokens=k + 1, new_text=piece))
-        return queue
 
 
 @pytest.fixture()

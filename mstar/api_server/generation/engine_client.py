@@ -1,7 +1,8 @@
 """The API server's side of the messaging: requests straight to the workers, text back to routes.
 
-``live`` is the process's one registry of live requests: each sub-request's asyncio queue (shared
-by the sub-requests of one HTTP request, n > 1), its text state and its replica. Requests go to the
+``live`` is the process's one registry of live requests: each sub-request's sink (shared by the
+sub-requests of one HTTP request, n > 1: ``generation.unread.Pump``, which takes each output as
+it is routed), its text state and its replica. Requests go to the
 replica ``routing.Router`` chooses (``place``: by cached prefix, bounded by load; or by load
 alone). Workers' outputs carry token ids only; each received batch is turned into text
 (``mstar.output``) on the event loop, as it arrives. A stop string found there aborts its request
@@ -9,9 +10,10 @@ in the worker.
 
 The inbox is watched with the loop's own reader on the socket's file descriptor
 (``loop.add_reader``) plus a tick every ``POLL_MS`` (the conductor's liveness): no future, poller or
-thread per received batch. At one stream a batch is one token, and zmq.asyncio's poll, with the hop
-to a detokenizing thread and back, cost the API server about 0.7 ms of CPU per token there, taken
-from the two cores the worker decodes on (docs/engine.rst, "Served against offline").
+thread per received batch. At one stream a batch is one token: zmq.asyncio's poll and the hop to a
+detokenizing thread and back were about a third of the API server's 0.75 ms of CPU per token
+there, taken from the two cores the worker decodes on (docs/worker_loop.rst, "Served against
+offline at a 5 ms step").
 
 A fault reported by the conductor (or the conductor process vanishing, looked at on each tick)
 fails every pending request at once.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import zmq
@@ -68,11 +70,18 @@ class StartupError(Exception):
     pass
 
 
+class Sink(Protocol):
+    """Where one HTTP request's outputs go, called on the event loop as they are routed: its
+    ``generation.unread.Pump`` (an ``asyncio.Queue`` is one too)."""
+
+    def put_nowait(self, item: TextOutput | Failure) -> None: ...
+
+
 @dataclass
 class LiveRequest:
     """A sub-request between submit and release: where its outputs go, its text, its replica."""
 
-    queue: asyncio.Queue
+    sink: Sink
     text: RequestText
     worker: int
 
@@ -205,7 +214,7 @@ class EngineClient:
                 continue
             if ends_in_engine(text, out):
                 stopped.append(text.request_id)
-            entry.queue.put_nowait(text)
+            entry.sink.put_nowait(text)
         self.abort(stopped)
 
     def _route(self, msg: m.Message) -> None:
@@ -214,7 +223,7 @@ class EngineClient:
         elif isinstance(msg, m.RequestFailed):
             entry = self.live.get(msg.request_id)
             if entry is not None:
-                entry.queue.put_nowait(Failure(msg.status, msg.message, msg.param))
+                entry.sink.put_nowait(Failure(msg.status, msg.message, msg.param))
         elif isinstance(msg, m.Fatal):
             self._fail(msg.message)
         elif isinstance(msg, m.LoraUpdated):
@@ -224,39 +233,39 @@ class EngineClient:
         elif isinstance(msg, m.Liveness):
             newly_down = self.replicas.update(msg)
             for entry in [e for e in self.live.values() if e.worker in newly_down]:
-                entry.queue.put_nowait(Failure(503, newly_down[entry.worker]))
+                entry.sink.put_nowait(Failure(503, newly_down[entry.worker]))
 
     def dropped_frames(self) -> dict[str, dict[str, int]]:
         """Frames dropped by every process's inbox, by process and reason."""
         return {**self.drops, "api_server": dropped_frames(self.inbox)}
 
-    def queues(self) -> list[asyncio.Queue]:
-        """The queue of every pending HTTP request (once each)."""
-        return list({id(e.queue): e.queue for e in self.live.values()}.values())
+    def sinks(self) -> list[Sink]:
+        """The sink of every pending HTTP request (once each)."""
+        return list({id(e.sink): e.sink for e in self.live.values()}.values())
 
     def _fail(self, message: str) -> None:
         log.error("serving_failed", reason=message, pending=len(self.live))
         self.failure = message
-        for queue in self.queues():
-            queue.put_nowait(Failure(503, message))
+        for sink in self.sinks():
+            sink.put_nowait(Failure(503, message))
         self.failed.set()
 
     def place(self, prompt: Prompt, params: SamplingParams) -> int:
         return self.router.choose(prompt.token_ids, params.lora, self.load, self.stats,
                                   self.replicas.up())
 
-    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]]) -> asyncio.Queue:
-        """Send sub-requests to their replicas; their text outputs arrive on the returned queue.
-        Each carries the current request's priority class and trace context (its ``Caller``).
+    def submit(self, requests: list[tuple[str, Prompt, SamplingParams]], sink: Sink) -> None:
+        """Send sub-requests to their replicas; their text outputs (or a ``Failure``) go to
+        ``sink``, as they arrive. Each carries the current request's priority class and trace
+        context (its ``Caller``).
 
         Every sub-request is encoded before the first is sent, so a request that cannot be encoded
         sends nothing; if a send fails part-way, the ones already sent are aborted.
         """
-        queue: asyncio.Queue[TextOutput | Failure] = asyncio.Queue()
         failure = self.failure or self.replicas.unavailable()
         if failure is not None:
-            queue.put_nowait(Failure(503, failure))
-            return queue
+            sink.put_nowait(Failure(503, failure))
+            return
         caller = current_caller()
         priority, traceparent = caller.priority, caller.traceparent()
         try:
@@ -265,14 +274,14 @@ class EngineClient:
                                      m.AddRequest.of(rid, prompt, params, priority, traceparent)))
                       for rid, prompt, params in requests]
         except MessageTooLarge as exc:
-            queue.put_nowait(Failure(413, str(exc)))
-            return queue
+            sink.put_nowait(Failure(413, str(exc)))
+            return
         sent: list[str] = []
         try:
             for rid, prompt, params, frame in frames:
                 worker = self.place(prompt, params)
                 self.live[rid] = LiveRequest(
-                    queue, RequestText(self.tokenizer, prompt.token_ids, params), worker)
+                    sink, RequestText(self.tokenizer, prompt.token_ids, params), worker)
                 self.load[worker] += 1
                 self.to_workers[worker].send(frame, copy=False)
                 sent.append(rid)
@@ -280,7 +289,6 @@ class EngineClient:
             self.abort(sent)
             self.release([rid for rid, *_ in frames])
             raise
-        return queue
 
     def release(self, request_ids: list[str]) -> None:
         """Forget these requests (after ``abort`` for those that did not finish)."""

@@ -7,7 +7,6 @@ applies request_timeout_s, turns worker faults into APIError, and aborts whateve
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 import uuid
@@ -18,7 +17,7 @@ from mstar.api_server.context.caller import current_caller
 from mstar.api_server.context.metrics import Metrics
 from mstar.api_server.generation.engine_client import EngineClient
 from mstar.api_server.generation.prompts import batch_field
-from mstar.api_server.generation.unread import Unread, pump
+from mstar.api_server.generation.unread import Pump, Unread
 from mstar.api_server.http.deadline import seconds_left, timed_out
 from mstar.api_server.http.errors import APIError
 from mstar.engine.request.errors import RequestRejected
@@ -115,16 +114,15 @@ async def run_requests(
     request_id: str, jobs: list[Job], is_disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[tuple[int, TextOutput]]:
     """Yield (choice index, text output) until every choice (job) finished or ``timeout``
-    (request_timeout_s) passed. The engine's outputs are read by a pump of their own (``unread``):
-    a slow reader is cut at the deadline, or once ``max_unread_bytes`` of output wait for it, and
-    the workers' work is aborted then, not when the reader comes back."""
+    (request_timeout_s) passed. The engine's outputs are taken by a ``Pump`` as they are routed
+    (``unread``): a slow reader is cut at the deadline, or once ``max_unread_bytes`` of output
+    wait for it, and the workers' work is aborted then, not when the reader comes back."""
     ids = [f"{request_id}-{i}" for i in range(len(jobs))]
     index = {rid: i for i, rid in enumerate(ids)}
     started = time.perf_counter()
     last: dict[str, float] = {}
     unfinished = set(ids)
     caller = current_caller()  # the request's key: its quotas and metrics, its span
-    queue = client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)])
     num_prompt = sum(prompt.num_tokens for prompt, _ in jobs)
     metrics.prompt_tokens.inc(num_prompt)
     caller.prompt_tokens(num_prompt)
@@ -144,10 +142,11 @@ async def run_requests(
             last[rid] = now
 
     unread = Unread(max_unread_bytes)
-    pumping = asyncio.create_task(pump(queue, unread, set(ids), deadline,
-                                       lambda: timed_out(timeout), client.abort, taken))
+    pumping = Pump(unread, set(ids), deadline, lambda: timed_out(timeout), client.abort, taken)
     next_check = started + DISCONNECT_CHECK_S
     try:
+        client.submit([(rid, prompt, p) for rid, (prompt, p) in zip(ids, jobs, strict=True)],
+                      pumping)
         while unfinished:
             now = time.perf_counter()
             if deadline - now <= 0:  # a slow reader, when everything was generated in time
@@ -156,15 +155,16 @@ async def run_requests(
                 next_check = now + DISCONNECT_CHECK_S
                 if await is_disconnected():
                     return
-            # a stream (no check: its closing is seen at once) wakes only for its outputs
-            wait = deadline - now if is_disconnected is None else DISCONNECT_CHECK_S
-            item = await unread.next(min(deadline - now, wait))
+            # a stream (no check: its closing is seen at once) wakes only for its outputs, or for
+            # the pump's error at the deadline
+            wait = None if is_disconnected is None else min(deadline - now, DISCONNECT_CHECK_S)
+            item = await unread.next(wait)
             if item is None:
                 continue
             if item.finished:
                 unfinished.discard(item.request_id)
             yield index[item.request_id], item
     finally:
-        pumping.cancel()
+        pumping.close()
         client.abort(sorted(unfinished))
         client.release(ids)

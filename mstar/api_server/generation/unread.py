@@ -1,13 +1,14 @@
 """One request's engine outputs between the engine and its client, bounded in time and in size.
 
 A client that reads a stream slowly must not hold the workers past MSTAR_REQUEST_TIMEOUT_S nor
-make the API server buffer without end. So the engine's queue is not read by the response (which
-waits on the client), but by a pump task of its own (``pump``), which never waits on the client:
-it moves each output into ``Unread`` (what the client has not read yet), and cuts the request
-(its sub-requests aborted in the workers, which free their KV blocks at once) at the deadline or
-once the unread output passes MSTAR_MAX_UNREAD_OUTPUT_KB. The reader then gets the error in place
-of the rest (``Unread.next``): a stream ends with a final error event as soon as its client
-reads again, and nothing more is generated meanwhile.
+make the API server buffer without end. So the engine's outputs are not taken by the response
+(which waits on the client), but by a ``Pump``, which never waits on the client: the engine client
+hands it each output as it routes it (on the event loop: no task and no wait per output), it moves
+the output into ``Unread`` (what the client has not read yet), and it cuts the request (its
+sub-requests aborted in the workers, which free their KV blocks at once) at the deadline (one
+timer) or once the unread output passes MSTAR_MAX_UNREAD_OUTPUT_KB. The reader then gets the error
+in place of the rest (``Unread.next``): a stream ends with a final error event as soon as its
+client reads again, and nothing more is generated meanwhile.
 """
 
 from __future__ import annotations
@@ -60,14 +61,18 @@ class Unread:
         self._error = error
         self._ready.set()
 
-    async def next(self, wait_s: float) -> TextOutput | None:
-        """The next output; None when none came within ``wait_s``; raises the cutting error."""
+    async def next(self, wait_s: float | None) -> TextOutput | None:
+        """The next output; None when none came within ``wait_s`` (None: wait for one, or for the
+        error); raises the cutting error."""
         if not self._items and self._error is None:
             self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), wait_s)
-            except asyncio.TimeoutError:
-                return None
+            if wait_s is None:  # wait_for costs a task and a timer: only with a limit
+                await self._ready.wait()
+            else:
+                try:
+                    await asyncio.wait_for(self._ready.wait(), wait_s)
+                except asyncio.TimeoutError:
+                    return None
         if self._error is not None:
             raise self._error
         out = self._items.popleft()
@@ -75,32 +80,50 @@ class Unread:
         return out
 
 
-async def pump(queue: asyncio.Queue, unread: Unread, pending: set[str], deadline: float,
-               on_timeout: Callable[[], APIError], abort: Callable[[list[str]], None],
-               taken: Callable[[TextOutput], None]) -> None:
-    """Move the engine's outputs of the sub-requests ``pending`` into ``unread`` until each
-    finished; at ``deadline`` (``time.perf_counter``) or past the unread bound, abort the rest and
-    fail ``unread``. ``taken``: called on each output as it arrives (metrics)."""
-    while pending:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            abort(sorted(pending))
-            unread.fail(on_timeout())
+class Pump:
+    """Takes the outputs of one HTTP request's sub-requests (``pending``) into ``unread`` until
+    each finished (``put_nowait``: the engine client's sink, called as it routes them); at
+    ``deadline`` (``time.perf_counter``) or past the unread bound, aborts the rest and fails
+    ``unread``. ``taken``: called on each output as it arrives (metrics). ``close`` when the
+    request ends."""
+
+    def __init__(self, unread: Unread, pending: set[str], deadline: float,
+                 on_timeout: Callable[[], APIError], abort: Callable[[list[str]], None],
+                 taken: Callable[[TextOutput], None]) -> None:
+        self.unread = unread
+        self.pending = pending
+        self.on_timeout = on_timeout
+        self.abort = abort
+        self.taken = taken
+        left = max(0.0, deadline - time.perf_counter())
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            left, self._expire)
+
+    def put_nowait(self, item: TextOutput | Failure) -> None:
+        if self._timer is None:  # cut, failed or finished: nothing more is taken
             return
-        if queue.empty():  # wait_for costs a task and a timer: only when there is nothing
-            try:
-                item = await asyncio.wait_for(queue.get(), left)
-            except asyncio.TimeoutError:
-                continue
-        else:
-            item = queue.get_nowait()
         if isinstance(item, Failure):
-            unread.fail(APIError(item.status, item.message, item.param))
+            self.unread.fail(APIError(item.status, item.message, item.param))
+            self.close()
             return
-        taken(item)
+        self.taken(item)
         if item.finished:
-            pending.discard(item.request_id)
-        if not unread.put(item):
-            abort(sorted(pending))
-            unread.fail(too_slow(unread.max_bytes))
-            return
+            self.pending.discard(item.request_id)
+        if not self.unread.put(item):
+            self._cut(too_slow(self.unread.max_bytes))
+        elif not self.pending:
+            self.close()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        self._cut(self.on_timeout())
+
+    def _cut(self, error: APIError) -> None:
+        self.abort(sorted(self.pending))
+        self.unread.fail(error)
+        self.close()
