@@ -1,7 +1,7 @@
 """Engine outputs (token ids) -> text outputs: incremental detokenization and stop strings.
 
 The engine deals in token ids only; this runs where the text is wanted (the API server, on its
-detokenizing thread; ``mstar.LLM``, in process). A stop string ends the request here: the output
+event loop as each batch arrives; ``mstar.LLM``, in process). A stop string ends the request here: the output
 that completes it is the last one handed out, cut before the stop string, and the caller aborts
 the request in the engine (``ends_in_engine``). Outputs the engine still sends for a request that
 ended here are dropped.

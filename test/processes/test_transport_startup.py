@@ -13,6 +13,7 @@ import pickle
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -103,19 +104,43 @@ def test_children_hold_no_secret_and_share_the_fingerprint():
     assert withhold_secrets(unset) == unset and reloadable_values(unset)["api_key"] is None
 
 
-def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
-    from mstar.api_server.generation.engine_client import EngineClient, Failure
+class _Letters:
+    """A tokenizer for the routing tests: token i is the letter i % 26."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+def _alive() -> SimpleNamespace:
+    return SimpleNamespace(is_alive=lambda: True, exitcode=None)
+
+
+@asynccontextmanager
+async def _routing(tmp_path: Path, conductor: SimpleNamespace, max_tokens: int = 2):
+    """(an EngineClient with request "r-0" submitted, a socket standing for a worker's outputs,
+    the request's sink: a queue); shut down and closed on the way out."""
+    from mstar.api_server.generation.engine_client import EngineClient
     from mstar.prompt.value import Prompt
 
+    endpoints = make_endpoints(WorkerSettings(), tmp_path)
+    client = EngineClient(endpoints, conductor, tokenizer=_Letters())
+    client.connect(list(endpoints.workers))
+    out = push_socket(client.ctx, endpoints.api, endpoints.security)
+    try:
+        queue: asyncio.Queue = asyncio.Queue()
+        client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=max_tokens))], queue)
+        yield client, out, queue
+    finally:
+        out.close(linger=0)
+        await client.shutdown("test")
+        client.close()
+
+
+def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
+    from mstar.api_server.generation.engine_client import Failure
+
     async def scenario() -> tuple:
-        endpoints = make_endpoints(WorkerSettings(), tmp_path)
-        client = EngineClient(endpoints, SimpleNamespace(is_alive=lambda: True, exitcode=None),
-                              tokenizer=None)
-        client.connect(list(endpoints.workers))
-        out = push_socket(client.ctx, endpoints.api, endpoints.security)
-        try:
-            queue: asyncio.Queue = asyncio.Queue()  # a sink
-            client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))], queue)
+        async with _routing(tmp_path, _alive()) as (client, out, queue):
 
             def broken(msg: m.Message) -> None:
                 raise RuntimeError("a bug in routing")
@@ -125,30 +150,10 @@ def test_output_routing_that_dies_fails_every_request_and_health(tmp_path):
             send(out, m.WorkerStats(0, 0, 0, 0.0, 0))
             await asyncio.wait_for(client.failed.wait(), 5)
             return client.failure, await queue.get()
-        finally:
-            out.close(linger=0)
-            await client.shutdown("test")
-            client.close()
 
     failure, first = asyncio.run(scenario())
     assert "output routing failed" in failure and "a bug in routing" in failure
     assert isinstance(first, Failure) and first.status == 503
-
-
-class _Letters:
-    """A tokenizer for the routing tests: token i is the letter i % 26."""
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return "".join(chr(ord("a") + i % 26) for i in ids)
-
-
-def _routing_client(tmp_path: Path, conductor: SimpleNamespace):
-    from mstar.api_server.generation.engine_client import EngineClient
-
-    endpoints = make_endpoints(WorkerSettings(), tmp_path)
-    client = EngineClient(endpoints, conductor, tokenizer=_Letters())
-    client.connect(list(endpoints.workers))
-    return client, push_socket(client.ctx, endpoints.api, endpoints.security)
 
 
 def test_outputs_are_routed_as_they_arrive_not_on_the_tick(tmp_path):
@@ -156,17 +161,11 @@ def test_outputs_are_routed_as_they_arrive_not_on_the_tick(tmp_path):
     each sent after the last was routed, take far less than the 20 ticks a poll would wait."""
     from mstar.api_server.generation.engine_client import POLL_MS
     from mstar.engine.request.outputs import RequestOutput
-    from mstar.prompt.value import Prompt
 
     rounds = 20
 
     async def scenario() -> tuple[float, list[str]]:
-        client, out = _routing_client(tmp_path, SimpleNamespace(is_alive=lambda: True,
-                                                                exitcode=None))
-        try:
-            queue: asyncio.Queue = asyncio.Queue()  # a sink
-            client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=rounds + 1))],
-                          queue)
+        async with _routing(tmp_path, _alive(), max_tokens=rounds + 1) as (client, out, queue):
             client.start()
             await asyncio.sleep(2 * POLL_MS / 1000)  # idle for two ticks first
             texts, start = [], time.perf_counter()
@@ -174,10 +173,6 @@ def test_outputs_are_routed_as_they_arrive_not_on_the_tick(tmp_path):
                 send(out, m.Outputs([RequestOutput("r-0", [k])]))
                 texts.append((await asyncio.wait_for(queue.get(), 5)).new_text)
             return time.perf_counter() - start, texts
-        finally:
-            out.close(linger=0)
-            await client.shutdown("test")
-            client.close()
 
     elapsed, texts = asyncio.run(scenario())
     assert "".join(texts) == "abcdefghijklmnopqrst"
@@ -186,25 +181,17 @@ def test_outputs_are_routed_as_they_arrive_not_on_the_tick(tmp_path):
 
 def test_a_conductor_that_vanishes_fails_every_request(tmp_path):
     from mstar.api_server.generation.engine_client import Failure
-    from mstar.prompt.value import Prompt
 
     conductor = SimpleNamespace(alive=True, exitcode=None)
     conductor.is_alive = lambda: conductor.alive
 
     async def scenario() -> tuple:
-        client, out = _routing_client(tmp_path, conductor)
-        try:
-            queue: asyncio.Queue = asyncio.Queue()  # a sink
-            client.submit([("r-0", Prompt([1, 2]), m.SamplingParams(max_tokens=2))], queue)
+        async with _routing(tmp_path, conductor) as (client, _, queue):
             client.start()
             await asyncio.sleep(0.05)
             conductor.alive, conductor.exitcode = False, -9
             await asyncio.wait_for(client.failed.wait(), 5)
             return client.failure, await queue.get()
-        finally:
-            out.close(linger=0)
-            await client.shutdown("test")
-            client.close()
 
     failure, first = asyncio.run(scenario())
     assert failure == "conductor exited with code -9"

@@ -204,7 +204,7 @@ class EngineClient:
                     self._fail(f"conductor exited with code {self.conductor.exitcode}")
 
     def _deliver(self, work: list[tuple[LiveRequest, RequestOutput]]) -> None:
-        """Text for one received batch, then to the routes' queues."""
+        """Text for one received batch, then to the requests' sinks."""
         texts = to_texts([(entry.text, out) for entry, out in work])
         stopped = []
         for (entry, out), text in zip(work, texts, strict=True):
