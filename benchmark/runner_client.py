@@ -15,13 +15,13 @@ and 0.05 (docs/worker_loop.rst, "Served against offline at a 5 ms step").
 
 import asyncio
 import base64
-import json
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 import uvloop
 
 from benchmark.runner_workload import RequestSpec
@@ -33,7 +33,8 @@ ENDPOINT_PATHS = {
 }
 
 
-READ_BUFSIZE = 4 << 20  # a stream line can be one speech chunk's base64: lines up to twice this
+READ_BUFSIZE = 4 << 20  # aiohttp's read buffer
+MAX_LINE = 2 * READ_BUFSIZE  # a stream line can be one speech chunk's base64
 
 
 def session(timeout_s: float) -> aiohttp.ClientSession:
@@ -149,8 +150,8 @@ def _error_message(obj: dict) -> str | None:
 
 def _load(line: str) -> dict:
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
+        obj = msgspec.json.decode(line)
+    except msgspec.DecodeError as exc:
         raise StreamError(f"malformed stream line {line[:200]!r}") from exc
     if not isinstance(obj, dict):
         raise StreamError(f"unexpected stream line {line[:200]!r}")
@@ -160,48 +161,71 @@ def _load(line: str) -> dict:
     return obj
 
 
-async def _lines(resp: aiohttp.ClientResponse):
-    async for raw in resp.content:
-        yield raw.decode("utf-8", "replace").rstrip("\r\n")
+async def _line_batches(resp: aiohttp.ClientResponse) -> AsyncIterator[list[str]]:
+    """The body's lines (their ends stripped), a batch per chunk received: one wake-up per chunk,
+    not one per line as aiohttp's line reader has (at one stream a chunk is one event). A line
+    over MAX_LINE bytes is a ValueError, as it was for aiohttp's reader."""
+    parts: list[bytes] = []  # the start of a line not yet ended
+    held = 0
+    async for chunk in resp.content.iter_any():
+        if b"\n" not in chunk:
+            parts.append(chunk)
+            held += len(chunk)
+            if held > MAX_LINE:
+                raise ValueError(f"a stream line over {MAX_LINE} bytes")
+            continue
+        lines = (b"".join([*parts, chunk]) if parts else chunk).split(b"\n")
+        parts = [lines.pop()] if lines[-1] else []
+        held = len(parts[0]) if parts else 0
+        yield [raw.decode("utf-8", "replace").rstrip("\r") for raw in lines]
+    if parts:
+        yield [b"".join(parts).decode("utf-8", "replace").rstrip("\r")]
 
 
 async def _read_sse(resp: aiohttp.ClientResponse, timer: _Timer) -> int:
     usage_tokens = None
-    async for line in _lines(resp):
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            continue
-        obj = _load(data)
-        usage = obj.get("usage")
-        if usage and usage.get("completion_tokens") is not None:
-            usage_tokens = int(usage["completion_tokens"])
-        text = ""
-        for choice in obj.get("choices") or []:
-            delta = choice.get("delta") or {}
-            audio = delta.get("audio") or {}
-            content = (delta.get("content") or delta.get("reasoning_content")
-                       or audio.get("transcript"))
-            text += content or choice.get("text") or ""
-            if audio.get("data"):
-                timer.audio_chunk(len(base64.b64decode(audio["data"])))
-        if text:
-            timer.token_chunk()
+    async for lines in _line_batches(resp):
+        for line in lines:
+            usage_tokens = _sse_line(line, timer, usage_tokens)
     return timer.chunks if usage_tokens is None else usage_tokens
+
+
+def _sse_line(line: str, timer: _Timer, usage_tokens: int | None) -> int | None:
+    """One line of an SSE stream: times a token-carrying event; the usage's completion tokens
+    when the event reports them, else ``usage_tokens``."""
+    if not line.startswith("data:"):
+        return usage_tokens
+    data = line[len("data:") :].strip()
+    if data == "[DONE]":
+        return usage_tokens
+    obj = _load(data)
+    usage = obj.get("usage")
+    if usage and usage.get("completion_tokens") is not None:
+        usage_tokens = int(usage["completion_tokens"])
+    text = ""
+    for choice in obj.get("choices") or []:
+        delta = choice.get("delta") or {}
+        audio = delta.get("audio") or {}
+        content = (delta.get("content") or delta.get("reasoning_content")
+                   or audio.get("transcript"))
+        text += content or choice.get("text") or ""
+        if audio.get("data"):
+            timer.audio_chunk(len(base64.b64decode(audio["data"])))
+    if text:
+        timer.token_chunk()
+    return usage_tokens
 
 
 async def _read_ndjson(resp: aiohttp.ClientResponse, timer: _Timer) -> int:
     tokens = 0
-    async for line in _lines(resp):
-        if not line.strip():
-            continue
-        obj = _load(line)
-        ids = obj.get("token_ids")
-        count = len(ids) if ids is not None else int(bool(obj.get("text")))
-        if count:
-            timer.token_chunk()
-            tokens += count
+    async for lines in _line_batches(resp):
+        for line in (line for line in lines if line.strip()):
+            obj = _load(line)
+            ids = obj.get("token_ids")
+            count = len(ids) if ids is not None else int(bool(obj.get("text")))
+            if count:
+                timer.token_chunk()
+                tokens += count
     return tokens
 
 

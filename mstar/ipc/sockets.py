@@ -106,17 +106,27 @@ def send(sock: Outbox, msg: Message) -> None:
     sock.send(encode_within(sock.limit, msg), copy=False)
 
 
+# ``EVENTS`` as a plain int: ``events & zmq.POLLIN`` would build an IntFlag member each time
+POLLIN = int(zmq.POLLIN)
+
+
 def drain(sock: Inbox) -> list[Message]:
-    """Every well-formed message already queued on a PULL socket, without waiting."""
+    """Every well-formed message already queued on a PULL socket, without waiting.
+
+    It asks the socket (``EVENTS``) before each receive rather than receiving until zmq raises
+    Again: the exception costs more than the question, and a drain is made per received batch.
+    Reading ``EVENTS`` also resets the socket's descriptor for an event loop's reader.
+    """
     msgs = []
-    while True:
+    while sock.get(zmq.EVENTS) & POLLIN:
         try:
             data = sock.recv(zmq.NOBLOCK, copy=False)
         except zmq.Again:
-            return msgs
+            break
         msg = admit(sock, data)
         if msg is not None:
             msgs.append(msg)
+    return msgs
 
 
 def receive(sock: Inbox, timeout_ms: int) -> list[Message]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mstar.api_server.openai.formatting import (
     TextOffsets,
@@ -14,6 +16,7 @@ from mstar.api_server.openai.formatting import (
 )
 from mstar.engine.request.outputs import RequestOutput, TokenLogprob
 from mstar.engine.request.sampling_params import SamplingParams
+from mstar.output.detokenizer import text_of
 from mstar.output.processor import RequestText, TextOutput, ends_in_engine
 from mstar.output.token_bytes import TokenBytes
 
@@ -117,3 +120,21 @@ def test_equal_shown_tokens_never_collide_and_the_chosen_keeps_its_key():
     from mstar.api_server.openai.formatting import top_logprobs_dict
     assert top_logprobs_dict(Vocab(), e) == {"x": -0.25, "x#3": -0.1, "x#9": -2.0}
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(0, 402), max_size=12))
+def test_text_of_is_the_tokenizers_own_decode(tiny_tokenizer, ids):
+    """Decoding in the Rust backend directly gives the text ``decode`` gives, special tokens
+    skipped (0-2 are the tiny tokenizer's special tokens)."""
+    assert text_of(tiny_tokenizer)(ids) == tiny_tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_a_tokenizer_that_decodes_its_own_way_is_decoded_its_way(tiny_tokenizer):
+    class Timestamped(type(tiny_tokenizer)):  # like Whisper's: decode overridden
+        def decode(self, token_ids, **kwargs):
+            return "<|0.00|>" + super().decode(token_ids, **kwargs)
+
+    own = Timestamped(tokenizer_object=tiny_tokenizer.backend_tokenizer)
+    ids = tiny_tokenizer.encode(TEXT)
+    assert text_of(own)(ids) == "<|0.00|>" + tiny_tokenizer.decode(ids, skip_special_tokens=True)

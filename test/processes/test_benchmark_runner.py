@@ -1,16 +1,26 @@
 """The benchmark runner against an in-process fake OpenAI-compatible server."""
 
+import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
 
 import pytest
 from fake_openai_server import EOS_AFTER, REPO, TOKEN_SLEEP_S
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmark.runner import main
+from benchmark.runner_client import MAX_LINE, RequestResult, Target, send_request, session
 from benchmark.runner_metrics import percentile
-from benchmark.runner_workload import make_output_lens, make_requests, poisson_gaps
+from benchmark.runner_workload import (
+    RequestSpec,
+    make_output_lens,
+    make_requests,
+    poisson_gaps,
+)
 
 
 def run(fake, tmp_path, *extra: str) -> tuple[int, dict | None]:
@@ -220,3 +230,53 @@ def test_module_entry_point_prints_table(fake, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Completed requests" in proc.stdout and "TTFT" in proc.stdout
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed"] == 3
+
+
+def _sse_body(n: int) -> bytes:
+    """n token events (multi-byte text), then the usage event and [DONE]."""
+    events = [{"choices": [{"index": 0, "delta": {"content": f"tök{i} "}}]} for i in range(n)]
+    events.append({"choices": [], "usage": {"completion_tokens": n}})
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + \
+        b"data: [DONE]\n\n"
+
+
+async def _send_in_pieces(body: bytes, cuts: list[int], output_len: int) -> RequestResult:
+    """send_request against a server that writes ``body`` in pieces cut at ``cuts``, each
+    flushed a moment apart (so that the client reads them apart)."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        await reader.readexactly(int(length[1]) if length else 0)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"connection: close\r\n\r\n")
+        for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
+            writer.write(body[start:end])
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with session(10) as client:
+            target = Target(f"http://127.0.0.1:{port}", "chat", "m", False, 0.0)
+            return await send_request(client, target, RequestSpec(0, "hi", output_len))
+    finally:
+        server.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), n=st.integers(1, 6))
+def test_events_are_read_whole_however_the_stream_is_cut(data, n):
+    body = _sse_body(n)
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=12)))
+    result = asyncio.run(_send_in_pieces(body, cuts, n))
+    assert result.error is None
+    assert result.output_tokens == n and len(result.itls) == n - 1
+
+
+def test_a_line_over_the_limit_is_an_error_not_a_hang():
+    body = b"data: " + b"x" * (MAX_LINE + 1)
+    result = asyncio.run(_send_in_pieces(body, list(range(1 << 20, len(body), 1 << 20)), 4))
+    assert result.error is not None and "ValueError" in result.error

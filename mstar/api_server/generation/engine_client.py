@@ -9,14 +9,15 @@ alone). Workers' outputs carry token ids only; each received batch is turned int
 in the worker.
 
 The inbox is watched with the loop's own reader on the socket's file descriptor
-(``loop.add_reader``) plus a tick every ``POLL_MS`` (the conductor's liveness): no future, poller or
-thread per received batch. At one stream a batch is one token: zmq.asyncio's poll and the hop to a
-detokenizing thread and back were about a third of the API server's 0.75 ms of CPU per token
-there, taken from the two cores the worker decodes on (docs/worker_loop.rst, "Served against
-offline at a 5 ms step").
+(``loop.add_reader``) plus a tick every ``POLL_MS`` (the conductor's liveness). Once serving
+(``start``), the reader's callback routes what it drains there and then: no task, future, poller
+or thread per received batch. At one stream a batch is one token, and every hop was paid per
+token: zmq.asyncio's poll, a detokenizing thread, then a routing task woken by an event, were
+about half of the API server's CPU per token there, taken from the two cores the worker decodes on
+(docs/worker_loop.rst, "Served against offline at a 5 ms step").
 
 A fault reported by the conductor (or the conductor process vanishing, looked at on each tick)
-fails every pending request at once.
+fails every pending request at once, as does a fault in routing itself.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mstar.ipc import messages as m
 from mstar.ipc.endpoints import Endpoints
 from mstar.ipc.inbox_checks import InboxBounds
 from mstar.ipc.sockets import (
+    POLLIN,
     MessageTooLarge,
     drain,
     dropped_frames,
@@ -96,9 +98,10 @@ class EngineClient:
         self.ctx = zmq.Context()  # plain sockets: sends never block on PUSH, reads drain
         self.inbox = pull_socket(self.ctx, endpoints.api, endpoints.security, m.TO_API,
                                  InboxBounds(replicas=len(endpoints.workers)))
-        self.readable = asyncio.Event()  # set by the inbox's reader and by the tick (_watch)
+        # before ``start``: set by the inbox's reader and by the tick (``_receive``: start-up)
+        self.readable = asyncio.Event()
         self._tick: asyncio.TimerHandle | None = None  # the watch's POLL_MS tick; None: unwatched
-        self.ticked = False  # a tick since the conductor was last looked at (_dispatch)
+        self.routing = False  # serving: the reader and the tick route what they drain (``start``)
         self.to_conductor = push_socket(self.ctx, endpoints.conductor, endpoints.security)
         self.security = endpoints.security
         self.to_workers: list[zmq.Socket] = []  # replica i's rank 0, connected at READY
@@ -109,12 +112,11 @@ class EngineClient:
         self.drops: dict[str, dict[str, int]] = {}  # process -> reason -> frames dropped
         self.failure: str | None = None
         self.failed = asyncio.Event()
-        self._task: asyncio.Task | None = None
         # run-time LoRA updates in flight: update id -> (replies, replicas asked, done)
         self.lora_updates: dict[str, tuple[list[m.LoraUpdated], int, asyncio.Future]] = {}
 
     def _watch(self) -> None:
-        """Wake ``_receive`` when the inbox may hold messages, and at least every POLL_MS."""
+        """Look at the inbox when it may hold messages, and at least every POLL_MS."""
         if self._tick is not None:
             return
         loop = asyncio.get_running_loop()
@@ -129,14 +131,20 @@ class EngineClient:
 
     def _on_inbox(self) -> None:
         # zmq's descriptor signals a change of state, not a message: reading EVENTS resets it, and
-        # says whether a message is there (drain then takes every one: no later signal would)
-        if self.inbox.get(zmq.EVENTS) & zmq.POLLIN:
+        # says whether a message is there (a drain then takes every one: no later signal would)
+        if self.routing:
+            self._route_inbox()
+        elif self.inbox.get(zmq.EVENTS) & POLLIN:
             self.readable.set()
 
     def _on_tick(self) -> None:
-        self.ticked = True
-        self.readable.set()
         self._tick = asyncio.get_running_loop().call_later(POLL_MS / 1000, self._on_tick)
+        if not self.routing:
+            self.readable.set()
+            return
+        if self.failure is None and not self.conductor.is_alive():  # a wait for the process
+            self._fail(f"conductor exited with code {self.conductor.exitcode}")
+        self._route_inbox()
 
     async def _receive(self) -> list[m.Message]:
         """The queued messages; waits for one or for the tick (then returns what there is)."""
@@ -174,23 +182,24 @@ class EngineClient:
         self.load = [0] * len(addresses)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._dispatch())
-        self._task.add_done_callback(self._dispatch_ended)
+        """Serve: from now on the inbox's reader routes each message as it arrives."""
+        self._watch()
+        self.routing = True
+        self._route_inbox()  # whatever came between READY and now
 
-    def _dispatch_ended(self, task: asyncio.Task) -> None:
-        """Supervision: the routing task must never end on its own while serving; if it dies,
-        the server fails loudly (every pending request and /health get 503, the process exits
-        non-zero) instead of hanging."""
-        if task.cancelled() or self.failure is not None:
-            return
-        exc = task.exception()
-        log.error("output_routing_failed", error=repr(exc), exc_info=exc)
-        self._fail(f"output routing failed: {exc!r}")
+    def _route_inbox(self) -> None:
+        """Route every queued message, on the loop (the inbox's reader, the tick).
 
-    async def _dispatch(self) -> None:
-        while self.failure is None:
+        Supervision: routing must not fail while serving; if it does, the server fails loudly
+        (every pending request and /health get 503, the process exits non-zero) instead of
+        hanging. After a failure the inbox is still drained (its descriptor stays reset), and
+        what comes is dropped."""
+        try:
+            msgs = drain(self.inbox)
+            if self.failure is not None:
+                return
             work: list[tuple[LiveRequest, RequestOutput]] = []
-            for msg in await self._receive():
+            for msg in msgs:
                 if isinstance(msg, m.Outputs):
                     work += [(entry, out) for out in msg.outputs
                              if (entry := self.live.get(out.request_id)) is not None]
@@ -198,10 +207,10 @@ class EngineClient:
                     self._route(msg)
             if work:
                 self._deliver(work)
-            if self.ticked and self.failure is None:  # a wait for the process: once a tick
-                self.ticked = False
-                if not self.conductor.is_alive():
-                    self._fail(f"conductor exited with code {self.conductor.exitcode}")
+        except Exception as exc:
+            log.error("output_routing_failed", error=repr(exc), exc_info=exc)
+            if self.failure is None:
+                self._fail(f"output routing failed: {exc!r}")
 
     def _deliver(self, work: list[tuple[LiveRequest, RequestOutput]]) -> None:
         """Text for one received batch, then to the requests' sinks."""
@@ -344,9 +353,7 @@ class EngineClient:
 
     async def shutdown(self, reason: str) -> None:
         """Stop routing and ask the conductor to stop the workers."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        self.routing = False
         self._unwatch()
         if self.conductor.is_alive():
             send(self.to_conductor, m.Shutdown(reason))

@@ -45,38 +45,47 @@ class Unread:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: deque[TextOutput] = deque()
+        self._items: deque[tuple[TextOutput, int]] = deque()  # each output with its cost
         self._bytes = 0
         self._error: APIError | None = None
-        self._ready = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits
 
     def put(self, out: TextOutput) -> bool:
         """Keep ``out`` for the reader; False once more than ``max_bytes`` wait."""
-        self._items.append(out)
-        self._bytes += cost(out)
-        self._ready.set()
+        size = cost(out)
+        self._items.append((out, size))
+        self._bytes += size
+        self._wake()
         return self._bytes <= self.max_bytes
 
     def fail(self, error: APIError) -> None:
         self._error = error
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def next(self, wait_s: float | None) -> TextOutput | None:
         """The next output; None when none came within ``wait_s`` (None: wait for one, or for the
         error); raises the cutting error."""
         if not self._items and self._error is None:
-            self._ready.clear()
-            if wait_s is None:  # wait_for costs a task and a timer: only with a limit
-                await self._ready.wait()
-            else:
-                try:
-                    await asyncio.wait_for(self._ready.wait(), wait_s)
-                except asyncio.TimeoutError:
-                    return None
+            # one bare future per wait (an asyncio.Event adds a waiter list and a clear per output)
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                if wait_s is None:  # wait_for costs a task and a timer: only with a limit
+                    await self._waiter
+                else:
+                    try:
+                        await asyncio.wait_for(self._waiter, wait_s)
+                    except asyncio.TimeoutError:
+                        return None
+            finally:
+                self._waiter = None
         if self._error is not None:
             raise self._error
-        out = self._items.popleft()
-        self._bytes -= cost(out)
+        out, size = self._items.popleft()
+        self._bytes -= size
         return out
 
 
