@@ -8,14 +8,19 @@ Both sides run MSTAR_DTYPE=float32 (the history of docs/engine.rst's tables) unl
 Workload (issue 8): one chat prompt; 64 requests with max_tokens drawn U{64..128} from a fixed
 seed; ignore_eos with min_tokens = max_tokens (what the streaming client sends); greedy; at most
 32 in flight (offline: max_num_seqs=32). c=1 uses the first
---c1-requests of them, one at a time. Prints, from one run:
+--c1-requests of them, one at a time. The offline engine and the server are both up for the whole
+run, and every measure is taken --repeats times, interleaved (offline continuous, offline static,
+served c=32, offline c=1, served c=1; then again); each prints its best. So each served figure is
+measured within seconds of its offline one: on a VM whose speed drifts by a third within an hour,
+offline c=1 measured a minute before served c=1 moved the ratio by up to 0.09 between runs of one
+build. Prints, from one run:
 
 - the engine's continuous/static ratio: the 64 varied requests vs. waves of equal length (the
-  same mean, 96 tokens), both offline, after a warm-up pass, best of --repeats interleaved runs;
+  same mean, 96 tokens), both offline, after a warm-up pass;
 - served/offline output tok/s at c=32 and c=1;
 - where the time goes while serving at c=32: CPU seconds per process and per thread (the main
   thread, the others by name/tid), threads per process, and SSE frames per token seen by the
-  client; and offline, the CPU by thread of the last continuous run.
+  client (the last served run); and offline, the CPU by thread of the last continuous run.
 """
 
 from __future__ import annotations
@@ -177,7 +182,7 @@ def main() -> None:
                         help="NAME=VALUE settings knob for both the offline engine and the server")
     parser.add_argument("--c1-requests", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2,
-                        help="offline continuous/static runs each, interleaved; the best is used")
+                        help="runs of every measure, interleaved; the best of each is used")
     parser.add_argument("--log", type=Path, default=Path("/tmp/mstar_host_overhead_server.log"))
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -192,36 +197,35 @@ def main() -> None:
               **knobs)
     # Warm-up: one full pass first touches the KV cache's pages and the decode mirror's buffers.
     progress("offline warm-up (static)", offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS))
-    continuous = static = 0.0
-    for _ in range(args.repeats):  # interleaved, best of each: damps drift on a noisy machine
-        threads_before = thread_cpu(os.getpid())
-        continuous = max(continuous, progress("offline continuous", offline_tok_s(llm, lens)))
-        offline_threads = thread_cpu_delta(threads_before, thread_cpu(os.getpid()))
-        static = max(static, progress("offline static",
-                                      offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS)))
-    offline_c1 = progress("offline c=1", offline_c1_tok_s(llm, c1_lens))
-    llm.engine.shutdown()
-    del llm
-
     server_args = [f"--model={args.model}"] if args.model else []
     server_knobs = [f"{k}={v}" for k, v in knobs.items()]
     proc, url = start_server(server_knobs + [a.lstrip("-") for a in server_args], args.log)
+    continuous = static = served_c32 = offline_c1 = served_c1 = 0.0
     try:
         run_client(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)
-        cpu_before = {pid: cpu_seconds(pid) for pid in tree}
-        threads_before = {pid: thread_cpu(pid) for pid in tree}
-        client_before = time.process_time()
-        served_c32, frames_per_token = run_client(served(url, lens, CONCURRENCY))
-        progress("served c=32", served_c32)
-        client_cpu = time.process_time() - client_before
-        cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
-        thread_counts = {pid: threads(pid) for pid in tree}
-        served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
-                          for pid in tree}
-        served_c1 = progress("served c=1", run_client(served(url, c1_lens, 1))[0])
+        for _ in range(args.repeats):  # interleaved, best of each: damps drift on a noisy machine
+            threads_before = thread_cpu(os.getpid())
+            continuous = max(continuous, progress("offline continuous", offline_tok_s(llm, lens)))
+            offline_threads = thread_cpu_delta(threads_before, thread_cpu(os.getpid()))
+            static = max(static, progress("offline static",
+                                          offline_tok_s(llm, [STATIC_LEN] * NUM_REQUESTS)))
+            cpu_before = {pid: cpu_seconds(pid) for pid in tree}
+            threads_before = {pid: thread_cpu(pid) for pid in tree}
+            client_before = time.process_time()
+            tok_s, frames_per_token = run_client(served(url, lens, CONCURRENCY))
+            served_c32 = max(served_c32, progress("served c=32", tok_s))
+            client_cpu = time.process_time() - client_before
+            cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in tree}
+            thread_counts = {pid: threads(pid) for pid in tree}
+            served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
+                              for pid in tree}
+            offline_c1 = max(offline_c1, progress("offline c=1", offline_c1_tok_s(llm, c1_lens)))
+            served_c1 = max(served_c1,
+                            progress("served c=1", run_client(served(url, c1_lens, 1))[0]))
     finally:
         stop(proc)
+        llm.engine.shutdown()
 
     print(f"workload: 1 chat prompt, {NUM_REQUESTS} requests, max_tokens U{{{LEN_LOW}..{LEN_HIGH}}}"
           f" (seed 0), ignore_eos, greedy, fp32, {CONCURRENCY} in flight; c=1: "
