@@ -12,6 +12,7 @@ from mstar.models.layers.cpu_bf16_linear import cpu_auto_dtype
 from mstar.models.layers.cpu_linear import native_bf16
 from mstar.models.loading.shipped import weights_quantization
 from mstar.settings import WorkerSettings
+from mstar.settings.checks.auto_precision import cpu_kv_dtype
 
 log = structlog.get_logger(__name__)
 
@@ -78,18 +79,14 @@ def resolve_kv_dtype(settings: WorkerSettings, device: torch.device, dtype: torc
     quantized (``cpu_auto_dtype``) and the CPU has native bf16: a quantized model's weights
     already carry far more error than keys and values rounded to bf16, and at 32 streams decode
     attention read about as many bytes from a float32 cache as the layers from their q4 weights.
-    Float32 models keep a float32 cache, so their parity with transformers stays exact."""
+    Float32 models keep a float32 cache, so their parity with transformers stays exact. The
+    rule is ``auto_precision.cpu_kv_dtype`` (preflight applies it too)."""
     name = settings.kv_cache_dtype
     if device.type != "cpu":
         if name != "auto":
             log.warning("kv_cache_dtype_ignored", value=name, reason="on CUDA the KV cache takes "
                         "the activations' dtype", dtype=str(dtype))
         return dtype
-    if name == "auto":
-        halve = dtype == torch.float32 and quantization != "none" and native_bf16()
-        return torch.bfloat16 if halve else dtype
-    kv = _DTYPES[name]
-    if kv not in (dtype, torch.bfloat16):
-        raise ValueError(f"MSTAR_KV_CACHE_DTYPE={name} needs activations of that dtype; "
-                         f"MSTAR_DTYPE resolved to {str(dtype).removeprefix('torch.')}")
-    return kv
+    kv = cpu_kv_dtype(name, str(dtype).removeprefix("torch."), quantization != "none",
+                      native_bf16())
+    return _DTYPES[kv]

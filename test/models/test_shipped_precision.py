@@ -10,6 +10,7 @@ import pytest
 import torch
 from quant_weights import random_weight
 
+from mstar.engine.placement import resolve_device_dtype, resolve_kv_dtype
 from mstar.models.layers.cpu_linear import native_bf16
 from mstar.models.loading.builtin import MARKER_FILE
 from mstar.models.loading.gguf_loader import SOURCE_FILE
@@ -17,6 +18,7 @@ from mstar.models.loading.shipped import SHIPPED, weights_quantization
 from mstar.models.quant.formats import dequantize
 from mstar.models.quant.linear import QuantLinear, copy_rows
 from mstar.settings import WorkerSettings
+from mstar.settings.checks.preflight import read_shape, resolved_precision
 
 CPU = torch.device("cpu")
 needs_bf16 = pytest.mark.skipif(not native_bf16(),
@@ -111,3 +113,29 @@ def test_the_builtin_model_by_default_decodes_its_shipped_blocks(builtin_cache_d
     assert isinstance(layer, QuantLinear) and (layer.wide is not None) == native_bf16()
     _, want = tokens(quantization="q4")
     assert got == want
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16"])
+@pytest.mark.parametrize("quantization", ["auto", "none", "q4"])
+def test_preflight_resolves_the_precision_the_engine_does(shipped_dir, tmp_path_factory,
+                                                          quantization, dtype, kv_cache_dtype):
+    """One rule per ``auto`` (``auto_precision``), applied by the engine with torch's view of the
+    CPU and by preflight with /proc/cpuinfo's: on this machine both give the same activations and
+    KV cache, for a shipped-quantized model and a dense one, or both refuse the KV knob."""
+    settings = WorkerSettings(device="cpu", quantization=quantization, dtype=dtype,
+                              kv_cache_dtype=kv_cache_dtype)
+    for model_dir in (shipped_dir, tmp_path_factory.mktemp("dense")):
+        (model_dir / "config.json").write_text(json.dumps(
+            {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+             "num_hidden_layers": 2, "max_position_embeddings": 64}))
+        found = resolved_precision(settings, read_shape(model_dir / "config.json"))
+        _, engine_dtype = resolve_device_dtype(settings, model_dir)
+        assert found.dtype == str(engine_dtype).removeprefix("torch.")
+        kept = weights_quantization(settings, model_dir, CPU)
+        try:
+            kv = str(resolve_kv_dtype(settings, CPU, engine_dtype, kept)).removeprefix("torch.")
+        except ValueError as exc:
+            assert found.kv_refused == str(exc)
+        else:
+            assert found.kv_refused is None and found.kv_dtype == kv

@@ -120,19 +120,37 @@ def _preflight(*argv: str, env: dict | None = None) -> subprocess.CompletedProce
                           capture_output=True, text=True, env=env, timeout=60)
 
 
-def test_preflight_catches_an_oversized_max_model_len_without_torch(tmp_path):
-    model = _model_dir(tmp_path, 512)
-    env_file = tmp_path / "big.env"
-    env_file.write_text("MSTAR_MAX_MODEL_LEN=4096\nMSTAR_DEVICE=cpu\nMSTAR_NUM_KV_BLOCKS=8\n"
-                        "MSTAR_KV_BLOCK_SIZE=16\nMSTAR_LAUNCH_WAIT_MS=5ms\n")
+def _refused(model: Path, env: str) -> str:
+    """What ``validate --model`` prints for settings it refuses (exit 1)."""
+    env_file = model / "preflight.env"
+    env_file.write_text(env)
     result = _preflight("--model", str(model), "--env-file", str(env_file))
     assert result.returncode == 1, result.stdout + result.stderr
-    out = result.stdout
+    return result.stdout
+
+
+def test_preflight_catches_an_oversized_max_model_len_without_torch(tmp_path):
+    out = _refused(_model_dir(tmp_path, 512),
+                   "MSTAR_MAX_MODEL_LEN=4096\nMSTAR_DEVICE=cpu\nMSTAR_NUM_KV_BLOCKS=8\n"
+                   "MSTAR_KV_BLOCK_SIZE=16\nMSTAR_LAUNCH_WAIT_MS=5ms\n")
     # Every problem at once: the settings' own warning and the model's errors.
     assert "MSTAR_LAUNCH_WAIT_MS='5ms'" in out
     assert "MSTAR_MAX_MODEL_LEN: 4096 exceeds the model's limit of 512 tokens" in out
     assert "MSTAR_NUM_KV_BLOCKS: the KV cache holds 128 tokens" in out
     assert out.split("loaded ")[1].split() == ["False", "False"]  # neither torch nor transformers
+
+
+def test_preflight_counts_the_kv_cache_in_its_own_dtype(tmp_path):
+    """float32 activations with a bf16 KV cache: 2 bytes per value (3 layers x 2 KV heads x 16
+    dims, keys and values: 384 bytes a token); and a float32 cache under bf16 activations is
+    refused, as the engine refuses it."""
+    model = _model_dir(tmp_path, 512)
+    out = _refused(model, "MSTAR_DEVICE=cpu\nMSTAR_DTYPE=float32\nMSTAR_KV_CACHE_DTYPE=bfloat16\n"
+                   "MSTAR_CPU_KV_CACHE_GB=0.00001\n")
+    assert "(384 bytes per token in bfloat16)" in out
+    out = _refused(model, "MSTAR_DEVICE=cpu\nMSTAR_DTYPE=bfloat16\nMSTAR_KV_CACHE_DTYPE=float32\n")
+    assert "MSTAR_KV_CACHE_DTYPE: MSTAR_KV_CACHE_DTYPE=float32 needs activations" in out
+    assert out.split("loaded ")[1].split() == ["False", "False"]
 
 
 def test_preflight_passes_a_fitting_configuration(tmp_path):

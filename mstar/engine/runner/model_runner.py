@@ -49,10 +49,10 @@ from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.loader import load_model
 from mstar.models.loading.registry import model_entry
 from mstar.models.loading.shipped import weights_quantization
-from mstar.models.lora.served import serves_lora
 from mstar.models.lora.slots import LoraSlots, check_lora_supported
 from mstar.models.speech.frame_heads import frame_head
 from mstar.settings import WorkerSettings
+from mstar.settings.checks.auto_precision import serves_lora
 
 
 class ModelRunner:

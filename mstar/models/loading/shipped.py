@@ -24,19 +24,14 @@ from pathlib import Path
 
 import torch
 
-from mstar.models.loading.gguf_loader import ships_gguf
-from mstar.models.lora.served import serves_lora
+from mstar.settings.checks.auto_precision import SHIPPED, quantization, ships_gguf
 
-# The resolved value of ``auto`` for a model whose weights ship quantized (``load_model`` takes it).
-SHIPPED = "shipped"
+__all__ = ["SHIPPED", "weights_quantization"]  # SHIPPED: the value ``load_model`` takes
 
 
 def weights_quantization(settings, model_dir: Path, device: torch.device) -> str:
     """MSTAR_QUANTIZATION for ``model_dir`` on ``device``: none, int8 and q4 as set; ``auto`` is
     ``shipped`` for a model whose weights ship quantized when the run can serve them so (see the
-    module's docstring), else none."""
-    if settings.quantization != "auto":
-        return settings.quantization
-    servable = (device.type == "cpu" and settings.dtype == "auto"
-                and settings.tensor_parallel_size == 1 and not serves_lora(settings))
-    return SHIPPED if servable and ships_gguf(model_dir) else "none"
+    module's docstring; the rule is ``auto_precision.quantization``, which preflight applies
+    too), else none."""
+    return quantization(settings, device.type, ships_gguf(model_dir))

@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mstar.settings.checks.auto_precision import (
+    cpu_auto_dtype,
+    cpu_kv_dtype,
+    quantization,
+    ships_gguf,
+)
 from mstar.settings.checks.image_budget import max_image_tokens
 from mstar.settings.checks.lora_checks import lora_problems
 from mstar.settings.checks.speculative_checks import speculation_off_reason
@@ -41,6 +47,7 @@ class ModelShape:
     head_dim: int
     heads: int = 0         # attention (query) heads
     image_tokens: int | None = None  # of the largest allowed image; None: a text-only model
+    ships_quantized: bool = False  # its weights ship as a GGUF (``auto_precision.ships_gguf``)
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         return 2 * self.kv_layers * self.kv_heads * self.head_dim * _DTYPE_BYTES[dtype]
@@ -72,7 +79,8 @@ def read_shape(path: Path, max_pixels: int = WorkerSettings().max_image_pixels) 
     limit = next((text[k] for k in _LIMIT_KEYS if isinstance(text.get(k), int)), None)
     head_dim = text.get("head_dim") or _int(text, "hidden_size", path) // heads
     return ModelShape(str(path), limit, layers, int(text.get("num_key_value_heads") or heads),
-                      int(head_dim), heads, max_image_tokens(config, path, max_pixels))
+                      int(head_dim), heads, max_image_tokens(config, path, max_pixels),
+                      ships_gguf(path.parent))
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -115,26 +123,49 @@ def cpu_runs_bf16() -> bool:
     return cpu_has_native_bf16() or {"avx2", "fma", "f16c"} <= _cpu_flags()
 
 
-def resolved_device_dtype(settings: WorkerSettings) -> tuple[str, str]:
-    """The device and dtype ``auto`` would resolve to (as the engine resolves them)."""
+@dataclass(frozen=True)
+class Precision:
+    """The device, activation dtype and KV cache dtype a run resolves to (``auto_precision``'s
+    rules, with this machine's CPU flags: the engine applies them with torch's view of it)."""
+
+    device: str
+    dtype: str
+    kv_dtype: str
+    kv_refused: str | None = None  # why the engine would refuse MSTAR_KV_CACHE_DTYPE (kv_dtype
+    # is then the activations')
+
+
+def resolved_precision(settings: WorkerSettings, shape: ModelShape) -> Precision:
+    """What ``auto`` would resolve to for this model here, as the engine resolves it."""
     device = settings.device if settings.device != "auto" else (
         "cuda" if gpu_visible() else "cpu")
-    if settings.dtype != "auto":
-        return device, settings.dtype
-    bf16 = device == "cuda" or cpu_runs_bf16()  # the engine also needs the native kernels to build
-    return device, "bfloat16" if bf16 else "float32"
+    quantized = quantization(settings, device, shape.ships_quantized) != "none"
+    dtype = settings.dtype
+    if dtype == "auto":  # the engine also needs the native kernels to build for the bf16 kernel
+        dtype = "bfloat16" if device == "cuda" else cpu_auto_dtype(quantized, cpu_runs_bf16)
+    if device != "cpu":
+        return Precision(device, dtype, dtype)
+    try:
+        kv_dtype = cpu_kv_dtype(settings.kv_cache_dtype, dtype, quantized, cpu_has_native_bf16())
+    except ValueError as exc:
+        return Precision(device, dtype, dtype, str(exc))
+    return Precision(device, dtype, kv_dtype)
 
 
 def preflight(settings: WorkerSettings, shape: ModelShape) -> list[Problem]:
     """Every problem of these settings with this model, at once."""
-    device, dtype = resolved_device_dtype(settings)
-    problems = check_model_len(settings, shape) + check_device(settings, device, dtype)
+    precision = resolved_precision(settings, shape)
+    problems = (check_model_len(settings, shape)
+                + check_device(settings, precision.device, precision.dtype))
+    if precision.kv_refused is not None:
+        problems.append(_problem("MSTAR_KV_CACHE_DTYPE", precision.kv_refused, shape, error=True))
     problems += check_tensor_parallel(settings, shape)
     problems += check_speculative(settings, shape)
     problems += check_lora(settings, shape)
     max_len = settings.max_model_len or shape.limit
     if max_len is not None:
-        problems += check_kv_budget(settings, shape, device, dtype, max_len)
+        problems += check_kv_budget(settings, shape, precision.device, precision.kv_dtype,
+                                    max_len)
         problems += check_batch_budget(settings, shape, max_len)
         problems += check_image_fits(settings, shape, max_len)
     return problems
@@ -155,9 +186,10 @@ def check_model_len(settings: WorkerSettings, shape: ModelShape) -> list[Problem
     return []
 
 
-def check_kv_budget(settings: WorkerSettings, shape: ModelShape, device: str, dtype: str,
+def check_kv_budget(settings: WorkerSettings, shape: ModelShape, device: str, kv_dtype: str,
                     max_len: int) -> list[Problem]:
-    per_token = shape.kv_bytes_per_token(dtype)
+    """The KV cache (of ``kv_dtype``) against max_num_seqs full sequences of ``max_len``."""
+    per_token = shape.kv_bytes_per_token(kv_dtype)
     block = settings.kv_block_size
     if settings.num_kv_blocks is not None:
         capacity, env = settings.num_kv_blocks * block, "MSTAR_NUM_KV_BLOCKS"
@@ -169,7 +201,8 @@ def check_kv_budget(settings: WorkerSettings, shape: ModelShape, device: str, dt
     seqs = settings.max_num_seqs
     if capacity < max_len:
         return [_problem(env, f"the KV cache holds {capacity} tokens, less than one sequence of "
-                         f"max_model_len={max_len} ({per_token} bytes per token in {dtype})",
+                         f"max_model_len={max_len} ({per_token} bytes per token in "
+                         f"{kv_dtype})",
                          shape, error=True)]
     if capacity < seqs * max_len:
         need = seqs * max_len * per_token / _GIB
