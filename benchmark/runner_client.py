@@ -9,8 +9,8 @@ its text as ``delta.audio.transcript`` (counted as tokens) and its pcm16 as base
 
 The client is aiohttp on uvloop (``session``, ``run_client``). It shares the machine with the
 server it measures, so its CPU is the server's loss: on the 2-core VM, httpx on asyncio's loop
-took about 0.45 ms a token at one stream and 0.15 ms at 32; aiohttp on uvloop takes about 0.2
-and 0.05 (docs/worker_loop.rst, "Served against offline at a 5 ms step").
+took about 0.45 ms a token at one stream and 0.15 ms at 32; aiohttp on uvloop, reading a chunk
+at a time, about 0.13 and 0.03 (docs/worker_loop.rst, "Served against offline at a 5 ms step").
 """
 
 import asyncio
@@ -219,7 +219,9 @@ def _sse_line(line: str, timer: _Timer, usage_tokens: int | None) -> int | None:
 async def _read_ndjson(resp: aiohttp.ClientResponse, timer: _Timer) -> int:
     tokens = 0
     async for lines in _line_batches(resp):
-        for line in (line for line in lines if line.strip()):
+        for line in lines:
+            if not line.strip():
+                continue
             obj = _load(line)
             ids = obj.get("token_ids")
             count = len(ids) if ids is not None else int(bool(obj.get("text")))
@@ -249,7 +251,7 @@ async def send_request(
     except StreamError as exc:
         result.error = str(exc)
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: a line
-        result.error = f"{type(exc).__name__}: {exc}"  # over twice READ_BUFSIZE
+        result.error = f"{type(exc).__name__}: {exc}"  # over MAX_LINE
     result.finished_at = time.perf_counter()
     result.e2e = result.finished_at - start
     if result.error is not None:

@@ -19,6 +19,7 @@ from mstar.models.loading import builtin
 from mstar.models.loading.registry import supported_architectures
 from mstar.models.loading.resolve import BUILTIN_MODEL_NAME, ModelError, resolve_model_dir
 from mstar.settings import WorkerSettings
+from mstar.settings.checks.auto_precision import CONVERTED_MARKER
 
 SUPPORTED_ARCHITECTURES = supported_architectures()
 # The smallest complete safetensors file: an 8-byte header length, then an empty JSON header.
@@ -233,7 +234,7 @@ def test_concurrent_first_use_converts_once(tmp_path):
 def test_conversion_from_an_older_mstar_is_redone(tmp_path):
     loader = TinyLoader()
     path = builtin.ensure_builtin_model(tmp_path, conversion=loader.conversion())
-    marker = path / builtin.MARKER_FILE
+    marker = path / CONVERTED_MARKER
     marker.write_text(json.dumps({**json.loads(marker.read_text()), "format": 0}))
     assert builtin.ensure_builtin_model(tmp_path, conversion=loader.conversion()) == path
     assert loader.calls == 2

@@ -12,12 +12,11 @@ from quant_weights import random_weight
 
 from mstar.engine.placement import resolve_device_dtype, resolve_kv_dtype
 from mstar.models.layers.cpu_linear import native_bf16
-from mstar.models.loading.builtin import MARKER_FILE
-from mstar.models.loading.gguf_loader import SOURCE_FILE
-from mstar.models.loading.shipped import SHIPPED, weights_quantization
+from mstar.models.loading.shipped import weights_quantization
 from mstar.models.quant.formats import dequantize
 from mstar.models.quant.linear import QuantLinear, copy_rows
 from mstar.settings import WorkerSettings
+from mstar.settings.checks.auto_precision import CONVERTED_MARKER, GGUF_SOURCE_FILE, SHIPPED
 from mstar.settings.checks.preflight import read_shape, resolved_precision
 
 CPU = torch.device("cpu")
@@ -30,9 +29,9 @@ def shipped_dir(request, tmp_path):
     """A directory the loader reads as shipped quantized: the built-in model's (its conversion
     marker) or a GGUF model's (its source note)."""
     if request.param == "builtin":
-        (tmp_path / MARKER_FILE).write_text(json.dumps({"source": "model.gguf"}))
+        (tmp_path / CONVERTED_MARKER).write_text(json.dumps({"source": "model.gguf"}))
     else:
-        (tmp_path / SOURCE_FILE).write_text(json.dumps({"gguf": "model.gguf"}))
+        (tmp_path / GGUF_SOURCE_FILE).write_text(json.dumps({"gguf": "model.gguf"}))
     return tmp_path
 
 
@@ -55,7 +54,7 @@ def test_auto_is_none_on_cuda_and_for_a_dense_checkpoint(shipped_dir, tmp_path_f
     assert weights_quantization(WorkerSettings(), dense, CPU) == "none"
     # the built-in Whisper's conversion marker names CTranslate2's model.bin, not a GGUF
     whisper = tmp_path_factory.mktemp("whisper")
-    (whisper / MARKER_FILE).write_text(json.dumps({"source": "model.bin"}))
+    (whisper / CONVERTED_MARKER).write_text(json.dumps({"source": "model.bin"}))
     assert weights_quantization(WorkerSettings(), whisper, CPU) == "none"
 
 

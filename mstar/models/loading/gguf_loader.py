@@ -28,7 +28,6 @@ from mstar.settings.checks.auto_precision import GGUF_SOURCE_FILE, ships_gguf
 
 log = structlog.get_logger(__name__)
 
-SOURCE_FILE = GGUF_SOURCE_FILE
 # Architectures whose converter permuted the q/k rows for llama.cpp's rope layout.
 _PERMUTED_QK = ("llama",)
 
@@ -47,7 +46,7 @@ def gguf_model_dir(path: Path, cache_dir: Path) -> Path:
     if not path.is_file():
         raise ModelError(f"GGUF model {str(path)!r} does not exist or is not a file")
     target = Path(cache_dir).expanduser() / "gguf" / f"{path.stem}-{file_key(path)}"
-    if (target / SOURCE_FILE).is_file():
+    if (target / GGUF_SOURCE_FILE).is_file():
         return target
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -60,7 +59,7 @@ def gguf_model_dir(path: Path, cache_dir: Path) -> Path:
             config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]]
         config.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(tmp)
-        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path)}), encoding="utf-8")
+        (tmp / GGUF_SOURCE_FILE).write_text(json.dumps({"gguf": str(path)}), encoding="utf-8")
         if not target.exists():  # else another process made it meanwhile; ours is dropped below
             os.replace(tmp, target)
     except Exception as error:
@@ -73,7 +72,7 @@ def gguf_model_dir(path: Path, cache_dir: Path) -> Path:
 def gguf_source(model_dir: Path, quantization: str) -> Path | None:
     """The GGUF to load weights from: a GGUF model's file, or the built-in model's file under q4
     and at its shipped precision (``shipped``, what ``auto`` resolves to: ``loading.shipped``)."""
-    note = Path(model_dir) / SOURCE_FILE
+    note = Path(model_dir) / GGUF_SOURCE_FILE
     if note.is_file():
         return Path(json.loads(note.read_text(encoding="utf-8"))["gguf"])
     if quantization in ("q4", "shipped") and ships_gguf(model_dir):  # the built-in model

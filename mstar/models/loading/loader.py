@@ -19,11 +19,11 @@ from mstar.models.layers.cpu_linear import can_pack, native_bf16, pack_linears
 from mstar.models.layers.fused_ops import native_ops_usable, use_native_ops
 from mstar.models.loading.gguf_loader import gguf_source, read_gguf
 from mstar.models.loading.registry import get_model_class
-from mstar.models.loading.shipped import SHIPPED
 from mstar.models.lora.linear import wrap_lora_linears
 from mstar.models.quant.apply import MODES as QUANT_MODES
 from mstar.models.quant.apply import install_quantized, quantize_dense
 from mstar.models.quant.formats import QuantWeight, concat_rows, dequantize, part_rows, same_layout
+from mstar.settings.checks.auto_precision import SHIPPED
 
 log = structlog.get_logger(__name__)
 

@@ -24,9 +24,7 @@ from pathlib import Path
 
 import torch
 
-from mstar.settings.checks.auto_precision import SHIPPED, quantization, ships_gguf
-
-__all__ = ["SHIPPED", "weights_quantization"]  # SHIPPED: the value ``load_model`` takes
+from mstar.settings.checks.auto_precision import quantization, ships_gguf
 
 
 def weights_quantization(settings, model_dir: Path, device: torch.device) -> str:
