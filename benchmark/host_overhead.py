@@ -10,10 +10,11 @@ seed; ignore_eos with min_tokens = max_tokens (what the streaming client sends);
 32 in flight (offline: max_num_seqs=32). c=1 uses the first
 --c1-requests of them, one at a time. The offline engine and the server are both up for the whole
 run, and every measure is taken --repeats times, interleaved (offline continuous, offline static,
-served c=32, offline c=1, served c=1; then again); each prints its best. So each served figure is
-measured within seconds of its offline one: on a VM whose speed drifts by a third within an hour,
-offline c=1 measured a minute before served c=1 moved the ratio by up to 0.09 between runs of one
-build. Prints, from one run:
+served c=32, then the c=1 pairs; then again). The c=32 figures are each the best of its runs. At
+c=1 each request runs offline and then served, so that the two sides of a pair are measured
+within a second of each other; c=1's tok/s count every pass. On a VM whose speed drifts by a
+third within an hour and by a sixth between two 4-second runs, offline c=1 measured a minute
+before served c=1 moved the ratio by up to 0.09 between runs of one build. Prints, from one run:
 
 - the engine's continuous/static ratio: the 64 varied requests vs. waves of equal length (the
   same mean, 96 tokens), both offline, after a warm-up pass;
@@ -29,6 +30,7 @@ import argparse
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -71,11 +73,32 @@ def offline_tok_s(llm, lens: list[int]) -> float:
     return sum(lens) / elapsed
 
 
-def offline_c1_tok_s(llm, lens: list[int]) -> float:
-    start = time.perf_counter()
-    for n in lens:
-        offline_tok_s(llm, [n])
-    return sum(lens) / (time.perf_counter() - start)
+def paired_c1(llm, url: str, lens: list[int]) -> list[tuple[float, float]]:
+    """(offline, served) seconds of each request at one stream, run offline and served one after
+    the other (which goes first alternates): a pair is taken within a second, so that the
+    machine's drift falls on both sides alike. On the 2-core VM a request's speed still moves by
+    about 6% (one standard deviation) from one second to the next, hence many pairs."""
+    pairs = []
+    for i, n in enumerate(lens):
+        seconds = {}
+        for side in ("offline", "served") if i % 2 == 0 else ("served", "offline"):
+            if side == "offline":
+                start = time.perf_counter()
+                offline_tok_s(llm, [n])
+                seconds[side] = time.perf_counter() - start
+            else:
+                seconds[side] = n / run_client(served(url, [n], 1))[0]
+        pairs.append((seconds["offline"], seconds["served"]))
+    return pairs
+
+
+def c1_summary(lens: list[int], pairs: list[tuple[float, float]]) -> tuple[float, float, str]:
+    """Offline and served tok/s over every pair, and the spread of the pairs' ratios."""
+    ratios = [offline / served for offline, served in pairs]
+    spread = (f"{len(ratios)} pairs, ratio mean {statistics.fmean(ratios):.3f}, standard error "
+              f"{statistics.stdev(ratios) / len(ratios) ** 0.5:.3f}")
+    tokens = sum(lens)
+    return (tokens / sum(o for o, _ in pairs), tokens / sum(s for _, s in pairs), spread)
 
 
 def cpu_seconds_at(stat: Path) -> float:
@@ -140,8 +163,7 @@ def threads(pid: int) -> int:
 async def served(url: str, lens: list[int], concurrency: int) -> tuple[float, float]:
     """(output tok/s, SSE token frames per output token) of a closed loop at `concurrency`."""
     async with session(600) as client:
-        async with client.get(url + "/v1/models") as resp:
-            model = (await resp.json())["data"][0]["id"]  # the served name
+        model = (await client.get_json(url + "/v1/models", {}))["data"][0]["id"]  # served name
         target = Target(url, "chat", model, ignore_eos=True, temperature=0.0)
         specs = [RequestSpec(i, PROMPT, n) for i, n in enumerate(lens)]
 
@@ -180,7 +202,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model dir (default: the built-in model)")
     parser.add_argument("--knob", action="append", default=[],
                         help="NAME=VALUE settings knob for both the offline engine and the server")
-    parser.add_argument("--c1-requests", type=int, default=8)
+    parser.add_argument("--c1-requests", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of every measure, interleaved; the best of each is used")
     parser.add_argument("--log", type=Path, default=Path("/tmp/mstar_host_overhead_server.log"))
@@ -200,11 +222,12 @@ def main() -> None:
     server_args = [f"--model={args.model}"] if args.model else []
     server_knobs = [f"{k}={v}" for k, v in knobs.items()]
     proc, url = start_server(server_knobs + [a.lstrip("-") for a in server_args], args.log)
-    continuous = static = served_c32 = offline_c1 = served_c1 = 0.0
+    continuous = static = served_c32 = 0.0
+    c1_pairs: list[tuple[float, float]] = []  # (offline, served) seconds of each request
     try:
         run_client(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)
-        for _ in range(args.repeats):  # interleaved, best of each: damps drift on a noisy machine
+        for repeat in range(1, args.repeats + 1):  # interleaved, best of each: damps drift on a noisy machine
             threads_before = thread_cpu(os.getpid())
             continuous = max(continuous, progress("offline continuous", offline_tok_s(llm, lens)))
             offline_threads = thread_cpu_delta(threads_before, thread_cpu(os.getpid()))
@@ -220,9 +243,8 @@ def main() -> None:
             thread_counts = {pid: threads(pid) for pid in tree}
             served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
                               for pid in tree}
-            offline_c1 = max(offline_c1, progress("offline c=1", offline_c1_tok_s(llm, c1_lens)))
-            served_c1 = max(served_c1,
-                            progress("served c=1", run_client(served(url, c1_lens, 1))[0]))
+            c1_pairs += paired_c1(llm, url, c1_lens)
+            progress("served c=1 so far (paired)", c1_summary(c1_lens * repeat, c1_pairs)[1])
     finally:
         stop(proc)
         llm.engine.shutdown()
@@ -236,8 +258,10 @@ def main() -> None:
           "  continuous/static")
     print(f"{'served c=32':<34} {served_c32:>9.1f} {served_c32 / continuous:>7.3f}"
           "  served/offline")
+    offline_c1, served_c1, spread = c1_summary(c1_lens * args.repeats, c1_pairs)
     print(f"{'offline c=1':<34} {offline_c1:>9.1f}")
-    print(f"{'served c=1':<34} {served_c1:>9.1f} {served_c1 / offline_c1:>7.3f}  served/offline")
+    print(f"{'served c=1':<34} {served_c1:>9.1f} {served_c1 / offline_c1:>7.3f}  served/offline"
+          f" (every pair's seconds; {spread})")
     print(f"served c=32: SSE token frames per token {frames_per_token:.3f}; "
           f"client CPU {client_cpu:.1f} s")
     for pid, name in tree.items():

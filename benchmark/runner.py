@@ -16,8 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
+import msgspec
 
+from benchmark.http_stream import HttpSession, HttpStatusError
 from benchmark.runner_client import RequestResult, Target, run_client, send_request, session
 from benchmark.runner_metrics import format_table, request_records, summarize
 from benchmark.runner_workload import RequestSpec, make_requests, poisson_gaps
@@ -99,17 +100,14 @@ def base_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-async def resolve_model(client: aiohttp.ClientSession, args: argparse.Namespace,
-                        base: str) -> str:
+async def resolve_model(client: HttpSession, args: argparse.Namespace, base: str) -> str:
     if args.model:
         return args.model
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
-        async with client.get(base + "/v1/models", headers=headers) as resp:
-            resp.raise_for_status()
-            return (await resp.json())["data"][0]["id"]
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError,
-            TypeError) as exc:
+        return (await client.get_json(base + "/v1/models", headers))["data"][0]["id"]
+    except (HttpStatusError, OSError, asyncio.TimeoutError, msgspec.DecodeError, KeyError,
+            IndexError, TypeError) as exc:
         if args.endpoint == "generate":
             return "default"
         raise RunnerError(

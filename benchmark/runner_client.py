@@ -7,23 +7,23 @@ A chat with audio out (``Target.audio``: OpenAI's ``modalities: ["text", "audio"
 its text as ``delta.audio.transcript`` (counted as tokens) and its pcm16 as base64
 ``delta.audio.data``: the time to the first audio bytes and their count are kept too.
 
-The client is aiohttp on uvloop (``session``, ``run_client``). It shares the machine with the
-server it measures, so its CPU is the server's loss: on the 2-core VM, httpx on asyncio's loop
-took about 0.45 ms a token at one stream and 0.15 ms at 32; aiohttp on uvloop, reading a chunk
-at a time, about 0.13 and 0.03 (docs/worker_loop.rst, "Served against offline at a 5 ms step").
+The client is ``benchmark.http_stream`` on uvloop (``session``, ``run_client``): each line of
+the stream is read inside the connection's callback. It shares the machine with the server it
+measures, so its CPU is the server's loss (docs/worker_loop.rst, "Served against offline at a
+5 ms step").
 """
 
 import asyncio
 import base64
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import msgspec
 import uvloop
 
+from benchmark.http_stream import HttpSession, HttpStatusError
 from benchmark.runner_workload import RequestSpec
 
 ENDPOINT_PATHS = {
@@ -33,16 +33,10 @@ ENDPOINT_PATHS = {
 }
 
 
-READ_BUFSIZE = 4 << 20  # aiohttp's read buffer
-MAX_LINE = 2 * READ_BUFSIZE  # a stream line can be one speech chunk's base64
-
-
-def session(timeout_s: float) -> aiohttp.ClientSession:
-    """The benchmarks' HTTP client: no cap on connections; ``timeout_s`` to connect and between
-    reads (a request's whole stream may take longer)."""
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-    return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0),
-                                 read_bufsize=READ_BUFSIZE)
+def session(timeout_s: float) -> HttpSession:
+    """The benchmarks' HTTP client (``benchmark.http_stream``): ``timeout_s`` to connect and
+    between reads (a request's whole stream may take longer)."""
+    return HttpSession(timeout_s)
 
 
 def run_client(main: Coroutine[Any, Any, Any]) -> Any:
@@ -148,7 +142,7 @@ def _error_message(obj: dict) -> str | None:
     return str(err)
 
 
-def _load(line: str) -> dict:
+def _load(line: bytes) -> dict:
     try:
         obj = msgspec.json.decode(line)
     except msgspec.DecodeError as exc:
@@ -161,97 +155,75 @@ def _load(line: str) -> dict:
     return obj
 
 
-async def _line_batches(resp: aiohttp.ClientResponse) -> AsyncIterator[list[str]]:
-    """The body's lines (their ends stripped), a batch per chunk received: one wake-up per chunk,
-    not one per line as aiohttp's line reader has (at one stream a chunk is one event). A line
-    over MAX_LINE bytes is a ValueError, as it was for aiohttp's reader."""
-    parts: list[bytes] = []  # the start of a line not yet ended
-    held = 0
-    async for chunk in resp.content.iter_any():
-        if b"\n" not in chunk:
-            parts.append(chunk)
-            held += len(chunk)
-            if held > MAX_LINE:
-                raise ValueError(f"a stream line over {MAX_LINE} bytes")
-            continue
-        lines = (b"".join([*parts, chunk]) if parts else chunk).split(b"\n")
-        parts = [lines.pop()] if lines[-1] else []
-        held = len(parts[0]) if parts else 0
-        yield [raw.decode("utf-8", "replace").rstrip("\r") for raw in lines]
-    if parts:
-        yield [b"".join(parts).decode("utf-8", "replace").rstrip("\r")]
+class _SseReader:
+    """An SSE stream's lines, one call each: times each token-carrying event; the tokens are the
+    usage's completion tokens when an event reports them, else one per token-carrying event."""
+
+    def __init__(self, timer: _Timer):
+        self.timer = timer
+        self.usage_tokens: int | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.timer.chunks if self.usage_tokens is None else self.usage_tokens
+
+    def __call__(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        data = line[len(b"data:"):].strip()
+        if data == b"[DONE]":
+            return
+        obj = _load(data)
+        usage = obj.get("usage")
+        if usage and usage.get("completion_tokens") is not None:
+            self.usage_tokens = int(usage["completion_tokens"])
+        text = ""
+        for choice in obj.get("choices") or []:
+            delta = choice.get("delta") or {}
+            audio = delta.get("audio") or {}
+            content = (delta.get("content") or delta.get("reasoning_content")
+                       or audio.get("transcript"))
+            text += content or choice.get("text") or ""
+            if audio.get("data"):
+                self.timer.audio_chunk(len(base64.b64decode(audio["data"])))
+        if text:
+            self.timer.token_chunk()
 
 
-async def _read_sse(resp: aiohttp.ClientResponse, timer: _Timer) -> int:
-    usage_tokens = None
-    async for lines in _line_batches(resp):
-        for line in lines:
-            usage_tokens = _sse_line(line, timer, usage_tokens)
-    return timer.chunks if usage_tokens is None else usage_tokens
+class _NdjsonReader:
+    """mstar's native /generate stream, one JSON object a line: its ``token_ids`` counted."""
+
+    def __init__(self, timer: _Timer):
+        self.timer = timer
+        self.tokens = 0
+
+    def __call__(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        obj = _load(line)
+        ids = obj.get("token_ids")
+        count = len(ids) if ids is not None else int(bool(obj.get("text")))
+        if count:
+            self.timer.token_chunk()
+            self.tokens += count
 
 
-def _sse_line(line: str, timer: _Timer, usage_tokens: int | None) -> int | None:
-    """One line of an SSE stream: times a token-carrying event; the usage's completion tokens
-    when the event reports them, else ``usage_tokens``."""
-    if not line.startswith("data:"):
-        return usage_tokens
-    data = line[len("data:") :].strip()
-    if data == "[DONE]":
-        return usage_tokens
-    obj = _load(data)
-    usage = obj.get("usage")
-    if usage and usage.get("completion_tokens") is not None:
-        usage_tokens = int(usage["completion_tokens"])
-    text = ""
-    for choice in obj.get("choices") or []:
-        delta = choice.get("delta") or {}
-        audio = delta.get("audio") or {}
-        content = (delta.get("content") or delta.get("reasoning_content")
-                   or audio.get("transcript"))
-        text += content or choice.get("text") or ""
-        if audio.get("data"):
-            timer.audio_chunk(len(base64.b64decode(audio["data"])))
-    if text:
-        timer.token_chunk()
-    return usage_tokens
-
-
-async def _read_ndjson(resp: aiohttp.ClientResponse, timer: _Timer) -> int:
-    tokens = 0
-    async for lines in _line_batches(resp):
-        for line in lines:
-            if not line.strip():
-                continue
-            obj = _load(line)
-            ids = obj.get("token_ids")
-            count = len(ids) if ids is not None else int(bool(obj.get("text")))
-            if count:
-                timer.token_chunk()
-                tokens += count
-    return tokens
-
-
-async def send_request(
-    client: aiohttp.ClientSession, target: Target, spec: RequestSpec
-) -> RequestResult:
+async def send_request(client: HttpSession, target: Target, spec: RequestSpec) -> RequestResult:
     """Send one streaming request; never raises, failures land in `result.error`."""
     result = RequestResult(index=spec.index, requested_tokens=spec.output_len)
     start = time.perf_counter()
     timer = _Timer(result, start)
+    reader = _NdjsonReader(timer) if target.endpoint == "generate" else _SseReader(timer)
     try:
-        async with client.post(target.url, json=target.payload(spec),
-                               headers=target.headers) as resp:
-            if not 200 <= resp.status < 300:
-                body = (await resp.read()).decode(errors="replace")
-                raise StreamError(f"HTTP {resp.status}: {body[:300]}")
-            reader = _read_ndjson if target.endpoint == "generate" else _read_sse
-            result.output_tokens = await reader(resp, timer)
+        await client.request("POST", target.url, target.headers,
+                             msgspec.json.encode(target.payload(spec)), on_line=reader)
+        result.output_tokens = reader.tokens
         if timer.chunks == 0:
             raise StreamError("stream ended without any output tokens")
-    except StreamError as exc:
+    except (StreamError, HttpStatusError) as exc:
         result.error = str(exc)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: a line
-        result.error = f"{type(exc).__name__}: {exc}"  # over MAX_LINE
+    except (OSError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: a line over
+        result.error = f"{type(exc).__name__}: {exc}"  # MAX_LINE
     result.finished_at = time.perf_counter()
     result.e2e = result.finished_at - start
     if result.error is not None:

@@ -12,8 +12,9 @@ from fake_openai_server import EOS_AFTER, REPO, TOKEN_SLEEP_S
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmark.http_stream import MAX_LINE
 from benchmark.runner import main
-from benchmark.runner_client import MAX_LINE, RequestResult, Target, send_request, session
+from benchmark.runner_client import RequestResult, Target, send_request, session
 from benchmark.runner_metrics import percentile
 from benchmark.runner_workload import (
     RequestSpec,
@@ -140,7 +141,7 @@ def test_unreachable_server_fails_every_request(tmp_path):
     report = json.loads((tmp_path / "results.json").read_text())
     assert rc == 1
     assert report["metrics"]["errors"] == 3 and report["config"]["model"] == "default"
-    assert "ClientConnectorError" in report["metrics"]["first_error"]
+    assert "ConnectionRefusedError" in report["metrics"]["first_error"]
 
 
 def test_model_listing_fallback(fake, tmp_path, capsys):
@@ -280,3 +281,57 @@ def test_a_line_over_the_limit_is_an_error_not_a_hang():
     body = b"data: " + b"x" * (MAX_LINE + 1)
     result = asyncio.run(_send_in_pieces(body, list(range(1 << 20, len(body), 1 << 20)), 4))
     assert result.error is not None and "ValueError" in result.error
+
+
+async def _stall_after(head: bytes, timeout_s: float) -> RequestResult:
+    """send_request against a server that writes ``head`` and then neither writes nor closes."""
+    release = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head)
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with session(timeout_s) as client:
+            target = Target(f"http://127.0.0.1:{port}", "chat", "m", False, 0.0)
+            return await send_request(client, target, RequestSpec(0, "hi", 4))
+    finally:
+        release.set()
+        server.close()
+
+
+def test_a_stream_that_stalls_times_out_between_reads():
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n")
+    event = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+    result = asyncio.run(_stall_after(head + b"%x\r\n" % len(event) + event + b"\r\n", 0.5))
+    assert result.error is not None and "TimeoutError" in result.error
+    assert 0.5 <= result.e2e < 5
+
+
+def test_a_chunked_stream_cut_short_is_an_error():
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        event = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + b"%x\r\n" % len(event) + event + b"\r\n")
+        await writer.drain()
+        writer.close()  # no last chunk: the response never ended
+
+    async def go() -> RequestResult:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with session(10) as client:
+                target = Target(f"http://127.0.0.1:{port}", "chat", "m", False, 0.0)
+                return await send_request(client, target, RequestSpec(0, "hi", 4))
+        finally:
+            server.close()
+
+    result = asyncio.run(go())
+    assert result.error is not None and "ConnectionError" in result.error
