@@ -136,8 +136,11 @@ class Server:
         key = (env or {}).get("MSTAR_API_KEY")
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MSTAR_")}
+        # MSTAR_CPU_BIND off: the suite runs many servers at once on the same CPUs, where binding
+        # each one's threads to the same CPUs would pile them up (test_cpu_bind_serve turns it on)
         full_env.update({"MSTAR_PORT": str(self.port), "MSTAR_DEVICE": "cpu",
-                         "MSTAR_CPU_KV_CACHE_GB": "0.05", **(env or {})})
+                         "MSTAR_CPU_KV_CACHE_GB": "0.05", "MSTAR_CPU_BIND": "false",
+                         **(env or {})})
         self.log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = start_mstar(["serve", str(model_dir), *args], full_env, self.log_file)
         self.children: set[int] = set()

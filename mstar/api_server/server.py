@@ -33,12 +33,14 @@ from mstar.api_server.generation.engine_client import EngineClient, Failure, Sin
 from mstar.api_server.generation.routing import Router
 from mstar.api_server.media.model import model_media
 from mstar.conductor.process import conductor_main
+from mstar.ipc.cpu_affinity import bind_process, process_cpus
 from mstar.ipc.endpoints import create_socket_dir, make_endpoints
 from mstar.ipc.lifecycle import start_child
 from mstar.ipc.security import MissingClusterSecret
 from mstar.models.loading.placement_check import encoder_placement_problem
+from mstar.settings.checks.cpu_binding import cpu_binding
 from mstar.settings.checks.executor import executor_problem
-from mstar.settings.checks.preflight import tensor_parallel_problem
+from mstar.settings.checks.preflight import gpu_visible, tensor_parallel_problem
 from mstar.settings.wire import withhold_secrets
 
 if TYPE_CHECKING:
@@ -111,6 +113,10 @@ def serve(loaded: LoadedSettings, model_dir: Path, sock: socket.socket) -> int:
     if problem is not None:
         log.error("preflight_failed", reason=problem)
         return 1
+    binding = cpu_binding(settings, process_cpus(), gpu_visible())
+    if binding is not None:  # MSTAR_CPU_BIND: this process's threads on the front's CPU
+        bind_process(binding.front)
+        log.info("cpu_bound", engine_cpus=list(binding.engine), front_cpu=binding.front)
     socket_dir = create_socket_dir(settings)
     try:
         try:

@@ -44,6 +44,7 @@ from mstar.engine.speculative.drafting import NO_DRAFTS
 from mstar.engine.speculative.setup import speculation_for, speculative_method
 from mstar.engine.step_loop import StepLoop
 from mstar.engine.structured.grammar_pool import GrammarBounds, GrammarCompilePool
+from mstar.kernels.cpu.affinity import intra_op_binder
 from mstar.models.families.parallel import TensorParallel
 from mstar.models.loading.registry import node_config
 from mstar.models.loading.resolve import resolve_model_dir
@@ -250,6 +251,15 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or self.loop.in_flight
+
+    def bind_threads(self, cpus: tuple[int, ...]) -> None:
+        """MSTAR_CPU_BIND (a worker's engine on CPU): the intra-op threads of each thread that runs
+        forwards, thread i on ``cpus[i]``; this thread's now, the forward thread's as it starts."""
+        bind = intra_op_binder(cpus, self.settings.cache_dir) if self.device.type == "cpu" else None
+        if bind is not None:
+            bind()
+            self.loop.thread_setup = bind
+            log.info("cpu_bound", engine_cpus=list(cpus))
 
     def shutdown(self) -> None:
         self.loop.shutdown()

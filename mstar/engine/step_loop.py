@@ -72,6 +72,8 @@ class StepLoop:
         self.forward_pool: ThreadPoolExecutor | None = None
         self.timer: PhaseTimer | None = None
         self.inflight: InFlight | None = None
+        # run first by the forward thread (MSTAR_CPU_BIND: it binds that thread's OpenMP team)
+        self.thread_setup: Callable[[], None] | None = None
         self.apply(settings)
 
     @property
@@ -87,7 +89,12 @@ class StepLoop:
             self.timer = PhaseTimer(settings.phase_timing, self.timer_label,
                                     counters=lambda: asdict(self.counters))
         if self.policy.overlapped and self.forward_pool is None:  # started by the first overlap
-            self.forward_pool = ThreadPoolExecutor(1, thread_name_prefix="mstar-forward")
+            self.forward_pool = ThreadPoolExecutor(1, thread_name_prefix="mstar-forward",
+                                                   initializer=self._start_forward_thread)
+
+    def _start_forward_thread(self) -> None:
+        if self.thread_setup is not None:
+            self.thread_setup()
 
     @property
     def in_flight(self) -> bool:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mstar.ipc.cpu_affinity import spawning
 from mstar.logging_setup import configure_logging
 
 if TYPE_CHECKING:
@@ -80,7 +81,8 @@ def start_child(target: Callable[..., None], args: tuple, name: str,
     """Start a child process (spawn: no inherited threads or sockets); the caller watches it."""
     proc = multiprocessing.get_context("spawn").Process(target=target, args=args, name=name,
                                                         daemon=daemon)
-    proc.start()
+    with spawning():  # the child gets every CPU this process had before MSTAR_CPU_BIND
+        proc.start()
     return proc
 
 

@@ -41,8 +41,11 @@ STATS_INTERVAL_S = 0.1
 
 class Worker:
     def __init__(self, settings: WorkerSettings, index: int, channel: WorkerChannel,
-                 parallel: TensorParallel | None = None):
+                 parallel: TensorParallel | None = None,
+                 engine_cpus: tuple[int, ...] | None = None):
+        """``engine_cpus``: MSTAR_CPU_BIND's CPUs for the engine's intra-op threads, in order."""
         self.settings = settings
+        self.engine_cpus = engine_cpus
         self.index = index
         self.channel = channel
         self.parallel = parallel  # this process's rank when the replica is a tensor-parallel group
@@ -113,6 +116,8 @@ class Worker:
                                             self.channel.security.max_message_bytes)
         engine = LLMEngine(self.settings, timer_label=self.index, parallel=self.parallel,
                            placed_nodes=dict(self.nodes))
+        if self.engine_cpus is not None:
+            engine.bind_threads(self.engine_cpus)
         seconds = time.perf_counter() - start
         rank = 0 if self.parallel is None else self.parallel.rank
         # speech out (a graph emitting audio): the codec node runs on each step's frames, here or

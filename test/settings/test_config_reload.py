@@ -78,7 +78,8 @@ def wait_for_log(server, needle: str, timeout_s: float = 20) -> None:
 def test_config_endpoint_matches_config_show_json(server, env_file):
     shown = mstar("config", "show", "--json", "--env-file", str(env_file),
                   env={**SERVER_ENV, "MSTAR_PORT": str(server.port), "MSTAR_DEVICE": "cpu",
-                       "MSTAR_CPU_KV_CACHE_GB": "0.05", "MSTAR_MODEL": str(server.model_dir)})
+                       "MSTAR_CPU_KV_CACHE_GB": "0.05", "MSTAR_CPU_BIND": "false",
+                       "MSTAR_MODEL": str(server.model_dir)})
     assert shown.returncode == 0, shown.stderr
     body = config(server)
     expected = json.loads(shown.stdout)

@@ -76,6 +76,7 @@ VALID = {
     "MSTAR_SPEECH_CHUNK_FRAMES": ("50", 50),
     "MSTAR_SPEECH_LEFT_CONTEXT": ("0", 0),
     "MSTAR_KV_CACHE_MEMORY_FRACTION": ("0.5", 0.5),
+    "MSTAR_CPU_BIND": ("false", False),
     "MSTAR_CPU_KV_CACHE_GB": ("1.5", 1.5),
     "MSTAR_ENABLE_PREFIX_CACHING": ("false", False),
     "MSTAR_ATTENTION_BACKEND": ("Triton", "triton"),

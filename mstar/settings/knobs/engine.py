@@ -123,6 +123,16 @@ class EngineKnobs(BaseModel):
         0, "Intra-op CPU threads of torch in each engine process (every worker, or the process "
         "running mstar.LLM). 0 keeps torch's default, one per core.", unit="threads", ge=0,
         le=1024)
+    cpu_bind: bool = _engine(
+        True, "When serving on CPU with one engine process (MSTAR_NUM_WORKERS=1, "
+        "MSTAR_TENSOR_PARALLEL_SIZE=1, no GPU) on at least 2 CPUs: bind the worker's intra-op "
+        "threads one per CPU, in the order of the CPUs `mstar serve` may use (MSTAR_TORCH_NUM_THREADS "
+        "of them, 0: all), and the API server's threads and the worker's zmq I/O thread to one "
+        "CPU, one the engine's threads leave free, else the last engine thread's (never the "
+        "first's, which runs each step's Python). With every CPU busy in the engine's parallel "
+        "regions, what the front runs then always displaces the same, last thread "
+        "(docs/worker_loop.rst, 'Session 14'). Needs the native CPU kernels. No effect "
+        "otherwise, nor on mstar.LLM.")
     hf_token: SecretStr | None = _engine(
         None, "Hugging Face access token for downloading a hub id's files (a gated or private "
         "model). Also read from HF_TOKEN (MSTAR_HF_TOKEN wins). Unset: huggingface_hub's stored "

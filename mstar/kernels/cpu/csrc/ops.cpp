@@ -14,6 +14,9 @@
 //     weight = q * d + m; repacked at load so that 8 output rows are interleaved per block
 //     (q4_layout.h): every q4 op here takes that layout, [N, K / 32 * 20] bytes as before.
 // int8: int8 weights [N, K] with float32 scales [N, G], one per group of K / G weights.
+#include <omp.h>
+#include <sched.h>
+
 #include "activation_ops.h"
 #include "argmax_ops.h"
 #include "common.h"
@@ -84,6 +87,22 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
 }
 
 int64_t best_level() { return cpu_level(); }
+
+// Binds the intra-op threads of the calling thread's OpenMP team one per CPU: thread i to cpus[i],
+// for a team of cpus.size() threads (the caller sets torch's thread count to that first, so that
+// every later region, torch's and ours, runs on this team). Returns how many threads bound.
+int64_t bind_threads(at::IntArrayRef cpus) {
+  const std::vector<int64_t> list(cpus.begin(), cpus.end());
+  int64_t bound = 0;
+#pragma omp parallel num_threads(static_cast<int>(list.size())) reduction(+ : bound)
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(static_cast<int>(list[omp_get_thread_num()]), &set);
+    bound += sched_setaffinity(0, sizeof(set), &set) == 0 ? 1 : 0;
+  }
+  return bound;
+}
 int64_t features() { return cpu_features(); }
 
 }  // namespace
@@ -111,6 +130,7 @@ TORCH_LIBRARY(mstar_cpu, m) {
   m.def("q4_linear_wide(Tensor x, Tensor blocks, int in_features, int level=-1) -> Tensor");
   m.def("int8_linear_wide(Tensor x, Tensor weight, Tensor scales, int level=-1) -> Tensor");
   m.def("quant_wide_rows(bool q4, int level=-1) -> int");
+  m.def("bind_threads(int[] cpus) -> int");
   m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int? window, "
         "float scale) -> Tensor");
   m.def("decode_layer(Tensor(a!) hidden, Tensor(b!) residual, bool normed, Tensor input_norm, Tensor post_norm, "
@@ -150,4 +170,5 @@ TORCH_LIBRARY_IMPL(mstar_cpu, CompositeExplicitAutograd, m) {
   m.impl("cpu_features", &features);
   m.impl("level_features", &level_features);
   m.impl("quant_wide_rows", &wide_rows);
+  m.impl("bind_threads", &bind_threads);
 }
