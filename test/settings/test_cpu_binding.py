@@ -17,12 +17,15 @@ cpu_sets = st.sets(st.integers(0, 63), min_size=1, max_size=12)
 
 @given(cpus=cpu_sets, gpu=st.booleans(), device=st.sampled_from(["auto", "cpu", "cuda"]),
        workers=st.integers(1, 3), tp=st.sampled_from([1, 2]),
-       executor=st.sampled_from(["mp", "ray"]), on=st.booleans())
+       executor=st.sampled_from(["mp", "ray"]), on=st.booleans(),
+       models=st.sampled_from([None, "a=/m/a,b=/m/b"]))
 def test_it_binds_only_one_engine_process_on_a_cpu_machine(cpus, gpu, device, workers, tp,
-                                                          executor, on):
+                                                          executor, on, models):
     settings = WorkerSettings(cpu_bind=on, device=device, num_workers=workers,
-                              tensor_parallel_size=tp, distributed_executor=executor)
-    applies = (on and workers == 1 and tp == 1 and executor == "mp" and len(cpus) >= 2
+                              tensor_parallel_size=tp, distributed_executor=executor,
+                              models=models)
+    applies = (on and workers == 1 and tp == 1 and executor == "mp" and models is None
+               and len(cpus) >= 2
                and (device == "cpu" or (device == "auto" and not gpu)))
     assert (cpu_binding(settings, cpus, gpu) is not None) == applies
 

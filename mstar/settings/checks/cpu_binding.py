@@ -33,7 +33,7 @@ def cpu_binding(settings: WorkerSettings, cpus: Iterable[int], gpu: bool) -> Cpu
     would take the engine (MSTAR_DEVICE=auto); None: the kernel places every thread."""
     cpus = sorted(cpus)
     one_process = (settings.num_workers == 1 and settings.tensor_parallel_size == 1
-                   and settings.distributed_executor == "mp")
+                   and settings.distributed_executor == "mp" and settings.models is None)
     on_cpu = settings.device == "cpu" or (settings.device == "auto" and not gpu)
     if not (settings.cpu_bind and one_process and on_cpu and len(cpus) >= 2):
         return None

@@ -125,7 +125,8 @@ class EngineKnobs(BaseModel):
         le=1024)
     cpu_bind: bool = _engine(
         True, "When serving on CPU with one engine process (MSTAR_NUM_WORKERS=1, "
-        "MSTAR_TENSOR_PARALLEL_SIZE=1, no GPU) on at least 2 CPUs: bind the worker's intra-op "
+        "MSTAR_TENSOR_PARALLEL_SIZE=1, the mp executor, one model: MSTAR_MODELS unset, no GPU) "
+        "on at least 2 CPUs: bind the worker's intra-op "
         "threads one per CPU, in the order of the CPUs `mstar serve` may use (MSTAR_TORCH_NUM_THREADS "
         "of them, 0: all), and the API server's threads and the worker's zmq I/O thread to one "
         "CPU, one the engine's threads leave free, else the last engine thread's (never the "
