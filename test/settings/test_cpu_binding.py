@@ -1,6 +1,7 @@
 """MSTAR_CPU_BIND's rule (``mstar.settings.checks.cpu_binding``) and its mechanics in a process
 (``mstar.ipc.cpu_affinity``), torch-free. The served binding: test/processes/test_cpu_bind_serve.py."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -15,19 +16,19 @@ from mstar.settings.checks.cpu_binding import cpu_binding
 cpu_sets = st.sets(st.integers(0, 63), min_size=1, max_size=12)
 
 
-@given(cpus=cpu_sets, gpu=st.booleans(), device=st.sampled_from(["auto", "cpu", "cuda"]),
-       workers=st.integers(1, 3), tp=st.sampled_from([1, 2]),
-       executor=st.sampled_from(["mp", "ray"]), on=st.booleans(),
-       models=st.sampled_from([None, "a=/m/a,b=/m/b"]))
-def test_it_binds_only_one_engine_process_on_a_cpu_machine(cpus, gpu, device, workers, tp,
-                                                          executor, on, models):
-    settings = WorkerSettings(cpu_bind=on, device=device, num_workers=workers,
-                              tensor_parallel_size=tp, distributed_executor=executor,
-                              models=models)
-    applies = (on and workers == 1 and tp == 1 and executor == "mp" and models is None
-               and len(cpus) >= 2
-               and (device == "cpu" or (device == "auto" and not gpu)))
-    assert (cpu_binding(settings, cpus, gpu) is not None) == applies
+def test_it_binds_only_one_engine_process_on_a_cpu_machine():
+    checked = 0
+    for on, workers, tp, executor, models, device, gpu, cpus in itertools.product(
+            (True, False), (1, 2), (1, 2), ("mp", "ray"), (None, "a=/m/a,b=/m/b"),
+            ("auto", "cpu", "cuda"), (False, True), ({0}, {0, 1}, {2, 5, 7})):
+        settings = WorkerSettings(cpu_bind=on, device=device, num_workers=workers,
+                                  tensor_parallel_size=tp, distributed_executor=executor,
+                                  models=models)
+        applies = (on and workers == 1 and tp == 1 and executor == "mp" and models is None
+                   and len(cpus) >= 2 and (device == "cpu" or (device == "auto" and not gpu)))
+        assert (cpu_binding(settings, cpus, gpu) is not None) == applies, settings
+        checked += applies
+    assert checked == 6  # {0, 1} and {2, 5, 7}, each on cpu, auto without a GPU and cpu with one
 
 
 @given(cpus=cpu_sets.filter(lambda cpus: len(cpus) >= 2), threads=st.integers(0, 16))
