@@ -73,11 +73,11 @@ def offline_tok_s(llm, lens: list[int]) -> float:
     return sum(lens) / elapsed
 
 
-def paired_c1(llm, url: str, lens: list[int]) -> list[tuple[float, float]]:
-    """(offline, served) seconds of each request at one stream, run offline and served one after
-    the other (which goes first alternates): a pair is taken within a second, so that the
-    machine's drift falls on both sides alike. On the 2-core VM a request's speed still moves by
-    about 6% (one standard deviation) from one second to the next, hence many pairs."""
+def paired_c1(llm, url: str, lens: list[int]) -> list[tuple[int, float, float]]:
+    """(tokens, offline seconds, served seconds) of each request at one stream, run offline and
+    served one after the other (which goes first alternates): a pair is taken within a second, so
+    that the machine's drift falls on both sides alike. On the 2-core VM a request's speed still
+    moves by about 6% (one standard deviation) from one second to the next, hence many pairs."""
     pairs = []
     for i, n in enumerate(lens):
         seconds = {}
@@ -88,17 +88,17 @@ def paired_c1(llm, url: str, lens: list[int]) -> list[tuple[float, float]]:
                 seconds[side] = time.perf_counter() - start
             else:
                 seconds[side] = n / run_client(served(url, [n], 1))[0]
-        pairs.append((seconds["offline"], seconds["served"]))
+        pairs.append((n, seconds["offline"], seconds["served"]))
     return pairs
 
 
-def c1_summary(lens: list[int], pairs: list[tuple[float, float]]) -> tuple[float, float, str]:
+def c1_summary(pairs: list[tuple[int, float, float]]) -> tuple[float, float, str]:
     """Offline and served tok/s over every pair, and the spread of the pairs' ratios."""
-    ratios = [offline / served for offline, served in pairs]
+    tokens, offline_s, served_s = (sum(side) for side in zip(*pairs, strict=True))
+    ratios = [offline / served for _, offline, served in pairs]
     spread = (f"{len(ratios)} pairs, ratio mean {statistics.fmean(ratios):.3f}, standard error "
               f"{statistics.stdev(ratios) / len(ratios) ** 0.5:.3f}")
-    tokens = sum(lens)
-    return (tokens / sum(o for o, _ in pairs), tokens / sum(s for _, s in pairs), spread)
+    return tokens / offline_s, tokens / served_s, spread
 
 
 def cpu_seconds_at(stat: Path) -> float:
@@ -204,7 +204,8 @@ def main() -> None:
                         help="NAME=VALUE settings knob for both the offline engine and the server")
     parser.add_argument("--c1-requests", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2,
-                        help="runs of every measure, interleaved; the best of each is used")
+                        help="runs of every measure, interleaved; at c=32 the best of each is "
+                        "used, at c=1 every pair counts")
     parser.add_argument("--log", type=Path, default=Path("/tmp/mstar_host_overhead_server.log"))
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -223,11 +224,11 @@ def main() -> None:
     server_knobs = [f"{k}={v}" for k, v in knobs.items()]
     proc, url = start_server(server_knobs + [a.lstrip("-") for a in server_args], args.log)
     continuous = static = served_c32 = 0.0
-    c1_pairs: list[tuple[float, float]] = []  # (offline, served) seconds of each request
+    c1_pairs: list[tuple[int, float, float]] = []  # (tokens, offline s, served s) a request
     try:
         run_client(served(url, [8, 8], 2))  # warm-up
         tree = process_tree(proc.pid)
-        for repeat in range(1, args.repeats + 1):  # interleaved, best of each: damps drift on a noisy machine
+        for _ in range(args.repeats):  # interleaved: damps drift on a noisy machine
             threads_before = thread_cpu(os.getpid())
             continuous = max(continuous, progress("offline continuous", offline_tok_s(llm, lens)))
             offline_threads = thread_cpu_delta(threads_before, thread_cpu(os.getpid()))
@@ -244,7 +245,7 @@ def main() -> None:
             served_threads = {pid: thread_cpu_delta(threads_before[pid], thread_cpu(pid))
                               for pid in tree}
             c1_pairs += paired_c1(llm, url, c1_lens)
-            progress("served c=1 so far (paired)", c1_summary(c1_lens * repeat, c1_pairs)[1])
+            progress("served c=1 so far (paired)", c1_summary(c1_pairs)[1])
     finally:
         stop(proc)
         llm.engine.shutdown()
@@ -258,7 +259,7 @@ def main() -> None:
           "  continuous/static")
     print(f"{'served c=32':<34} {served_c32:>9.1f} {served_c32 / continuous:>7.3f}"
           "  served/offline")
-    offline_c1, served_c1, spread = c1_summary(c1_lens * args.repeats, c1_pairs)
+    offline_c1, served_c1, spread = c1_summary(c1_pairs)
     print(f"{'offline c=1':<34} {offline_c1:>9.1f}")
     print(f"{'served c=1':<34} {served_c1:>9.1f} {served_c1 / offline_c1:>7.3f}  served/offline"
           f" (every pair's seconds; {spread})")

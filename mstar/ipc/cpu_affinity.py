@@ -1,7 +1,8 @@
 """Applying a CPU binding (``mstar.settings.checks.cpu_binding``) to this process's threads.
 
-``os.sched_setaffinity(tid, ...)`` binds one thread; a thread starts with the CPUs of the thread
-that started it, and a process with those of the thread that spawned it.
+``os.sched_setaffinity(tid, ...)`` binds one thread (``os.sched_getaffinity(tid)`` reads it); a
+thread starts with the CPUs of the thread that started it, and a process with those of the thread
+that spawned it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 _home: set[int] | None = None  # this process's CPUs before ``bind_process`` narrowed them
 
@@ -23,17 +23,13 @@ def process_cpus() -> set[int]:
     return set(_home)
 
 
-def thread_ids() -> list[int]:
-    return [int(tid) for tid in os.listdir("/proc/self/task")]
-
-
 def bind_process(cpu: int) -> None:
     """Every thread of this process, and every thread it starts later, on ``cpu`` (the API
     server's front). Children still start with the process's home set (``spawning``)."""
     process_cpus()
-    for tid in thread_ids():
+    for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(ProcessLookupError):  # a thread that just ended
-            os.sched_setaffinity(tid, {cpu})
+            os.sched_setaffinity(int(tid), {cpu})
 
 
 @contextlib.contextmanager
@@ -60,15 +56,3 @@ def threads_started_on(cpu: int) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, mine)
-
-
-def allowed_cpus(pid: int, tid: int | None = None) -> set[int]:
-    """The CPUs a thread (default: the process's main thread) may run on, from /proc."""
-    status = Path(f"/proc/{pid}/task/{tid or pid}/status").read_text()
-    listed = next(line.split(":", 1)[1].strip() for line in status.splitlines()
-                  if line.startswith("Cpus_allowed_list:"))
-    cpus: set[int] = set()
-    for part in listed.split(","):
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus

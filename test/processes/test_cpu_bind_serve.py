@@ -10,8 +10,6 @@ import httpx
 import pytest
 from serve_helpers import descendants, running_server
 
-from mstar.ipc.cpu_affinity import allowed_cpus
-
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 CPUs")
 
 
@@ -21,8 +19,8 @@ def _threads(pid: int) -> dict[int, tuple[str, set[int]]]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             out[int(task.name)] = ((task / "comm").read_text().strip(),
-                                   allowed_cpus(pid, int(task.name)))
-        except (OSError, StopIteration):
+                                   os.sched_getaffinity(int(task.name)))
+        except OSError:  # a thread that just ended
             continue
     return out
 
@@ -46,7 +44,7 @@ def test_the_engine_threads_are_bound_one_per_cpu_and_the_front_beside_them(boun
                if len(_threads(pid).get(pid, ("", set()))[1]) == 1]
     assert len(workers) == 1, {pid: _threads(pid) for pid in descendants(bound_server.proc.pid)}
     worker = _threads(workers[0])
-    engine = sorted(allowed_cpus(workers[0]) | {cpu for name, allowed in worker.values()
+    engine = sorted(os.sched_getaffinity(workers[0]) | {cpu for name, allowed in worker.values()
                                                 if len(allowed) == 1 for cpu in allowed})
     assert worker[workers[0]][1] == {engine[0]}  # the main thread: the first engine CPU
     io = [allowed for name, allowed in worker.values() if name.startswith("ZMQbg/IO")]

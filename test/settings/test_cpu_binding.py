@@ -45,7 +45,7 @@ def test_the_engine_keeps_its_cpus_and_the_front_one_it_leaves_or_its_last(cpus,
 
 _PROBE = """
 import multiprocessing, os, threading
-from mstar.ipc.cpu_affinity import allowed_cpus, bind_process, process_cpus
+from mstar.ipc.cpu_affinity import bind_process, process_cpus
 from mstar.ipc.lifecycle import start_child
 
 def report(queue):
@@ -62,7 +62,7 @@ if __name__ == "__main__":
     child.join()
     tids = os.listdir("/proc/self/task")
     print(sorted(home), sorted(os.sched_getaffinity(0)), sorted(after[0]), queue.get(),
-          sorted({{cpu for tid in tids for cpu in allowed_cpus(os.getpid(), int(tid))}}), sep=";")
+          sorted({{cpu for tid in tids for cpu in os.sched_getaffinity(int(tid))}}), sep=";")
 """
 
 

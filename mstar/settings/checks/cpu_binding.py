@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mstar.settings import WorkerSettings
 
+
 @dataclass(frozen=True)
 class CpuBinding:
     engine: tuple[int, ...]  # engine thread i runs on engine[i]; thread 0 runs the step's Python

@@ -88,6 +88,8 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
 
 int64_t best_level() { return cpu_level(); }
 
+int64_t features() { return cpu_features(); }
+
 // Binds the intra-op threads of the calling thread's OpenMP team one per CPU: thread i to cpus[i],
 // for a team of cpus.size() threads (the caller sets torch's thread count to that first, so that
 // every later region, torch's and ours, runs on this team). Returns how many threads bound.
@@ -103,7 +105,7 @@ int64_t bind_threads(at::IntArrayRef cpus) {
   }
   return bound;
 }
-int64_t features() { return cpu_features(); }
+
 
 }  // namespace
 
